@@ -1,0 +1,137 @@
+//! The command line: clap definitions, one handler per subcommand, and the mapping of every
+//! failure to one `sheepdog: ...` line on stderr and a documented exit status.
+//!
+//! Exit statuses of sheepdog's own errors (see README.md): 125 for bad arguments and sheepdog's
+//! own failures (as `env`, `nohup` and `timeout` use it), 126/127 for a command that cannot be
+//! executed / found, 124 when the kernel did not finish a kill in time.
+
+mod run;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+/// Status for sheepdog's own errors: bad arguments, an owner that is not the parent, a state dir
+/// it must not use. 125, the status `env`, `nohup` and `timeout` use for their own failures.
+pub const EXIT_USAGE: i32 = 125;
+
+/// A failure to report: one line, one status.
+#[derive(Debug)]
+pub struct CliError {
+    pub code: i32,
+    pub message: String,
+}
+
+impl CliError {
+    pub fn new(code: i32, message: impl Into<String>) -> CliError {
+        CliError { code, message: message.into() }
+    }
+    pub fn usage(message: impl Into<String>) -> CliError {
+        CliError::new(EXIT_USAGE, message)
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    crate::duration::parse(s)
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sheepdog",
+    version,
+    about = "A process supervisor for AI coding agents: when sheepdog is gone, so is everything the agent started."
+)]
+struct Cli {
+    /// Print errors (and results, where a command has them) as JSON on stdout.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run CMD in the foreground under supervision: stop its whole process tree, then exit.
+    Run(RunArgs),
+}
+
+/// `sheepdog run`.
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Stop when this process dies. It must be sheepdog's parent (checked before CMD starts).
+    #[arg(long, value_name = "PID")]
+    owner: Option<i32>,
+    /// What stdin reaching EOF means: `ignore` it, or `stop` (after --stdin-grace).
+    #[arg(long, value_name = "ACTION", default_value = "ignore", value_parser = ["ignore", "stop"])]
+    on_stdin_eof: String,
+    /// After stdin EOF, how long CMD may take to exit on its own before SIGTERM.
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration)]
+    stdin_grace: Duration,
+    /// After SIGTERM, how long the tree may take to exit before SIGKILL.
+    #[arg(long, value_name = "DUR", default_value = "3s", value_parser = parse_duration)]
+    term_grace: Duration,
+    /// After SIGKILL, how long to wait for the kernel before giving up with status 124.
+    #[arg(long, value_name = "DUR", default_value = "1.5s", value_parser = parse_duration)]
+    kill_wait: Duration,
+    /// Write one JSON line per event (spawned, stopping, escalated, exited) to this inherited fd.
+    #[arg(long, value_name = "FD")]
+    events_fd: Option<i32>,
+    /// The command to supervise, after `--`.
+    #[arg(value_name = "CMD", trailing_var_arg = true)]
+    command: Vec<OsString>,
+}
+
+/// Parses the process's arguments, runs the subcommand, and returns the exit status (or does
+/// not return: `run` may die by the signal that stopped it).
+pub fn main() -> i32 {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let json = args.iter().take_while(|a| *a != "--").any(|a| a == "--json");
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => return clap_error(e, json),
+    };
+    let result = match cli.command {
+        Command::Run(a) => run::run(a, cli.json),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => report(&e, json),
+    }
+}
+
+/// Prints one error line (and the JSON object with `--json`) and returns its status.
+pub fn report(e: &CliError, json: bool) -> i32 {
+    eprintln!("sheepdog: {}", e.message);
+    if json {
+        println!("{}", serde_json::json!({"error": {"message": e.message, "exitCode": e.code}}));
+    }
+    e.code
+}
+
+fn clap_error(e: clap::Error, json: bool) -> i32 {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { EXIT_USAGE } else { 0 }
+        }
+        _ => {
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            report(&CliError::usage(format!("{first} (see 'sheepdog --help')")), json)
+        }
+    }
+}
+
+/// Converts a raw pid argument, refusing 0 and negatives (which `kill` reads as groups).
+fn pid_arg(flag: &str, raw: i32) -> Result<crate::sys::Pid, CliError> {
+    crate::sys::Pid::new(raw).ok_or_else(|| CliError::usage(format!("{flag} {raw}: not a process id (must be > 0)")))
+}
+
+#[allow(dead_code)]
+fn state_dir_arg(p: Option<PathBuf>) -> Option<PathBuf> {
+    p
+}

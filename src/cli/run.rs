@@ -1,0 +1,49 @@
+//! `sheepdog run`: the foreground supervisor.
+
+use crate::events::EventSink;
+use crate::stop::StopPolicy;
+use crate::supervisor::{self, Exit, OnStdinEof, Options, Owner, Quiet};
+use crate::sys::signal::die_by;
+
+use super::{CliError, RunArgs, pid_arg};
+
+pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
+    if a.command.is_empty() {
+        return Err(CliError::usage("run: missing command (usage: sheepdog run [OPTIONS] -- CMD [ARGS...])"));
+    }
+    let owner = a.owner.map(|p| pid_arg("--owner", p)).transpose()?.map(Owner::Parent);
+    let mut events = match a.events_fd {
+        Some(fd) => Some(
+            EventSink::from_inherited(fd)
+                .map_err(|e| CliError::usage(format!("--events-fd {fd}: not an open file descriptor: {e}")))?,
+        ),
+        None => None,
+    };
+    let kill_wait = a.kill_wait;
+    let opts = Options {
+        argv: a.command,
+        owner,
+        on_stdin_eof: if a.on_stdin_eof == "stop" { OnStdinEof::Stop } else { OnStdinEof::Ignore },
+        policy: StopPolicy { stdin_grace: a.stdin_grace, term_grace: a.term_grace, kill_wait: a.kill_wait },
+        ..Options::default()
+    };
+    let outcome = match events.as_mut() {
+        Some(sink) => supervisor::supervise(opts, sink),
+        None => supervisor::supervise(opts, &mut Quiet),
+    }
+    .map_err(|e| CliError::new(e.exit_code(), e.to_string()))?;
+    if let Some(sink) = &events {
+        sink.exited(&outcome);
+    }
+    if !outcome.tree_gone {
+        eprintln!(
+            "sheepdog: the process tree of {} was still alive {} ms after SIGKILL; exiting 124",
+            outcome.spawned.pid,
+            kill_wait.as_millis()
+        );
+    }
+    match outcome.exit() {
+        Exit::Code(c) => Ok(c),
+        Exit::Signal(s) => die_by(s),
+    }
+}

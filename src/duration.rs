@@ -1,0 +1,84 @@
+//! Durations on the command line: `250ms`, `1s`, `1.5s`, `2m`, `1h`.
+
+use std::time::Duration;
+
+/// Parses a duration with a unit: `ms`, `s`, `m` or `h`, with an optional decimal fraction
+/// (`1.5s`). A bare `0` is accepted; any other number needs a unit, so `5` is never guessed to be
+/// seconds or milliseconds.
+///
+/// Errors: a one-line message naming the bad text and the accepted forms.
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let bad =
+        || format!("invalid duration '{text}': expected a number with a unit (ms, s, m, h), like 250ms, 1s or 1.5s");
+    let t = text.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() || num.starts_with('.') || num.ends_with('.') {
+        return Err(bad());
+    }
+    let value: f64 = num.parse().map_err(|_| bad())?;
+    let ms_per_unit = match unit {
+        "ms" => 1.0,
+        "s" => 1000.0,
+        "m" | "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        _ => return Err(bad()),
+    };
+    let ms = value * ms_per_unit;
+    // A year is far past any grace or timeout a host means; larger is a typo.
+    if !ms.is_finite() || ms > 365.0 * 24.0 * 3_600_000.0 {
+        return Err(bad());
+    }
+    Ok(Duration::from_micros((ms * 1000.0).round() as u64))
+}
+
+/// Formats a duration the way `parse` reads it back: `250ms`, `10s`, `1.5s`, `2m`.
+pub fn format(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 || ms % 1000 != 0 {
+        if ms >= 1000 && ms % 100 == 0 {
+            return format!("{}s", ms as f64 / 1000.0);
+        }
+        return format!("{ms}ms");
+    }
+    let s = ms / 1000;
+    if s % 3600 == 0 {
+        format!("{}h", s / 3600)
+    } else if s % 60 == 0 {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_the_documented_forms() {
+        assert_eq!(parse("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse("1s").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse("0").unwrap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn rejects_what_it_would_have_to_guess() {
+        for bad in ["", "5", "1.s", ".5s", "5x", "-1s", "1e3s", "s", "1.5.5s", "99999999h"] {
+            assert!(parse(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn formats_round_trip() {
+        for ms in [0u64, 250, 1000, 1500, 10_000, 120_000, 3_600_000] {
+            let d = Duration::from_millis(ms);
+            assert_eq!(parse(&format(d)).unwrap(), d, "{}", format(d));
+        }
+    }
+}

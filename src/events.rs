@@ -1,0 +1,99 @@
+//! `--events-fd FD`: one JSON object per line per event, for hosts that want the definitive
+//! outcome instead of guessing from exit codes.
+//!
+//! ```text
+//! {"event":"spawned","pid":4242,"pgid":4242,"maxStopMs":5500}
+//! {"event":"stopping","trigger":"signal","signal":"SIGTERM"}      trigger: signal | owner |
+//!                                                                  stdinEof | timeout |
+//!                                                                  providerExited
+//! {"event":"escalated","signal":"SIGKILL","remaining":2}
+//! {"event":"exited","code":0,"signal":null,"treeGone":true,"status":0}
+//! ```
+//!
+//! In `exited`, `code`/`signal` describe the provider (one of them is null; both are null if it
+//! could not be killed), and `status` is what the supervisor itself exits with (a number, or the
+//! name of the signal it dies by). Writes never block the supervisor: the fd is non-blocking and
+//! a line that does not fit is dropped. The fd is close-on-exec, so the reader sees EOF when the
+//! supervisor is gone, even while something it spawned still lives.
+
+use std::os::fd::{AsFd, OwnedFd, RawFd};
+
+use serde_json::{Value, json};
+
+use crate::spawn::Spawned;
+use crate::stop::{StopPolicy, Trigger};
+use crate::supervisor::{Exit, Observer, Outcome};
+use crate::sys::WaitStatus;
+use crate::sys::process;
+use crate::sys::signal::set_nonblocking;
+
+/// Writes events to an inherited fd.
+#[derive(Debug)]
+pub struct EventSink {
+    fd: OwnedFd,
+}
+
+impl EventSink {
+    /// Takes over inherited `fd`. Errors: EBADF when it is not open.
+    pub fn from_inherited(fd: RawFd) -> std::io::Result<EventSink> {
+        let fd = process::take_inherited_fd(fd)?;
+        set_nonblocking(std::os::fd::AsRawFd::as_raw_fd(&fd))?;
+        Ok(EventSink { fd })
+    }
+
+    /// Writes one event line.
+    pub fn emit(&self, value: Value) {
+        let mut line = value.to_string();
+        line.push('\n');
+        process::write_best_effort(self.fd.as_fd(), line.as_bytes());
+    }
+
+    /// The final `exited` event.
+    pub fn exited(&self, outcome: &Outcome) {
+        let (code, signal) = match outcome.provider {
+            Some(WaitStatus::Exited(c)) => (Some(c), None),
+            Some(WaitStatus::Signaled(s)) => (None, Some(s.name())),
+            None => (None, None),
+        };
+        let status = match outcome.exit() {
+            Exit::Code(c) => json!(c),
+            Exit::Signal(s) => json!(s.name()),
+        };
+        self.emit(json!({
+            "event": "exited",
+            "code": code,
+            "signal": signal,
+            "treeGone": outcome.tree_gone,
+            "escalated": outcome.escalated,
+            "trigger": outcome.trigger.map(|t| t.name()),
+            "status": status,
+        }));
+    }
+}
+
+/// `stopping` as JSON.
+pub fn stopping_json(trigger: Trigger) -> Value {
+    match trigger {
+        Trigger::Signal(s) => json!({"event": "stopping", "trigger": trigger.name(), "signal": s.name()}),
+        _ => json!({"event": "stopping", "trigger": trigger.name()}),
+    }
+}
+
+impl Observer for EventSink {
+    fn spawned(&mut self, spawned: &Spawned, policy: &StopPolicy) {
+        self.emit(json!({
+            "event": "spawned",
+            "pid": spawned.pid.as_raw(),
+            "pgid": spawned.pgid.as_raw(),
+            "maxStopMs": policy.max_stop().as_millis() as u64,
+        }));
+    }
+
+    fn stopping(&mut self, trigger: Trigger) {
+        self.emit(stopping_json(trigger));
+    }
+
+    fn escalated(&mut self, remaining: usize) {
+        self.emit(json!({"event": "escalated", "signal": "SIGKILL", "remaining": remaining}));
+    }
+}

@@ -1,0 +1,106 @@
+//! Starting a command in its own process group, with the pre-exec steps, and telling apart the
+//! reasons it could not start (status 127 not found, 126 not executable, as a shell reports).
+
+use std::ffi::OsString;
+use std::io;
+use std::process::{Command, Stdio};
+
+use crate::sys::process;
+use crate::sys::{Pgid, Pid};
+
+/// Why a command did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// ENOENT: status 127.
+    #[error("{program}: command not found: {source}")]
+    NotFound {
+        program: String,
+        #[source]
+        source: io::Error,
+    },
+    /// EACCES, ENOEXEC, EISDIR, ...: status 126.
+    #[error("{program}: cannot execute: {source}")]
+    NotExecutable {
+        program: String,
+        #[source]
+        source: io::Error,
+    },
+    /// Anything else (fork failed, pre-exec failed): status 125.
+    #[error("unable to start {program}: {source}")]
+    Other {
+        program: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl SpawnError {
+    /// The shell's status for this failure: 127, 126 or 125.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            SpawnError::NotFound { .. } => 127,
+            SpawnError::NotExecutable { .. } => 126,
+            SpawnError::Other { .. } => 125,
+        }
+    }
+
+    fn classify(program: &OsString, source: io::Error) -> SpawnError {
+        let program = program.to_string_lossy().into_owned();
+        match source.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => SpawnError::NotFound { program, source },
+            Some(libc::EACCES) | Some(libc::ENOEXEC) | Some(libc::EISDIR) | Some(libc::EPERM) | Some(libc::ETXTBSY) => {
+                SpawnError::NotExecutable { program, source }
+            }
+            _ => SpawnError::Other { program, source },
+        }
+    }
+}
+
+/// A started provider: the leader of its own process group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spawned {
+    pub pid: Pid,
+    pub pgid: Pgid,
+}
+
+/// What a provider gets besides its argv.
+#[derive(Debug, Default)]
+pub struct SpawnOptions {
+    pub cwd: Option<std::path::PathBuf>,
+    /// Added to (or replacing in) the inherited environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// `None`: inherit the supervisor's stdio unchanged.
+    pub stdio: Option<(Stdio, Stdio, Stdio)>,
+}
+
+/// Spawns `argv` as the leader of a new process group with default signal dispositions and an
+/// empty signal mask; if the supervisor holds the terminal's foreground, the new group takes it.
+///
+/// Returns only after `exec` succeeded (std reports exec errors through a close-on-exec pipe),
+/// so an error here means the command never ran. Errors: [`SpawnError`].
+pub fn spawn_provider(argv: &[OsString], opts: SpawnOptions) -> Result<Spawned, SpawnError> {
+    let (program, args) = argv.split_first().ok_or_else(|| SpawnError::Other {
+        program: String::new(),
+        source: io::Error::new(io::ErrorKind::InvalidInput, "empty command"),
+    })?;
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    if let Some(cwd) = &opts.cwd {
+        cmd.current_dir(cwd);
+    }
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
+    if let Some((i, o, e)) = opts.stdio {
+        cmd.stdin(i).stdout(o).stderr(e);
+    }
+    let take_terminal = process::owns_terminal_foreground();
+    process::set_pre_exec(&mut cmd, move || process::pre_exec_provider(take_terminal));
+    let child = cmd.spawn().map_err(|e| SpawnError::classify(program, e))?;
+    // The supervisor reaps with waitpid itself; dropping Child neither waits nor kills.
+    let pid = Pid::new(child.id() as i32).ok_or_else(|| SpawnError::Other {
+        program: program.to_string_lossy().into_owned(),
+        source: io::Error::other("kernel returned pid 0"),
+    })?;
+    Ok(Spawned { pid, pgid: pid.as_group() })
+}

@@ -1,0 +1,352 @@
+//! The event loop of one supervisor: spawn the provider, wait on events, run the one stop, and
+//! report how it ended. Single-threaded, no async runtime; it reads top to bottom like tini.
+//!
+//! The loop blocks in one `poll` on: the signal self-pipe (SIGCHLD, SIGTERM, SIGINT, SIGHUP), the
+//! owner's pidfd, stdin's hang-up (only with `--on-stdin-eof stop`) and whatever fds the
+//! [`Observer`] adds (a managed process's log pipes). After every wake it reaps every child it
+//! has (the provider and any orphan re-parented to it) and re-checks "all gone", so it exits
+//! within a millisecond of the last descendant's death.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use crate::spawn::{self, SpawnError, SpawnOptions, Spawned};
+use crate::stop::{Phase, Step, StopMachine, StopPolicy, Trigger};
+use crate::sys::process::{self, FdKind, POLL_HUP_ONLY, POLL_IN, PidFd, PollFd};
+use crate::sys::signal::SignalPipe;
+use crate::sys::{Pid, Signal, WaitStatus, procfs};
+use crate::tree::Tree;
+
+/// Without pidfds (non-Linux, or Linux before 5.3) the owner is checked this often: 100 ms.
+/// Everywhere pidfds exist, owner death is an event and this is unused.
+pub const OWNER_POLL: Duration = Duration::from_millis(100);
+
+/// Whom the supervisor answers to: when the owner dies, the tree is stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// Must be the supervisor's parent (`sheepdog run --owner`); checked before spawning.
+    Parent(Pid),
+    /// Any process, identified by its pid and start time at setup (`sheepdog start --owner`).
+    Process(Pid),
+}
+
+/// What stdin reaching EOF means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnStdinEof {
+    /// Nothing: the provider decides.
+    #[default]
+    Ignore,
+    /// Stop: the provider gets the stdin grace to exit on its own, then the one stop. Only pipes,
+    /// sockets and terminals can hang up; any other stdin (a file, `/dev/null`, closed) is
+    /// already at EOF, so the grace starts at once.
+    Stop,
+}
+
+/// Everything one supervisor needs.
+#[derive(Debug, Default)]
+pub struct Options {
+    /// The provider's argv; must not be empty.
+    pub argv: Vec<OsString>,
+    pub spawn: SpawnOptions,
+    pub owner: Option<Owner>,
+    pub on_stdin_eof: OnStdinEof,
+    pub policy: StopPolicy,
+    /// The turn timeout: the one stop runs this long after the spawn.
+    pub timeout: Option<Duration>,
+}
+
+/// Hooks for a front end: events to report and extra fds to service. All default to nothing.
+pub trait Observer {
+    /// The provider is running.
+    fn spawned(&mut self, _spawned: &Spawned, _policy: &StopPolicy) {}
+    /// A stop began (or, with `ProviderExited`, cleanup of what an exited provider left).
+    fn stopping(&mut self, _trigger: Trigger) {}
+    /// The term grace ran out; SIGKILL went to `remaining` processes.
+    fn escalated(&mut self, _remaining: usize) {}
+    /// A child that is not the provider was reaped (an inherited orphan, or a helper the
+    /// observer spawned itself).
+    fn reaped(&mut self, _pid: Pid, _status: WaitStatus) {}
+    /// Extra fds to poll for readability.
+    fn fds(&self) -> Vec<RawFd> {
+        Vec::new()
+    }
+    /// One of [`Observer::fds`] is readable or hung up.
+    fn ready(&mut self, _fd: RawFd) {}
+}
+
+/// The observer that observes nothing.
+pub struct Quiet;
+impl Observer for Quiet {}
+
+/// How a supervised provider and its tree ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub spawned: Spawned,
+    /// The provider's own wait status; `None` only if it could not be killed in time.
+    pub provider: Option<WaitStatus>,
+    /// What asked for the stop; `None` when the provider exited on its own.
+    pub trigger: Option<Trigger>,
+    /// The kernel confirmed nothing of the tree is alive (zombies count as dead).
+    pub tree_gone: bool,
+    /// SIGKILL was needed.
+    pub escalated: bool,
+}
+
+/// How the supervisor itself should end, as DESIGN.md's exit-status table says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    /// Die by this signal (re-raised with its default action).
+    Signal(Signal),
+}
+
+/// Status when the kernel did not finish the kill within the kill wait: 124 (as `timeout(1)`).
+pub const EXIT_UNFINISHED: i32 = 124;
+
+impl Outcome {
+    /// - tree not confirmed gone: 124;
+    /// - a signal S stopped the supervisor: die by S;
+    /// - owner death, stdin EOF or the timeout stopped it: the provider's code, or 128 + the
+    ///   signal that ended it;
+    /// - the provider exited on its own: its code, or die by its signal.
+    pub fn exit(&self) -> Exit {
+        let Some(status) = self.provider.filter(|_| self.tree_gone) else {
+            return Exit::Code(EXIT_UNFINISHED);
+        };
+        match (self.trigger, status) {
+            (Some(Trigger::Signal(s)), _) => Exit::Signal(s),
+            (_, WaitStatus::Exited(code)) => Exit::Code(code),
+            (None | Some(Trigger::ProviderExited), WaitStatus::Signaled(s)) => Exit::Signal(s),
+            (Some(_), WaitStatus::Signaled(s)) => Exit::Code(128 + s.as_raw()),
+        }
+    }
+}
+
+/// Why a supervisor could not do its job. Every variant is reported before the provider ran,
+/// except `Io` from the loop itself.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("owner {owner} is not the parent of sheepdog (the parent is {parent})")]
+    OwnerNotParent { owner: Pid, parent: i32 },
+    #[error("owner {0} is not running")]
+    OwnerGone(Pid),
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    #[error("unable to {op}: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// 126/127 for a command that could not start, 125 for everything else.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Spawn(e) => e.exit_code(),
+            _ => 125,
+        }
+    }
+}
+
+fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> Error {
+    move |source| Error::Io { op, source }
+}
+
+/// The owner being watched.
+struct OwnerWatch {
+    owner: Owner,
+    /// `None` where pidfds are unavailable: then polled every [`OWNER_POLL`].
+    pidfd: Option<PidFd>,
+    start_time: Option<u64>,
+}
+
+impl OwnerWatch {
+    /// Checks the owner is who it should be, opens its pidfd, and checks again: an owner that
+    /// died between the check and the open is caught (its pid may even have been reused).
+    fn open(owner: Owner) -> Result<OwnerWatch, Error> {
+        let pid = match owner {
+            Owner::Parent(p) | Owner::Process(p) => p,
+        };
+        let check = |start: Option<u64>| -> Result<Option<u64>, Error> {
+            match owner {
+                Owner::Parent(p) => {
+                    let parent = process::getppid();
+                    if parent != p.as_raw() {
+                        return Err(if start.is_some() {
+                            Error::OwnerGone(p)
+                        } else {
+                            Error::OwnerNotParent { owner: p, parent }
+                        });
+                    }
+                    Ok(procfs::start_time(p).or(start).or(Some(0)))
+                }
+                Owner::Process(p) => {
+                    let now =
+                        if cfg!(target_os = "linux") { procfs::start_time(p) } else { process::exists(p).then_some(0) };
+                    match (now, start) {
+                        (None, _) => Err(Error::OwnerGone(p)),
+                        (Some(a), Some(b)) if a != b => Err(Error::OwnerGone(p)),
+                        (n, _) => Ok(n),
+                    }
+                }
+            }
+        };
+        let start = check(None)?;
+        let pidfd = PidFd::open(pid).ok();
+        let start_time = check(start)?;
+        Ok(OwnerWatch { owner, pidfd, start_time })
+    }
+
+    /// Polling fallback: true if the owner is gone.
+    fn gone_by_poll(&self) -> bool {
+        match self.owner {
+            Owner::Parent(p) => process::getppid() != p.as_raw(),
+            Owner::Process(p) => {
+                if cfg!(target_os = "linux") {
+                    procfs::start_time(p) != self.start_time
+                } else {
+                    !process::exists(p)
+                }
+            }
+        }
+    }
+}
+
+/// Runs one provider under supervision until it and everything it started are gone.
+///
+/// Order matters and is the point: signal handlers first (a stop that lands the instant after
+/// the spawn is still seen), then the owner check (the provider never runs for a wrong or dead
+/// owner), then the subreaper bit, then the spawn.
+///
+/// Errors: [`Error`]; on error nothing was spawned.
+pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
+    let signals = SignalPipe::install(&[Signal::TERM, Signal::INT, Signal::HUP, Signal::CHLD])
+        .map_err(io_err("install signal handlers"))?;
+    let mut owner = opts.owner.map(OwnerWatch::open).transpose()?;
+    #[cfg(target_os = "linux")]
+    process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
+
+    let spawned = spawn::spawn_provider(&opts.argv, opts.spawn)?;
+    let started = Instant::now();
+    observer.spawned(&spawned, &opts.policy);
+
+    let tree = Tree::supervised(spawned.pgid);
+    let mut machine = StopMachine::new(opts.policy);
+    let mut provider: Option<WaitStatus> = None;
+    let timeout_at = opts.timeout.map(|d| started + d);
+
+    let mut watch_stdin = false;
+    if opts.on_stdin_eof == OnStdinEof::Stop {
+        match process::fd_kind(0) {
+            FdKind::Fifo | FdKind::Socket | FdKind::Tty => watch_stdin = true,
+            FdKind::Closed | FdKind::Other => {
+                begin(&mut machine, Trigger::StdinEof, &tree, observer);
+            }
+        }
+    }
+
+    loop {
+        let now = Instant::now();
+        let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
+        let owner_slot = owner.as_ref().and_then(|o| o.pidfd.as_ref()).map(|fd| {
+            fds.push(PollFd::new(fd.as_raw_fd(), POLL_IN));
+            fds.len() - 1
+        });
+        let stdin_slot = watch_stdin.then(|| {
+            fds.push(PollFd::new(0, POLL_HUP_ONLY));
+            fds.len() - 1
+        });
+        let extra_from = fds.len();
+        fds.extend(observer.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
+
+        let mut deadline = machine.deadline(now);
+        if !machine.stopping() {
+            deadline = earliest(deadline, timeout_at);
+        }
+        if owner.as_ref().is_some_and(|o| o.pidfd.is_none()) {
+            deadline = earliest(deadline, Some(now + OWNER_POLL));
+        }
+        process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).map_err(io_err("poll"))?;
+
+        for sig in signals.drain() {
+            if sig != Signal::CHLD {
+                begin(&mut machine, Trigger::Signal(sig), &tree, observer);
+            }
+        }
+        while let Some((pid, status)) = process::reap_any() {
+            if pid == spawned.pid {
+                provider = Some(status);
+                tree.leader_reaped();
+            } else {
+                observer.reaped(pid, status);
+            }
+        }
+        let owner_died = match (&owner, owner_slot) {
+            (Some(_), Some(slot)) => fds[slot].ready(),
+            (Some(o), None) => o.gone_by_poll(),
+            (None, _) => false,
+        };
+        if owner_died {
+            owner = None;
+            begin(&mut machine, Trigger::OwnerDied, &tree, observer);
+        }
+        if stdin_slot.is_some_and(|slot| fds[slot].hung_up()) {
+            watch_stdin = false;
+            begin(&mut machine, Trigger::StdinEof, &tree, observer);
+        }
+        for p in &fds[extra_from..] {
+            if p.ready() {
+                observer.ready(p.fd);
+            }
+        }
+        let now = Instant::now();
+        if timeout_at.is_some_and(|t| now >= t) && !machine.stopping() {
+            begin(&mut machine, Trigger::Timeout, &tree, observer);
+        }
+
+        let step = if provider.is_some() {
+            let was_running = !machine.stopping();
+            let step = machine.provider_exited(now, &tree);
+            if was_running && machine.stopping() {
+                observer.stopping(Trigger::ProviderExited);
+            }
+            step
+        } else {
+            machine.advance(now, &tree, false)
+        };
+        if let Some(Step::Escalated { remaining }) = step {
+            observer.escalated(remaining);
+        }
+        match machine.phase() {
+            Phase::Gone | Phase::Unfinished => break,
+            _ => {}
+        }
+    }
+
+    Ok(Outcome {
+        spawned,
+        provider,
+        trigger: machine.trigger(),
+        tree_gone: machine.phase() == Phase::Gone,
+        escalated: machine.escalated(),
+    })
+}
+
+fn begin(machine: &mut StopMachine, trigger: Trigger, tree: &Tree, observer: &mut dyn Observer) {
+    let was_running = !machine.stopping();
+    machine.begin(trigger, Instant::now(), tree);
+    if was_running && machine.stopping() {
+        observer.stopping(trigger);
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}

@@ -1,0 +1,13 @@
+//! The one place with `unsafe` and raw libc calls.
+//!
+//! Everything above this module sees safe functions and small types that make the kernel's rules
+//! explicit: a [`Pid`] is not a [`Pgid`], a [`Signal`] has a name, a wait status is an enum. Each
+//! `unsafe` block carries a `// SAFETY:` line. Expected races (ESRCH, ECHILD) are returned as
+//! values, not errors, so callers can handle them quietly (as tini does).
+
+pub mod process;
+pub mod procfs;
+pub mod signal;
+
+pub use process::{Pgid, Pid, WaitStatus};
+pub use signal::Signal;

@@ -1,0 +1,437 @@
+//! Process ids, groups, signals to them, reaping, pidfds, the subreaper bit and `poll`.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use super::signal::Signal;
+
+/// A process id (always > 0). Not a group id: see [`Pgid`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Pid(i32);
+
+/// A process group id (always > 0). Signalling a group is `kill(-pgid, sig)`; the type keeps the
+/// sign rule in one place (cargo-nextest's `ChildPid::for_kill` does the same).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Pgid(i32);
+
+impl Pid {
+    /// `None` for 0 and negative numbers, which `kill` would read as groups.
+    pub fn new(raw: i32) -> Option<Pid> {
+        (raw > 0).then_some(Pid(raw))
+    }
+    pub fn as_raw(self) -> i32 {
+        self.0
+    }
+    /// The group this pid leads, for a process started with `setpgid(0, 0)`.
+    pub fn as_group(self) -> Pgid {
+        Pgid(self.0)
+    }
+}
+
+impl Pgid {
+    pub fn new(raw: i32) -> Option<Pgid> {
+        (raw > 0).then_some(Pgid(raw))
+    }
+    pub fn as_raw(self) -> i32 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Pid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Display for Pgid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// How a child ended, from `waitpid`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitStatus {
+    Exited(i32),
+    Signaled(Signal),
+}
+
+/// This process's id.
+pub fn getpid() -> Pid {
+    // SAFETY: getpid has no preconditions and cannot fail.
+    Pid(unsafe { libc::getpid() })
+}
+
+/// The parent's id; 1 (or a subreaper's) once the parent died.
+pub fn getppid() -> i32 {
+    // SAFETY: getppid has no preconditions and cannot fail.
+    unsafe { libc::getppid() }
+}
+
+/// The real uid of this process.
+pub fn getuid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// The process group of this process.
+pub fn getpgrp() -> Pgid {
+    // SAFETY: getpgrp has no preconditions and cannot fail.
+    Pgid(unsafe { libc::getpgrp() })
+}
+
+/// Result of a signal sent to something that may already be gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sent {
+    Delivered,
+    /// ESRCH: nothing to signal (an expected race, not an error).
+    Gone,
+}
+
+fn sent(rc: libc::c_int) -> io::Result<Sent> {
+    if rc == 0 {
+        return Ok(Sent::Delivered);
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::ESRCH) => Ok(Sent::Gone),
+        _ => Err(err),
+    }
+}
+
+/// `kill(pid, sig)`. Prefer [`PidFd::send`] when the pid may have been reused.
+pub fn kill(pid: Pid, sig: Signal) -> io::Result<Sent> {
+    // SAFETY: kill with a positive pid has no memory-safety preconditions.
+    sent(unsafe { libc::kill(pid.0, sig.as_raw()) })
+}
+
+/// `kill(-pgid, sig)`: every member of the group.
+pub fn kill_group(pgid: Pgid, sig: Signal) -> io::Result<Sent> {
+    // SAFETY: as for kill; the negative sign selects the group.
+    sent(unsafe { libc::kill(-pgid.0, sig.as_raw()) })
+}
+
+/// `kill(pid, 0)`: true if a process (zombies included) has this pid. See
+/// [`super::procfs::is_alive`] for the check that counts zombies as dead.
+pub fn exists(pid: Pid) -> bool {
+    // SAFETY: signal 0 only checks existence and permission.
+    let rc = unsafe { libc::kill(pid.0, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// `kill(-pgid, 0)`: true if the group has any member, zombies included.
+pub fn group_exists(pgid: Pgid) -> bool {
+    // SAFETY: signal 0 only checks existence and permission.
+    let rc = unsafe { libc::kill(-pgid.0, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+fn decode(status: libc::c_int) -> Option<WaitStatus> {
+    if libc::WIFEXITED(status) {
+        Some(WaitStatus::Exited(libc::WEXITSTATUS(status)))
+    } else if libc::WIFSIGNALED(status) {
+        Signal::from_raw(libc::WTERMSIG(status)).map(WaitStatus::Signaled)
+    } else {
+        None
+    }
+}
+
+/// Reaps one exited child of this process without blocking: `waitpid(-1, WNOHANG)`.
+///
+/// Returns `None` when no child has exited (or there are no children: ECHILD is expected).
+pub fn reap_any() -> Option<(Pid, WaitStatus)> {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: status is a valid out-pointer.
+        let rc = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if rc > 0 {
+            match decode(status) {
+                Some(ws) => return Some((Pid(rc), ws)),
+                None => continue, // stopped/continued reports: not an exit
+            }
+        }
+        if rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        return None;
+    }
+}
+
+/// Waits for one specific child: `waitpid(pid, 0)`, or with `WNOHANG` when `block` is false.
+pub fn reap(pid: Pid, block: bool) -> io::Result<Option<WaitStatus>> {
+    loop {
+        let mut status: libc::c_int = 0;
+        let flags = if block { 0 } else { libc::WNOHANG };
+        // SAFETY: status is a valid out-pointer.
+        let rc = unsafe { libc::waitpid(pid.0, &mut status, flags) };
+        if rc == pid.0 {
+            if let Some(ws) = decode(status) {
+                return Ok(Some(ws));
+            }
+            continue;
+        }
+        if rc == 0 {
+            return Ok(None);
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        return Err(err);
+    }
+}
+
+/// Marks this process a child subreaper (`PR_SET_CHILD_SUBREAPER`, Linux 3.4+): orphaned
+/// descendants are re-parented to it instead of to init, so it can track and reap them.
+#[cfg(target_os = "linux")]
+pub fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag; no pointers.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A pidfd (Linux 5.3+): a handle on one process that cannot be confused with a later process
+/// that reuses the pid. Readable (`POLLIN`) once the process has exited.
+#[derive(Debug)]
+pub struct PidFd(OwnedFd);
+
+impl PidFd {
+    /// `pidfd_open(pid, 0)`. Errors: ESRCH when no such process; ENOSYS on older kernels.
+    #[cfg(target_os = "linux")]
+    pub fn open(pid: Pid) -> io::Result<PidFd> {
+        // SAFETY: pidfd_open takes a pid and flags, returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.0, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the syscall returned a fresh fd that nothing else owns. pidfds are always
+        // close-on-exec.
+        Ok(PidFd(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
+    }
+
+    /// No pidfds outside Linux.
+    #[cfg(not(target_os = "linux"))]
+    pub fn open(_pid: Pid) -> io::Result<PidFd> {
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    /// `pidfd_send_signal`: signals exactly the process the fd was opened on.
+    #[cfg(target_os = "linux")]
+    pub fn send(&self, sig: Signal) -> io::Result<Sent> {
+        // SAFETY: a valid pidfd, a signal number, a null siginfo and zero flags.
+        sent(unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.0.as_raw_fd(),
+                sig.as_raw(),
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            ) as libc::c_int
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn send(&self, _sig: Signal) -> io::Result<Sent> {
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+}
+
+impl AsRawFd for PidFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Poll interest: readable (or hang-up) on a pipe, a pidfd, a socket.
+pub const POLL_IN: i16 = libc::POLLIN;
+/// Hang-up only (no `POLLIN`): the peer closed. On Linux also asks for `POLLRDHUP`, which a
+/// socket reports when its peer shuts down writing (libuv's stdio "pipes" are socketpairs).
+#[cfg(target_os = "linux")]
+pub const POLL_HUP_ONLY: i16 = libc::POLLRDHUP;
+#[cfg(not(target_os = "linux"))]
+pub const POLL_HUP_ONLY: i16 = 0;
+
+/// One fd to poll and what happened to it.
+#[derive(Clone, Copy, Debug)]
+pub struct PollFd {
+    pub fd: RawFd,
+    pub events: i16,
+    pub revents: i16,
+}
+
+impl PollFd {
+    pub fn new(fd: RawFd, events: i16) -> PollFd {
+        PollFd { fd, events, revents: 0 }
+    }
+    /// Anything reported: data, hang-up, error or an invalid fd.
+    pub fn ready(&self) -> bool {
+        self.revents != 0
+    }
+    /// The peer is gone (`POLLHUP`, `POLLRDHUP`, `POLLERR` or `POLLNVAL`).
+    pub fn hung_up(&self) -> bool {
+        let mut mask = libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;
+        #[cfg(target_os = "linux")]
+        {
+            mask |= libc::POLLRDHUP;
+        }
+        self.revents & mask != 0
+    }
+}
+
+/// `poll(2)`: blocks until an fd is ready or `timeout` passes (`None`: forever).
+///
+/// The timeout is rounded up to whole milliseconds so a deadline is never missed by a wake just
+/// short of it. EINTR returns `Ok(0)`: the signal pipe is among the fds, so the loop sees why.
+pub fn poll(fds: &mut [PollFd], timeout: Option<Duration>) -> io::Result<usize> {
+    let ms: libc::c_int = match timeout {
+        None => -1,
+        Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int,
+    };
+    let mut raw: Vec<libc::pollfd> =
+        fds.iter().map(|p| libc::pollfd { fd: p.fd, events: p.events, revents: 0 }).collect();
+    // SAFETY: raw is a valid array of raw.len() pollfd structs.
+    let rc = unsafe { libc::poll(raw.as_mut_ptr(), raw.len() as libc::nfds_t, ms) };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EINTR) {
+            return Ok(0);
+        }
+        return Err(err);
+    }
+    for (p, r) in fds.iter_mut().zip(raw.iter()) {
+        p.revents = r.revents;
+    }
+    Ok(rc as usize)
+}
+
+/// What kind of file an fd is, for deciding whether it can report a hang-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FdKind {
+    Closed,
+    Fifo,
+    Socket,
+    Tty,
+    Other,
+}
+
+/// Classifies `fd` with `fstat` and `isatty`.
+pub fn fd_kind(fd: RawFd) -> FdKind {
+    // SAFETY: st is a valid out-pointer; a closed fd yields EBADF.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 {
+            return FdKind::Closed;
+        }
+        if libc::isatty(fd) == 1 {
+            return FdKind::Tty;
+        }
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFIFO => FdKind::Fifo,
+            libc::S_IFSOCK => FdKind::Socket,
+            _ => FdKind::Other,
+        }
+    }
+}
+
+/// Writes all of `buf` to a borrowed fd; EAGAIN and EPIPE drop the rest silently (a host that
+/// stopped reading must never stall or kill the supervisor).
+pub fn write_best_effort(fd: BorrowedFd<'_>, buf: &[u8]) {
+    let mut rest = buf;
+    while !rest.is_empty() {
+        // SAFETY: rest is a valid slice; the fd is borrowed for the call.
+        let n = unsafe { libc::write(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
+        if n > 0 {
+            rest = &rest[n as usize..];
+        } else if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        } else {
+            return;
+        }
+    }
+}
+
+/// Pre-exec steps for a provider, run in the forked child (async-signal-safe only):
+/// its own process group, the terminal's foreground if the supervisor had it, default signal
+/// dispositions and an empty mask.
+///
+/// Giving the new group the terminal is what tini does: without it an interactive agent CLI in a
+/// background group would be stopped by SIGTTIN on its first read.
+pub(crate) fn pre_exec_provider(take_terminal: bool) -> io::Result<()> {
+    // SAFETY: setpgid, tcgetpgrp, tcsetpgrp, sigprocmask are async-signal-safe; the set is
+    // initialised before use.
+    unsafe {
+        if libc::setpgid(0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if take_terminal {
+            // tcsetpgrp from a background group raises SIGTTOU: block it for the call.
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTTOU);
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
+        }
+    }
+    super::signal::reset_for_exec()
+}
+
+/// Pre-exec for a detached supervisor: a new session, so it outlives the caller's terminal.
+pub(crate) fn pre_exec_detached() -> io::Result<()> {
+    // SAFETY: setsid is async-signal-safe and has no pointer arguments.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    super::signal::reset_for_exec()
+}
+
+/// Pre-exec for a cleanup command: its own process group, default signals.
+pub(crate) fn pre_exec_group() -> io::Result<()> {
+    // SAFETY: setpgid is async-signal-safe.
+    if unsafe { libc::setpgid(0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    super::signal::reset_for_exec()
+}
+
+/// True if stdin is a terminal whose foreground group is this process's group: then the
+/// provider should take the foreground.
+pub fn owns_terminal_foreground() -> bool {
+    // SAFETY: isatty and tcgetpgrp take an fd; errors return 0 / -1.
+    unsafe { libc::isatty(libc::STDIN_FILENO) == 1 && libc::tcgetpgrp(libc::STDIN_FILENO) == libc::getpgrp() }
+}
+
+/// Takes ownership of an fd the caller inherited for sheepdog's own use (`--events-fd`), so
+/// commands spawned later do not inherit it: fds above 2 are marked close-on-exec and owned;
+/// 0, 1 and 2 are duplicated close-on-exec (the provider still inherits the originals).
+///
+/// Errors: EBADF when `fd` is not open.
+pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
+    if fd > 2 {
+        super::signal::set_cloexec(fd)?;
+        // SAFETY: the fd is open (fcntl succeeded) and the caller hands it over to us.
+        return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+    // SAFETY: F_DUPFD_CLOEXEC returns a fresh fd or -1.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: new is a fresh fd nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// Runs `f` with `pre_exec` so the unsafe hook stays in this module.
+pub(crate) fn set_pre_exec<F>(cmd: &mut std::process::Command, f: F)
+where
+    F: FnMut() -> io::Result<()> + Send + Sync + 'static,
+{
+    use std::os::unix::process::CommandExt;
+    // SAFETY: every closure passed here (pre_exec_provider, pre_exec_detached, pre_exec_group)
+    // makes only async-signal-safe calls and does not allocate.
+    unsafe {
+        cmd.pre_exec(f);
+    }
+}

@@ -1,0 +1,200 @@
+//! What the kernel says about processes, read from `/proc` (Linux).
+//!
+//! A process is alive only if it exists and is not a zombie: a zombie still answers
+//! `kill(pid, 0)`, and on a host whose PID 1 never reaps (containers, some sandboxes) it answers
+//! forever. Field numbers follow proc(5) (`/proc/<pid>/stat`: 3 state, 4 ppid, 5 pgrp, 6 session,
+//! 22 starttime in clock ticks since boot).
+//!
+//! Outside Linux the functions fall back to `kill(pid, 0)` and return no descendants; the group
+//! tier (DESIGN.md) does not need them.
+
+use std::io;
+
+use super::process::{Pgid, Pid};
+
+/// The fields of `/proc/<pid>/stat` that sheepdog uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stat {
+    pub pid: Pid,
+    /// Field 2 without the parentheses (at most 15 bytes, may contain spaces).
+    pub comm: String,
+    /// Field 3: `R`, `S`, `D`, `Z`, `T`, ...
+    pub state: char,
+    pub ppid: i32,
+    pub pgrp: i32,
+    pub session: i32,
+    /// Field 22: start time after boot, in clock ticks. With the boot id and the pid, this is
+    /// what tells a process from a later one that reuses its pid.
+    pub start_time: u64,
+}
+
+impl Stat {
+    /// A zombie (`Z`) or dead (`X`) process: exited, only waiting to be reaped.
+    pub fn is_zombie(&self) -> bool {
+        self.state == 'Z' || self.state == 'X'
+    }
+}
+
+/// Parses one `/proc/<pid>/stat` line. The command name may contain spaces and parentheses,
+/// so fields are counted from the last `)`.
+pub fn parse_stat(line: &str) -> Option<Stat> {
+    let open = line.find('(')?;
+    let close = line.rfind(')')?;
+    let pid = Pid::new(line[..open].trim().parse().ok()?)?;
+    let comm = line.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = line.get(close + 1..)?.split_whitespace().collect();
+    // rest[0] is field 3.
+    let field = |n: usize| rest.get(n - 3).copied();
+    Some(Stat {
+        pid,
+        comm,
+        state: field(3)?.chars().next()?,
+        ppid: field(4)?.parse().ok()?,
+        pgrp: field(5)?.parse().ok()?,
+        session: field(6)?.parse().ok()?,
+        start_time: field(22)?.parse().ok()?,
+    })
+}
+
+/// Reads `/proc/<pid>/stat`. ENOENT/ESRCH mean the process is gone.
+#[cfg(target_os = "linux")]
+pub fn stat(pid: Pid) -> io::Result<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_stat(&text).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("unparsable /proc/{pid}/stat")))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn stat(_pid: Pid) -> io::Result<Stat> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+/// True if `pid` exists and is not a zombie.
+pub fn is_alive(pid: Pid) -> bool {
+    if cfg!(target_os = "linux") { matches!(stat(pid), Ok(s) if !s.is_zombie()) } else { super::process::exists(pid) }
+}
+
+/// The start time (clock ticks since boot) of a live process, `None` if gone or a zombie.
+pub fn start_time(pid: Pid) -> Option<u64> {
+    stat(pid).ok().filter(|s| !s.is_zombie()).map(|s| s.start_time)
+}
+
+/// The kernel's id for this boot (`/proc/sys/kernel/random/boot_id`); a process recorded under
+/// another boot id is gone by definition. Outside Linux: the empty string (untested).
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// The owner uid of a process, from the owner of `/proc/<pid>`.
+pub fn uid(pid: Pid) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
+}
+
+/// The direct children of `pid`, from `/proc/<pid>/task/*/children` (every thread's: a child
+/// forked by a non-main thread is listed under that thread). Racy by nature; callers re-check
+/// after each event.
+#[cfg(target_os = "linux")]
+pub fn children(pid: Pid) -> Vec<Pid> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let mut path = task.path();
+        path.push("children");
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            out.extend(text.split_whitespace().filter_map(|s| s.parse().ok()).filter_map(Pid::new));
+        }
+    }
+    out
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn children(_pid: Pid) -> Vec<Pid> {
+    Vec::new()
+}
+
+/// Every descendant of `root` (not `root` itself), zombies included, breadth first.
+pub fn descendants(root: Pid) -> Vec<Stat> {
+    let mut out = Vec::new();
+    let mut queue = vec![root];
+    while let Some(pid) = queue.pop() {
+        for child in children(pid) {
+            if let Ok(s) = stat(child) {
+                queue.push(child);
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// Every process on the system (Linux), for the rare checks that need a full scan: members of a
+/// group that are not descendants, and the tagged processes of an entry being reaped.
+#[cfg(target_os = "linux")]
+pub fn all() -> Vec<Stat> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter_map(Pid::new)
+        .filter_map(|pid| stat(pid).ok())
+        .collect()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn all() -> Vec<Stat> {
+    Vec::new()
+}
+
+/// Live (non-zombie) members of a process group, by a full scan.
+pub fn live_group_members(pgid: Pgid) -> Vec<Stat> {
+    all().into_iter().filter(|s| s.pgrp == pgid.as_raw() && !s.is_zombie()).collect()
+}
+
+/// True if `/proc/<pid>/environ` holds exactly `KEY=VALUE`. Unreadable (gone, another user):
+/// false.
+pub fn environ_has(pid: Pid, key: &str, value: &str) -> bool {
+    let Ok(bytes) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    let want = format!("{key}={value}");
+    bytes.split(|b| *b == 0).any(|kv| kv == want.as_bytes())
+}
+
+/// The command line of `pid`, arguments joined by spaces (empty for zombies and kernel threads).
+pub fn cmdline(pid: Pid) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_comm_with_spaces_and_parens() {
+        let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(s.pid.as_raw(), 4242);
+        assert_eq!(s.comm, "a (b) c");
+        assert_eq!(s.state, 'S');
+        assert_eq!((s.ppid, s.pgrp, s.session), (1, 4242, 4242));
+        assert_eq!(s.start_time, 987654);
+    }
+
+    #[test]
+    fn own_process_is_alive_with_a_start_time() {
+        let me = super::super::process::getpid();
+        assert!(is_alive(me));
+        assert!(start_time(me).is_some());
+    }
+}

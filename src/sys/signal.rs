@@ -1,0 +1,304 @@
+//! Signals: names, the self-pipe that turns them into loop events, and dying by a signal.
+//!
+//! The handler does nothing but record the signal and wake the loop (s6-supervise, tini): it sets
+//! a per-signal flag and writes one byte to a non-blocking, close-on-exec pipe that the event loop
+//! polls. A handler that runs in a forked child before `exec` (a signal that lands in the window
+//! between `fork` and the child's own reset) applies the default action instead, so the supervisor
+//! never mistakes the child's signal for its own.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+/// A signal number, with its conventional name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Signal(i32);
+
+const NAMES: &[(i32, &str)] = &[
+    (libc::SIGHUP, "SIGHUP"),
+    (libc::SIGINT, "SIGINT"),
+    (libc::SIGQUIT, "SIGQUIT"),
+    (libc::SIGILL, "SIGILL"),
+    (libc::SIGTRAP, "SIGTRAP"),
+    (libc::SIGABRT, "SIGABRT"),
+    (libc::SIGBUS, "SIGBUS"),
+    (libc::SIGFPE, "SIGFPE"),
+    (libc::SIGKILL, "SIGKILL"),
+    (libc::SIGUSR1, "SIGUSR1"),
+    (libc::SIGSEGV, "SIGSEGV"),
+    (libc::SIGUSR2, "SIGUSR2"),
+    (libc::SIGPIPE, "SIGPIPE"),
+    (libc::SIGALRM, "SIGALRM"),
+    (libc::SIGTERM, "SIGTERM"),
+    (libc::SIGCHLD, "SIGCHLD"),
+    (libc::SIGCONT, "SIGCONT"),
+    (libc::SIGSTOP, "SIGSTOP"),
+    (libc::SIGTSTP, "SIGTSTP"),
+    (libc::SIGTTIN, "SIGTTIN"),
+    (libc::SIGTTOU, "SIGTTOU"),
+    (libc::SIGURG, "SIGURG"),
+    (libc::SIGXCPU, "SIGXCPU"),
+    (libc::SIGXFSZ, "SIGXFSZ"),
+    (libc::SIGVTALRM, "SIGVTALRM"),
+    (libc::SIGPROF, "SIGPROF"),
+    (libc::SIGWINCH, "SIGWINCH"),
+    (libc::SIGIO, "SIGIO"),
+    (libc::SIGSYS, "SIGSYS"),
+];
+
+impl Signal {
+    pub const HUP: Signal = Signal(libc::SIGHUP);
+    pub const INT: Signal = Signal(libc::SIGINT);
+    pub const KILL: Signal = Signal(libc::SIGKILL);
+    pub const TERM: Signal = Signal(libc::SIGTERM);
+    pub const CHLD: Signal = Signal(libc::SIGCHLD);
+    pub const CONT: Signal = Signal(libc::SIGCONT);
+
+    /// Wraps a raw signal number (1..=64 on Linux); `None` outside that range.
+    pub fn from_raw(n: i32) -> Option<Signal> {
+        (1..MAX_SIGNAL).contains(&n).then_some(Signal(n))
+    }
+
+    /// Parses `TERM`, `SIGTERM` or `15`.
+    pub fn parse(s: &str) -> Option<Signal> {
+        if let Ok(n) = s.parse::<i32>() {
+            return Signal::from_raw(n);
+        }
+        let upper = s.to_ascii_uppercase();
+        let full = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
+        NAMES.iter().find(|(_, name)| *name == full).map(|(n, _)| Signal(*n))
+    }
+
+    pub fn as_raw(self) -> i32 {
+        self.0
+    }
+
+    /// `SIGTERM`, or `SIG42` for one without a conventional name.
+    pub fn name(self) -> String {
+        NAMES
+            .iter()
+            .find(|(n, _)| *n == self.0)
+            .map(|(_, name)| (*name).to_string())
+            .unwrap_or_else(|| format!("SIG{}", self.0))
+    }
+}
+
+impl std::fmt::Display for Signal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// One past the highest signal number we track (Linux has 64 signals; macOS 32).
+const MAX_SIGNAL: i32 = 65;
+
+static PENDING: [AtomicBool; MAX_SIGNAL as usize] = [const { AtomicBool::new(false) }; MAX_SIGNAL as usize];
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // SAFETY: getpid, signal, raise and write are async-signal-safe; errno is saved and restored
+    // so the interrupted code does not see ours.
+    unsafe {
+        let saved = *errno_location();
+        if libc::getpid() != OWNER_PID.load(Ordering::Relaxed) {
+            // A forked child between fork and exec: behave as if no handler were installed.
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        } else {
+            if let Some(flag) = PENDING.get(sig as usize) {
+                flag.store(true, Ordering::SeqCst);
+            }
+            let fd = WAKE_FD.load(Ordering::Relaxed);
+            if fd >= 0 {
+                let byte = 1u8;
+                // A full pipe (EAGAIN) is fine: the loop is already due to wake.
+                libc::write(fd, (&byte as *const u8).cast(), 1);
+            }
+        }
+        *errno_location() = saved;
+    }
+}
+
+#[cfg(target_os = "linux")]
+unsafe fn errno_location() -> *mut libc::c_int {
+    // SAFETY: always valid for the calling thread.
+    unsafe { libc::__errno_location() }
+}
+
+#[cfg(not(target_os = "linux"))]
+unsafe fn errno_location() -> *mut libc::c_int {
+    // SAFETY: always valid for the calling thread.
+    unsafe { libc::__error() }
+}
+
+/// The read end of the self-pipe; readable whenever a handled signal arrived.
+///
+/// Only one may exist per process (the handlers are process-wide).
+#[derive(Debug)]
+pub struct SignalPipe {
+    read: OwnedFd,
+    _write: OwnedFd,
+}
+
+impl SignalPipe {
+    /// Installs handlers for `signals` and returns the pipe the loop polls.
+    ///
+    /// Call before spawning anything, so a signal that lands the instant after a spawn is seen.
+    /// SIGPIPE is set to ignored at the same time: the supervisor must never die of a closed pipe.
+    ///
+    /// Errors: `pipe2`/`fcntl`/`sigaction` failures, as `io::Error`.
+    pub fn install(signals: &[Signal]) -> io::Result<SignalPipe> {
+        let (read, write) = pipe_cloexec()?;
+        set_nonblocking(read.as_raw_fd())?;
+        set_nonblocking(write.as_raw_fd())?;
+        // SAFETY: getpid has no preconditions.
+        OWNER_PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+        WAKE_FD.store(write.as_raw_fd(), Ordering::SeqCst);
+        for sig in signals {
+            // SAFETY: a zeroed sigaction is a valid starting point; the handler is an extern "C"
+            // fn with the signature sa_handler expects; SA_RESTART keeps std's blocking calls
+            // from seeing EINTR.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+                action.sa_flags = libc::SA_RESTART | if sig.0 == libc::SIGCHLD { libc::SA_NOCLDSTOP } else { 0 };
+                libc::sigemptyset(&mut action.sa_mask);
+                if libc::sigaction(sig.0, &action, std::ptr::null_mut()) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+        }
+        ignore(libc::SIGPIPE)?;
+        unblock(signals)?;
+        Ok(SignalPipe { read, _write: write })
+    }
+
+    /// Empties the pipe and returns the signals that arrived since the last call, in number order.
+    pub fn drain(&self) -> Vec<Signal> {
+        let mut buf = [0u8; 64];
+        loop {
+            // SAFETY: buf is valid for buf.len() bytes; the fd is owned by self.
+            let n = unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+        }
+        (1..MAX_SIGNAL).filter(|n| PENDING[*n as usize].swap(false, Ordering::SeqCst)).map(Signal).collect()
+    }
+}
+
+impl AsRawFd for SignalPipe {
+    fn as_raw_fd(&self) -> RawFd {
+        self.read.as_raw_fd()
+    }
+}
+
+fn ignore(sig: i32) -> io::Result<()> {
+    // SAFETY: setting a disposition to SIG_IGN has no memory-safety preconditions.
+    if unsafe { libc::signal(sig, libc::SIG_IGN) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn unblock(signals: &[Signal]) -> io::Result<()> {
+    // SAFETY: the set is initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in signals {
+            libc::sigaddset(&mut set, sig.0);
+        }
+        let rc = libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+    }
+    Ok(())
+}
+
+/// Creates a pipe whose both ends are close-on-exec: `(read, write)`.
+pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: fds is a valid array of two ints for pipe to fill.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe succeeded, so both fds are open and owned by nobody else.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    set_cloexec(r.as_raw_fd())?;
+    set_cloexec(w.as_raw_fd())?;
+    Ok((r, w))
+}
+
+/// Sets `O_NONBLOCK` on `fd`.
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd the caller owns or borrows; bad fds yield EBADF.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Sets `FD_CLOEXEC` on `fd`, so commands we spawn do not inherit it.
+///
+/// Errors: EBADF when `fd` is not open, which callers use to validate an inherited fd.
+pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd number; a closed fd yields EBADF.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Ends this process by `sig`, as a shell would see it (`WIFSIGNALED`), after the tree is gone.
+///
+/// Core dumps are disabled first: re-raising SIGSEGV or SIGQUIT to report a status must not
+/// write a core file. If the signal does not end the process (it cannot be caught here, but a
+/// default action of "ignore" or "stop" would not end it), exits with `128 + sig` instead.
+pub fn die_by(sig: Signal) -> ! {
+    // SAFETY: setrlimit, signal, sigprocmask and raise have no memory-safety preconditions;
+    // the structures passed are fully initialised.
+    unsafe {
+        let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        libc::setrlimit(libc::RLIMIT_CORE, &zero);
+        libc::signal(sig.0, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig.0);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig.0);
+    }
+    std::process::exit(128 + sig.0)
+}
+
+/// In a forked child before `exec`: every signal back to its default action and an empty mask,
+/// so the command starts as if launched by a shell (tini and process-wrap's `ResetSigmask` do
+/// the same). Async-signal-safe.
+pub(crate) fn reset_for_exec() -> io::Result<()> {
+    for sig in 1..MAX_SIGNAL {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: setting SIG_DFL is async-signal-safe; invalid numbers return EINVAL, ignored.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+    // SAFETY: set is initialised by sigemptyset.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

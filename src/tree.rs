@@ -1,0 +1,192 @@
+//! Which processes belong to a provider, whether any is alive, and signalling them safely.
+//!
+//! Two views of a tree, one per situation (DESIGN.md, "the one invariant"):
+//!
+//! - [`Tree::supervised`]: seen from the live supervisor. On Linux the supervisor is a child
+//!   subreaper, so every descendant of the provider, whatever group or session it moved to, stays
+//!   a descendant of the supervisor: the tree is the supervisor's descendants plus any live member
+//!   of the provider's process group. Elsewhere it is the process group alone (the group tier).
+//! - [`Tree::recorded`]: seen by `stop`/`reap` after the supervisor is gone. Orphans went to
+//!   init, so descendants cannot be walked from the supervisor; a process counts only if it is
+//!   the recorded provider (full identity match), a descendant of it, or carries the entry's
+//!   `SHEEPDOG_ID` in its environment with the same uid and a start time no earlier than the
+//!   provider's. The tag is evidence used only for an entry being stopped anyway.
+//!
+//! Zombies are dead everywhere here. Every signal to a single process goes through a pidfd opened
+//! before its start time is re-checked, so the check and the signal are about the same process.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
+use crate::sys::procfs::{self, Stat};
+use crate::sys::{Pgid, Pid, Signal};
+
+/// The environment variable every provider and its descendants inherit: the registry id of the
+/// managed process (`start`) or `run-<supervisor pid>` (`run`).
+pub const ID_ENV: &str = "SHEEPDOG_ID";
+
+/// One live process of a tree, with the start time that identifies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub pid: Pid,
+    /// Clock ticks since boot (`/proc/<pid>/stat` field 22); `None` where /proc is missing.
+    pub start_time: Option<u64>,
+}
+
+impl Member {
+    fn from_stat(s: &Stat) -> Member {
+        Member { pid: s.pid, start_time: Some(s.start_time) }
+    }
+}
+
+#[derive(Debug)]
+enum Scope {
+    Supervised { root: Pid },
+    Recorded { provider: Pid, provider_start: u64, uid: u32, tag: String },
+}
+
+/// The set of processes one provider started. See the module docs for the two views.
+#[derive(Debug)]
+pub struct Tree {
+    scope: Scope,
+    pgid: Pgid,
+    /// True while the group number cannot have been reused: the supervisor has not yet reaped
+    /// the group leader (the provider). Only then is `kill(-pgid)` safe.
+    leader_held: Cell<bool>,
+}
+
+impl Tree {
+    /// The tree of a provider that this process (its supervisor) spawned as group leader `pgid`.
+    pub fn supervised(pgid: Pgid) -> Tree {
+        Tree { scope: Scope::Supervised { root: process::getpid() }, pgid, leader_held: Cell::new(true) }
+    }
+
+    /// The tree of a recorded provider whose supervisor is gone: `provider` started at
+    /// `provider_start` clock ticks, owned by `uid`, tagged `SHEEPDOG_ID=tag`.
+    pub fn recorded(provider: Pid, pgid: Pgid, provider_start: u64, uid: u32, tag: &str) -> Tree {
+        Tree {
+            scope: Scope::Recorded { provider, provider_start, uid, tag: tag.to_string() },
+            pgid,
+            leader_held: Cell::new(false),
+        }
+    }
+
+    /// The provider's process group.
+    pub fn pgid(&self) -> Pgid {
+        self.pgid
+    }
+
+    /// Tells the tree that the supervisor reaped the group leader: from now on the group number
+    /// may be reused, so only identity-checked per-process signals are sent.
+    pub fn leader_reaped(&self) {
+        self.leader_held.set(false);
+    }
+
+    /// Every live (non-zombie) process of the tree, deduplicated.
+    pub fn live(&self) -> Vec<Member> {
+        let mut out: Vec<Member> = Vec::new();
+        let push = |m: Member, out: &mut Vec<Member>| {
+            if !out.iter().any(|o| o.pid == m.pid) {
+                out.push(m);
+            }
+        };
+        match &self.scope {
+            Scope::Supervised { root } => {
+                for s in procfs::descendants(*root) {
+                    if !s.is_zombie() {
+                        push(Member::from_stat(&s), &mut out);
+                    }
+                }
+                if cfg!(target_os = "linux") {
+                    if process::group_exists(self.pgid) {
+                        for s in procfs::live_group_members(self.pgid) {
+                            push(Member::from_stat(&s), &mut out);
+                        }
+                    }
+                } else if process::group_exists(self.pgid) {
+                    // The group tier: members cannot be listed, the group stands for them.
+                    push(Member { pid: Pid::new(self.pgid.as_raw()).unwrap_or(*root), start_time: None }, &mut out);
+                }
+            }
+            Scope::Recorded { provider, provider_start, uid, tag } => {
+                for s in procfs::all() {
+                    if s.is_zombie() || s.start_time < *provider_start {
+                        continue;
+                    }
+                    let is_provider = s.pid == *provider && s.start_time == *provider_start;
+                    if is_provider {
+                        push(Member::from_stat(&s), &mut out);
+                        for d in procfs::descendants(s.pid) {
+                            if !d.is_zombie() {
+                                push(Member::from_stat(&d), &mut out);
+                            }
+                        }
+                        continue;
+                    }
+                    if procfs::uid(s.pid) == Some(*uid) && procfs::environ_has(s.pid, ID_ENV, tag) {
+                        push(Member::from_stat(&s), &mut out);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// True when nothing of the tree is alive (zombies count as gone).
+    pub fn is_gone(&self) -> bool {
+        match &self.scope {
+            Scope::Supervised { root } => {
+                // Fast path: the walk covers every descendant; the full scan for group members
+                // that are not descendants runs only while the group still has any member.
+                if procfs::descendants(*root).iter().any(|s| !s.is_zombie()) {
+                    return false;
+                }
+                if !process::group_exists(self.pgid) {
+                    return true;
+                }
+                if cfg!(target_os = "linux") { procfs::live_group_members(self.pgid).is_empty() } else { false }
+            }
+            Scope::Recorded { .. } => self.live().is_empty(),
+        }
+    }
+
+    /// Sends `sig` to the group (while safe) and to every live member, each through a pidfd
+    /// after re-checking its start time. Returns how many processes were signalled.
+    pub fn signal(&self, sig: Signal) -> usize {
+        if self.leader_held.get() || !cfg!(target_os = "linux") {
+            let _ = process::kill_group(self.pgid, sig);
+        }
+        self.live().iter().filter(|m| signal_member(m, sig)).count()
+    }
+
+    /// Blocks until a member exits or `timeout` passes, on pidfds (Linux) or a plain sleep.
+    pub fn wait_any_exit(&self, timeout: Duration) {
+        let fds: Vec<PidFd> = self.live().iter().take(256).filter_map(|m| PidFd::open(m.pid).ok()).collect();
+        if fds.is_empty() {
+            std::thread::sleep(timeout.min(Duration::from_millis(10)));
+            return;
+        }
+        let mut polls: Vec<PollFd> =
+            fds.iter().map(|f| PollFd::new(std::os::fd::AsRawFd::as_raw_fd(f), POLL_IN)).collect();
+        let _ = process::poll(&mut polls, Some(timeout));
+    }
+}
+
+/// Signals one process only if it is still the one that was seen: pidfd first, then the start
+/// time check, then the signal through the pidfd. Returns true if delivered.
+pub fn signal_member(m: &Member, sig: Signal) -> bool {
+    match PidFd::open(m.pid) {
+        Ok(fd) => {
+            let same = match m.start_time {
+                Some(t) => procfs::start_time(m.pid) == Some(t),
+                None => true,
+            };
+            same && matches!(fd.send(sig), Ok(process::Sent::Delivered))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            matches!(process::kill(m.pid, sig), Ok(process::Sent::Delivered))
+        }
+        Err(_) => false,
+    }
+}
