@@ -38,16 +38,16 @@ pub fn parse(text: &str) -> Result<Duration, String> {
 /// Formats a duration the way `parse` reads it back: `250ms`, `10s`, `1.5s`, `2m`.
 pub fn format(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms == 0 || ms % 1000 != 0 {
-        if ms >= 1000 && ms % 100 == 0 {
+    if ms == 0 || !ms.is_multiple_of(1000) {
+        if ms >= 1000 && ms.is_multiple_of(100) {
             return format!("{}s", ms as f64 / 1000.0);
         }
         return format!("{ms}ms");
     }
     let s = ms / 1000;
-    if s % 3600 == 0 {
+    if s.is_multiple_of(3600) {
         format!("{}h", s / 3600)
-    } else if s % 60 == 0 {
+    } else if s.is_multiple_of(60) {
         format!("{}m", s / 60)
     } else {
         format!("{s}s")

@@ -161,7 +161,7 @@ impl StopMachine {
 
     /// True while a stop (or the cleanup after the provider's own exit) is under way.
     pub fn stopping(&self) -> bool {
-        !matches!(self.phase, Phase::Running)
+        matches!(self.phase, Phase::StdinGrace { .. } | Phase::Terminating { .. } | Phase::Killing { .. })
     }
 
     /// Starts (or hastens) the stop. Returns true if this trigger is the one that began it.

@@ -379,6 +379,7 @@ pub(crate) fn pre_exec_provider(take_terminal: bool) -> io::Result<()> {
 }
 
 /// Pre-exec for a detached supervisor: a new session, so it outlives the caller's terminal.
+#[allow(dead_code)] // used by `sheepdog start` (next)
 pub(crate) fn pre_exec_detached() -> io::Result<()> {
     // SAFETY: setsid is async-signal-safe and has no pointer arguments.
     if unsafe { libc::setsid() } < 0 {
@@ -388,6 +389,7 @@ pub(crate) fn pre_exec_detached() -> io::Result<()> {
 }
 
 /// Pre-exec for a cleanup command: its own process group, default signals.
+#[allow(dead_code)] // used by cleanup commands (next)
 pub(crate) fn pre_exec_group() -> io::Result<()> {
     // SAFETY: setpgid is async-signal-safe.
     if unsafe { libc::setpgid(0, 0) } != 0 {

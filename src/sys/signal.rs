@@ -279,6 +279,34 @@ pub fn die_by(sig: Signal) -> ! {
     std::process::exit(128 + sig.0)
 }
 
+/// Sets `sig`'s disposition to SIG_DFL. On Linux x86_64/aarch64 this is the raw
+/// `rt_sigaction` syscall: glibc's wrapper refuses signals 32 and 33 (reserved for its threads),
+/// yet a parent may have left them ignored, and an ignored signal survives `exec`.
+fn set_default(sig: i32) {
+    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        // The kernel's struct sigaction on these architectures.
+        #[repr(C)]
+        struct KernelSigaction {
+            handler: usize,
+            flags: u64,
+            restorer: usize,
+            mask: u64,
+        }
+        let act = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 }; // SIG_DFL
+        // SAFETY: act is a valid kernel sigaction for the call; the old action is not read;
+        // 8 is the kernel's sigset size. Async-signal-safe (a bare syscall).
+        unsafe {
+            libc::syscall(libc::SYS_rt_sigaction, sig, &act as *const KernelSigaction, std::ptr::null::<u8>(), 8usize);
+        }
+    }
+    #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    // SAFETY: setting SIG_DFL is async-signal-safe; invalid numbers return EINVAL, ignored.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+    }
+}
+
 /// In a forked child before `exec`: every signal back to its default action and an empty mask,
 /// so the command starts as if launched by a shell (tini and process-wrap's `ResetSigmask` do
 /// the same). Async-signal-safe.
@@ -287,10 +315,7 @@ pub(crate) fn reset_for_exec() -> io::Result<()> {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;
         }
-        // SAFETY: setting SIG_DFL is async-signal-safe; invalid numbers return EINVAL, ignored.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-        }
+        set_default(sig);
     }
     // SAFETY: set is initialised by sigemptyset.
     unsafe {

@@ -1,0 +1,177 @@
+//! Helpers for tests that drive the real binary with real processes.
+//!
+//! Every process a test learns of is tracked by a [`Guard`] with its start time; on drop (also
+//! when the test panics) the guard SIGKILLs whatever of it still lives, by that recorded identity
+//! and never by name. Zombies count as dead: this machine's PID 1 does not reap.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+use sheepdog::sys::Pid;
+use sheepdog::sys::process;
+use sheepdog::sys::procfs;
+use sheepdog::tree::{Member, signal_member};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sheepdog")
+}
+
+pub fn sheepdog() -> Command {
+    Command::new(bin())
+}
+
+pub fn pid(raw: i32) -> Pid {
+    Pid::new(raw).expect("positive pid")
+}
+
+/// Alive = exists and is not a zombie.
+pub fn alive(raw: i32) -> bool {
+    procfs::is_alive(pid(raw))
+}
+
+/// Waits until none of `pids` is alive; returns those still alive after `timeout`.
+pub fn wait_gone(pids: &[i32], timeout: Duration) -> Vec<i32> {
+    let end = Instant::now() + timeout;
+    loop {
+        let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() || Instant::now() >= end {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Kills what a test spawned, by recorded pid and start time, when dropped.
+#[derive(Default)]
+pub struct Guard {
+    members: Mutex<Vec<Member>>,
+}
+
+impl Guard {
+    pub fn new() -> Guard {
+        Guard::default()
+    }
+
+    /// Records `raw` (if alive) so it is killed at the end of the test.
+    pub fn track(&self, raw: i32) {
+        if let Some(t) = procfs::start_time(pid(raw)) {
+            self.members.lock().unwrap().push(Member { pid: pid(raw), start_time: Some(t) });
+        }
+    }
+
+    pub fn track_child(&self, child: &Child) {
+        self.track(child.id() as i32);
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let members = self.members.lock().map(|m| m.clone()).unwrap_or_default();
+        for m in &members {
+            signal_member(m, sheepdog::sys::Signal::KILL);
+        }
+        for m in &members {
+            // Reap it if it was ours; zombies of others are dead already.
+            let _ = process::reap(m.pid, false);
+        }
+    }
+}
+
+/// Lines of a child's stdout, read on a thread, with timeouts.
+pub struct Lines {
+    rx: Receiver<String>,
+}
+
+impl Lines {
+    pub fn new<R: Read + Send + 'static>(r: R) -> Lines {
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines { rx }
+    }
+
+    /// The next line, or panics after `timeout` (a readiness line that never came).
+    pub fn next(&self, timeout: Duration) -> String {
+        self.rx.recv_timeout(timeout).unwrap_or_else(|e| panic!("no line within {timeout:?}: {e}"))
+    }
+
+    pub fn try_next(&self, timeout: Duration) -> Option<String> {
+        self.rx.recv_timeout(timeout).ok()
+    }
+
+    /// Waits for a line starting with `prefix` and returns the rest, split on whitespace.
+    pub fn expect(&self, prefix: &str, timeout: Duration) -> Vec<String> {
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let line = self.next(left);
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.split_whitespace().map(String::from).collect();
+            }
+        }
+    }
+
+    /// Waits for a line `prefix PID...` and returns the pids.
+    pub fn pids(&self, prefix: &str, timeout: Duration) -> Vec<i32> {
+        self.expect(prefix, timeout).iter().map(|s| s.parse().expect("pid")).collect()
+    }
+}
+
+/// Spawns `sheepdog run ARGS` with piped stdout (for readiness lines) and stderr.
+pub fn spawn_run(args: &[&str], guard: &Guard) -> (Child, Lines) {
+    let mut child = sheepdog()
+        .arg("run")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sheepdog");
+    guard.track_child(&child);
+    let lines = Lines::new(child.stdout.take().unwrap());
+    (child, lines)
+}
+
+/// Waits for a child with a bound; panics (the guard then kills it) if it does not exit.
+pub fn wait_child(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            return st;
+        }
+        if Instant::now() >= end {
+            panic!("pid {} did not exit within {timeout:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+pub fn stderr_of(child: &mut Child) -> String {
+    let mut s = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut s);
+    }
+    s
+}
+
+/// Sends a signal by the pid of a child we hold (cannot be reused while unreaped).
+pub fn signal(raw: i32, sig: i32) {
+    let _ = process::kill(pid(raw), sheepdog::sys::Signal::from_raw(sig).unwrap());
+}
+
+/// A python3 program as `python3 -c SRC`.
+pub fn py(src: &str) -> Vec<String> {
+    vec!["python3".into(), "-c".into(), src.into()]
+}
+
+pub const SECS: fn(u64) -> Duration = Duration::from_secs;
