@@ -7,14 +7,24 @@
 //! - [`stop`]: [`stop::StopPolicy`] and the one stop sequence, as a small state machine.
 //! - [`tree`]: which processes belong to a provider, "all gone", identity-checked signals.
 //! - [`spawn`]: a command into its own process group, with the pre-exec steps.
+//! - [`registry`]: entries on disk, crash-safe writes, identity.
+//! - [`manager`]: start / stop / wait / reap / clear and the detached supervisor's body.
+//! - [`cleanup`]: cleanup commands, the second step of every stop, at most once.
+//! - [`nudge`]: advisory warnings for commands that start work outside their tree.
+//! - [`logs`]: capped, rotating stdout / stderr / combined logs.
 //! - [`events`]: the JSON lines of `--events-fd`.
 //! - [`duration`]: `250ms`, `1.5s` on the command line.
 //! - [`sys`]: the only place with `unsafe`: signals, pidfds, `/proc`, `poll`.
 //! - [`cli`]: argument parsing and one handler per subcommand.
 
+pub mod cleanup;
 pub mod cli;
 pub mod duration;
 pub mod events;
+pub mod logs;
+pub mod manager;
+pub mod nudge;
+pub mod registry;
 pub mod spawn;
 pub mod stop;
 pub mod supervisor;

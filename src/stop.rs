@@ -149,6 +149,11 @@ impl StopMachine {
         &self.policy
     }
 
+    /// Replaces the timings; takes effect at the next phase change.
+    pub fn set_policy(&mut self, policy: StopPolicy) {
+        self.policy = policy;
+    }
+
     /// The first trigger that asked for a stop; `None` if the provider exited on its own.
     pub fn trigger(&self) -> Option<Trigger> {
         self.trigger

@@ -61,6 +61,11 @@ pub struct Options {
 pub trait Observer {
     /// The provider is running.
     fn spawned(&mut self, _spawned: &Spawned, _policy: &StopPolicy) {}
+    /// A stop is about to begin: the timings to use, if they changed since the spawn (a managed
+    /// supervisor re-reads its entry here, so `stop --term-grace` applies).
+    fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
+        None
+    }
     /// A stop began (or, with `ProviderExited`, cleanup of what an exited provider left).
     fn stopping(&mut self, _trigger: Trigger) {}
     /// The term grace ran out; SIGKILL went to `remaining` processes.
@@ -310,6 +315,9 @@ pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, 
 
         let step = if provider.is_some() {
             let was_running = !machine.stopping();
+            if was_running && let Some(policy) = observer.policy_for_stop(Trigger::ProviderExited) {
+                machine.set_policy(policy);
+            }
             let step = machine.provider_exited(now, &tree);
             if was_running && machine.stopping() {
                 observer.stopping(Trigger::ProviderExited);
@@ -338,6 +346,9 @@ pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, 
 
 fn begin(machine: &mut StopMachine, trigger: Trigger, tree: &Tree, observer: &mut dyn Observer) {
     let was_running = !machine.stopping();
+    if was_running && let Some(policy) = observer.policy_for_stop(trigger) {
+        machine.set_policy(policy);
+    }
     machine.begin(trigger, Instant::now(), tree);
     if was_running && machine.stopping() {
         observer.stopping(trigger);

@@ -59,7 +59,13 @@ pub struct Tree {
 impl Tree {
     /// The tree of a provider that this process (its supervisor) spawned as group leader `pgid`.
     pub fn supervised(pgid: Pgid) -> Tree {
-        Tree { scope: Scope::Supervised { root: process::getpid() }, pgid, leader_held: Cell::new(true) }
+        Tree::rooted(process::getpid(), pgid)
+    }
+
+    /// The tree below `root` (not `root` itself) plus the live members of group `pgid`, whose
+    /// leader this process has spawned and not yet reaped (a cleanup command).
+    pub fn rooted(root: Pid, pgid: Pgid) -> Tree {
+        Tree { scope: Scope::Supervised { root }, pgid, leader_held: Cell::new(true) }
     }
 
     /// The tree of a recorded provider whose supervisor is gone: `provider` started at

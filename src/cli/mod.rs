@@ -5,6 +5,7 @@
 //! own failures (as `env`, `nohup` and `timeout` use it), 126/127 for a command that cannot be
 //! executed / found, 124 when the kernel did not finish a kill in time.
 
+mod manage;
 mod run;
 
 use std::ffi::OsString;
@@ -47,6 +48,10 @@ struct Cli {
     /// Print errors (and results, where a command has them) as JSON on stdout.
     #[arg(long, global = true)]
     json: bool,
+    /// The registry's directory (default: $SHEEPDOG_STATE_DIR, else $XDG_STATE_HOME/sheepdog,
+    /// else ~/.local/state/sheepdog).
+    #[arg(long, global = true, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -55,6 +60,25 @@ struct Cli {
 enum Command {
     /// Run CMD in the foreground under supervision: stop its whole process tree, then exit.
     Run(RunArgs),
+    /// Start CMD in the background under its own detached supervisor; print its id.
+    Start(manage::StartArgs),
+    /// List managed processes (running ones; --all for every entry).
+    Ps(manage::PsArgs),
+    /// Print a managed process's logs.
+    Logs(manage::LogsArgs),
+    /// Stop managed processes: their whole tree, then their cleanup command.
+    Stop(manage::StopArgs),
+    /// Change a running process's cleanup command or name.
+    Update(manage::UpdateArgs),
+    /// Block until a managed process exits; exit with its status.
+    Wait(manage::WaitArgs),
+    /// Stop what a crash left behind (entries whose supervisor is gone) and record it.
+    Reap(manage::ReapArgs),
+    /// Remove finished entries and their logs.
+    Clear(manage::ClearArgs),
+    /// The detached supervisor of one entry (started by `sheepdog start`; not for direct use).
+    #[command(hide = true)]
+    SuperviseEntry(manage::SuperviseArgs),
 }
 
 /// `sheepdog run`.
@@ -92,8 +116,19 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => return clap_error(e, json),
     };
+    let dir = cli.state_dir;
+    let json = cli.json;
     let result = match cli.command {
-        Command::Run(a) => run::run(a, cli.json),
+        Command::Run(a) => run::run(a, json),
+        Command::Start(a) => manage::start(a, dir, json),
+        Command::Ps(a) => manage::ps(a, dir, json),
+        Command::Logs(a) => manage::logs(a, dir),
+        Command::Stop(a) => manage::stop(a, dir, json),
+        Command::Update(a) => manage::update(a, dir, json),
+        Command::Wait(a) => manage::wait(a, dir, json),
+        Command::Reap(a) => manage::reap(a, dir, json),
+        Command::Clear(a) => manage::clear(a, dir, json),
+        Command::SuperviseEntry(a) => manage::supervise_entry(a, dir),
     };
     match result {
         Ok(code) => code,
@@ -131,7 +166,3 @@ fn pid_arg(flag: &str, raw: i32) -> Result<crate::sys::Pid, CliError> {
     crate::sys::Pid::new(raw).ok_or_else(|| CliError::usage(format!("{flag} {raw}: not a process id (must be > 0)")))
 }
 
-#[allow(dead_code)]
-fn state_dir_arg(p: Option<PathBuf>) -> Option<PathBuf> {
-    p
-}

@@ -379,7 +379,6 @@ pub(crate) fn pre_exec_provider(take_terminal: bool) -> io::Result<()> {
 }
 
 /// Pre-exec for a detached supervisor: a new session, so it outlives the caller's terminal.
-#[allow(dead_code)] // used by `sheepdog start` (next)
 pub(crate) fn pre_exec_detached() -> io::Result<()> {
     // SAFETY: setsid is async-signal-safe and has no pointer arguments.
     if unsafe { libc::setsid() } < 0 {
@@ -389,7 +388,6 @@ pub(crate) fn pre_exec_detached() -> io::Result<()> {
 }
 
 /// Pre-exec for a cleanup command: its own process group, default signals.
-#[allow(dead_code)] // used by cleanup commands (next)
 pub(crate) fn pre_exec_group() -> io::Result<()> {
     // SAFETY: setpgid is async-signal-safe.
     if unsafe { libc::setpgid(0, 0) } != 0 {
@@ -436,4 +434,15 @@ where
     unsafe {
         cmd.pre_exec(f);
     }
+}
+
+/// Points `target` (0, 1 or 2) at `/dev/null`: a detached supervisor drops the pipe it used to
+/// report readiness, so the reader sees EOF and later writes go nowhere.
+pub fn redirect_to_null(target: RawFd) -> io::Result<()> {
+    let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
+    // SAFETY: dup2 between two open fds; target is one of the standard fds this process owns.
+    if unsafe { libc::dup2(null.as_raw_fd(), target) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -1,0 +1,198 @@
+//! Cleanup commands: the second step of every stop, for work a command started outside its own
+//! tree (a container the Docker daemon owns, a daemon a wrapper started, an `ssh -f` tunnel).
+//!
+//! Run with `sh -c`, in the process's working directory, with the environment of the runner plus
+//! the entry's `--env` and `SHEEPDOG_ID`, in its own process group, bounded by its timeout (then
+//! TERM → grace → KILL of the cleanup's own tree, with the entry's timings). At most once per
+//! entry: the run is claimed in the registry before it starts, so a runner killed midway never
+//! causes a second run. Its output goes into the entry's combined log between markers that name
+//! the command, its exit status and its duration; the last 20 lines are kept in the result.
+//!
+//! Who runs it: the supervisor after a stop, turn timeout or owner death; `sheepdog stop` when
+//! the supervisor is gone or the process had already exited by itself; `reap` after a crash.
+//! Never `clear`, never for an entry of a previous boot.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::duration;
+use crate::logs::{COMBINED_LOG, CappedFile, DEFAULT_LOG_MAX};
+use crate::registry::{self, CleanupResult, Entry, Registry};
+use crate::stop::{self, StopPolicy};
+use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
+use crate::sys::signal::{pipe_cloexec, set_nonblocking};
+use crate::sys::{Pid, WaitStatus};
+use crate::tree::{ID_ENV, Tree};
+
+/// Lines of cleanup output kept in the result: 20.
+pub const OUTPUT_TAIL: usize = 20;
+
+/// Runs the entry's cleanup if it has one that has not run yet; returns the result (also of an
+/// earlier run). `ran_by` is recorded: `supervisor`, `stop` or `reap`.
+pub fn run_once(reg: &Registry, id: &str, ran_by: &str) -> Option<CleanupResult> {
+    let mut claimed = false;
+    let entry = reg
+        .update(id, |e| {
+            if e.cleanup.is_some() && e.cleanup_started_at.is_none() && e.this_boot() {
+                e.cleanup_started_at = Some(registry::now_ms());
+                claimed = true;
+            }
+        })
+        .ok()?;
+    if !claimed {
+        return entry.cleanup_result;
+    }
+    let result = execute(reg, &entry, ran_by);
+    let _ = reg.update(id, |e| e.cleanup_result = Some(result.clone()));
+    Some(result)
+}
+
+fn execute(reg: &Registry, e: &Entry, ran_by: &str) -> CleanupResult {
+    let Some(c) = e.cleanup.clone() else { return CleanupResult::default() };
+    let timeout = Duration::from_millis(c.timeout_ms);
+    let mut log = CappedFile::open(&reg.file(&e.id, COMBINED_LOG), e.log_max_bytes.unwrap_or(DEFAULT_LOG_MAX)).ok();
+    let mark = |log: &mut Option<CappedFile>, text: String| {
+        if let Some(l) = log.as_mut() {
+            l.write(format!("[sheepdog] {text}\n").as_bytes());
+        }
+    };
+    mark(&mut log, format!("cleanup started: sh -c {:?}", c.command));
+    let started = Instant::now();
+    let mut result = CleanupResult { command: c.command.clone(), ran_by: ran_by.into(), ..CleanupResult::default() };
+    let mut tail: VecDeque<String> = VecDeque::new();
+
+    let spawned = (|| -> std::io::Result<(Pid, File)> {
+        let (r, w) = pipe_cloexec()?;
+        set_nonblocking(r.as_raw_fd())?;
+        let cwd = std::path::Path::new(&e.cwd);
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(&c.command).current_dir(if cwd.is_dir() { cwd } else { std::path::Path::new("/") });
+        for kv in &e.env {
+            if let Some((k, v)) = kv.split_once('=') {
+                cmd.env(k, v);
+            }
+        }
+        cmd.env(ID_ENV, &e.id).stdin(Stdio::null()).stdout(Stdio::from(w.try_clone()?)).stderr(Stdio::from(w));
+        process::set_pre_exec(&mut cmd, process::pre_exec_group);
+        let child = cmd.spawn()?;
+        let pid = Pid::new(child.id() as i32).ok_or_else(|| std::io::Error::other("pid 0"))?;
+        Ok((pid, File::from(r)))
+    })();
+    let (pid, mut out) = match spawned {
+        Ok(x) => x,
+        Err(err) => {
+            result.exit_code = Some(127);
+            result.output = vec![format!("sheepdog: unable to run the cleanup command: {err}")];
+            mark(&mut log, format!("cleanup could not start: {err}"));
+            return result;
+        }
+    };
+    let tree = Tree::rooted(pid, pid.as_group());
+    let pidfd = PidFd::open(pid).ok();
+    let mut partial = Vec::new();
+    let read_out = |out: &mut File, partial: &mut Vec<u8>, tail: &mut VecDeque<String>| {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            partial.extend_from_slice(&buf[..n]);
+        }
+        while let Some(nl) = partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = partial.drain(..=nl).collect();
+            push_line(tail, String::from_utf8_lossy(&line[..line.len() - 1]).into_owned());
+        }
+    };
+    let deadline = started + timeout;
+    let mut status = None;
+    let mut out_open = true;
+    loop {
+        if let Ok(Some(st)) = process::reap(pid, false) {
+            status = Some(st);
+            break;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        // -1 makes poll skip the output once it has hung up (no busy loop on a closed pipe).
+        let mut fds = vec![PollFd::new(if out_open { out.as_raw_fd() } else { -1 }, POLL_IN)];
+        if let Some(p) = &pidfd {
+            fds.push(PollFd::new(p.as_raw_fd(), POLL_IN));
+        }
+        // Without a pidfd (non-Linux), re-check the child every 20 ms.
+        let tick = if pidfd.is_some() { deadline - now } else { (deadline - now).min(Duration::from_millis(20)) };
+        let _ = process::poll(&mut fds, Some(tick));
+        read_out(&mut out, &mut partial, &mut tail);
+        if fds[0].hung_up() {
+            out_open = false;
+        }
+    }
+    if status.is_none() {
+        result.timed_out = true;
+    }
+    // The cleanup's own tree: stopped if it timed out, and leftovers in its group either way.
+    let policy = StopPolicy {
+        stdin_grace: Duration::ZERO,
+        term_grace: Duration::from_millis(e.stop.term_grace_ms),
+        kill_wait: Duration::from_millis(e.stop.kill_wait_ms),
+    };
+    if !tree.is_gone() || status.is_none() {
+        stop::stop_blocking(&tree, policy);
+    }
+    if status.is_none() {
+        status = process::reap(pid, true).ok().flatten();
+    }
+    read_out(&mut out, &mut partial, &mut tail);
+    if !partial.is_empty() {
+        push_line(&mut tail, String::from_utf8_lossy(&partial).into_owned());
+    }
+    match status {
+        Some(WaitStatus::Exited(code)) => result.exit_code = Some(code),
+        Some(WaitStatus::Signaled(s)) => result.signal = Some(s.name()),
+        None => {}
+    }
+    result.duration_ms = started.elapsed().as_millis() as u64;
+    result.output = tail.into_iter().collect();
+    for line in &result.output {
+        if let Some(l) = log.as_mut() {
+            l.write(format!("[cleanup] {line}\n").as_bytes());
+        }
+    }
+    let how = if result.timed_out {
+        format!("timed out after {}; its tree was stopped", duration::format(timeout))
+    } else if let Some(c) = result.exit_code {
+        format!("exited with code {c}")
+    } else {
+        format!("was killed by {}", result.signal.clone().unwrap_or_default())
+    };
+    mark(&mut log, format!("cleanup {how} after {} ms: sh -c {:?}", result.duration_ms, c.command));
+    result
+}
+
+fn push_line(tail: &mut VecDeque<String>, line: String) {
+    if tail.len() == OUTPUT_TAIL {
+        tail.pop_front();
+    }
+    tail.push_back(line);
+}
+
+/// The second line `sheepdog stop` prints when the cleanup failed, exactly:
+/// `Cleanup command failed with exit code 1.` or `Cleanup command timed out after 10s.`
+pub fn failure_line(e: &Entry) -> Option<String> {
+    let r = e.cleanup_result.as_ref()?;
+    if r.timed_out {
+        let t = e.cleanup.as_ref().map(|c| c.timeout_ms).unwrap_or(r.duration_ms);
+        return Some(format!("Cleanup command timed out after {}.", duration::format(Duration::from_millis(t))));
+    }
+    match (r.exit_code, &r.signal) {
+        (Some(0), _) => None,
+        (Some(c), _) => Some(format!("Cleanup command failed with exit code {c}.")),
+        (None, Some(s)) => Some(format!("Cleanup command was killed by {s}.")),
+        (None, None) => Some("Cleanup command did not finish.".into()),
+    }
+}

@@ -1,0 +1,159 @@
+//! A managed process's logs: stdout and stderr byte-exact in their own files, and a combined log
+//! that keeps arrival order with each line tagged by stream. Supervisor markers (started,
+//! stopping, escalated, exited, cleanup) go into the combined log only.
+//!
+//! Never unbounded: each file is capped (default 64 MiB); at the cap it is renamed to `<name>.1`
+//! (replacing an older `.1`) and a new file starts with a marker line, so a log is never
+//! truncated to empty. In the combined log an unterminated line longer than 64 KiB is split with
+//! a marker.
+//!
+//! Combined log lines: `[out] text`, `[err] text`, `[sheepdog] marker`.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// Default cap per log file: 64 MiB.
+pub const DEFAULT_LOG_MAX: u64 = 64 * 1024 * 1024;
+/// Longest unterminated line the combined log holds before splitting it: 64 KiB.
+pub const MAX_LINE: usize = 64 * 1024;
+
+pub const STDOUT_LOG: &str = "stdout.log";
+pub const STDERR_LOG: &str = "stderr.log";
+pub const COMBINED_LOG: &str = "combined.log";
+
+/// Which stream a chunk came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    Out,
+    Err,
+}
+
+impl Stream {
+    fn tag(self) -> &'static [u8] {
+        match self {
+            Stream::Out => b"[out] ",
+            Stream::Err => b"[err] ",
+        }
+    }
+}
+
+/// One file with a size cap and one rotation.
+#[derive(Debug)]
+pub struct CappedFile {
+    path: PathBuf,
+    file: File,
+    size: u64,
+    cap: u64,
+}
+
+impl CappedFile {
+    /// Opens (appending) `path`. Errors: the open's.
+    pub fn open(path: &Path, cap: u64) -> io::Result<CappedFile> {
+        let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+        let size = file.metadata()?.len();
+        Ok(CappedFile { path: path.to_path_buf(), file, size, cap: cap.max(1024) })
+    }
+
+    /// Appends `bytes`, rotating first if they would cross the cap. Write errors (disk full)
+    /// are dropped: a full disk must not stop the supervisor from draining and stopping.
+    pub fn write(&mut self, bytes: &[u8]) {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            if self.size >= self.cap {
+                self.rotate();
+            }
+            let room = (self.cap - self.size.min(self.cap)) as usize;
+            let n = rest.len().min(room.max(1));
+            if self.file.write_all(&rest[..n]).is_err() {
+                return;
+            }
+            self.size += n as u64;
+            rest = &rest[n..];
+        }
+    }
+
+    fn rotate(&mut self) {
+        let mut old = self.path.clone().into_os_string();
+        old.push(".1");
+        let _ = fs::rename(&self.path, &old);
+        if let Ok(f) = OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&self.path) {
+            self.file = f;
+            self.size = 0;
+            let marker = format!("[sheepdog] log reached its cap of {} bytes; the earlier part is in {}\n", self.cap, {
+                Path::new(&old).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+            });
+            let _ = self.file.write_all(marker.as_bytes());
+            self.size = marker.len() as u64;
+        }
+    }
+}
+
+/// The three logs of one managed process.
+#[derive(Debug)]
+pub struct LogSet {
+    out: CappedFile,
+    err: CappedFile,
+    combined: CappedFile,
+    /// Unterminated tail of each stream, waiting for its newline (combined log only).
+    partial: [Vec<u8>; 2],
+}
+
+impl LogSet {
+    /// Opens the logs in `dir` (the entry's directory, never the process's cwd).
+    pub fn open(dir: &Path, cap: u64) -> io::Result<LogSet> {
+        Ok(LogSet {
+            out: CappedFile::open(&dir.join(STDOUT_LOG), cap)?,
+            err: CappedFile::open(&dir.join(STDERR_LOG), cap)?,
+            combined: CappedFile::open(&dir.join(COMBINED_LOG), cap)?,
+            partial: [Vec::new(), Vec::new()],
+        })
+    }
+
+    /// Records a chunk read from `stream`: verbatim in its own file, as tagged lines in the
+    /// combined log.
+    pub fn write(&mut self, stream: Stream, bytes: &[u8]) {
+        match stream {
+            Stream::Out => self.out.write(bytes),
+            Stream::Err => self.err.write(bytes),
+        }
+        let i = stream as usize;
+        let mut rest = bytes;
+        while let Some(nl) = rest.iter().position(|b| *b == b'\n') {
+            let mut line = std::mem::take(&mut self.partial[i]);
+            line.extend_from_slice(&rest[..=nl]);
+            self.combined_line(stream, &line);
+            rest = &rest[nl + 1..];
+        }
+        self.partial[i].extend_from_slice(rest);
+        while self.partial[i].len() > MAX_LINE {
+            let head: Vec<u8> = self.partial[i].drain(..MAX_LINE).collect();
+            self.combined_line(stream, &head);
+            self.combined.write(b"\n[sheepdog] line longer than 65536 bytes split here\n");
+        }
+    }
+
+    fn combined_line(&mut self, stream: Stream, line: &[u8]) {
+        let mut buf = Vec::with_capacity(line.len() + 8);
+        buf.extend_from_slice(stream.tag());
+        buf.extend_from_slice(line);
+        self.combined.write(&buf);
+    }
+
+    /// Writes unterminated tails (at exit) so nothing read is lost.
+    pub fn flush_partials(&mut self) {
+        for (i, stream) in [Stream::Out, Stream::Err].into_iter().enumerate() {
+            if !self.partial[i].is_empty() {
+                let mut line = std::mem::take(&mut self.partial[i]);
+                line.push(b'\n');
+                self.combined_line(stream, &line);
+            }
+        }
+    }
+
+    /// A supervisor marker line, combined log only: `[sheepdog] text`.
+    pub fn marker(&mut self, text: &str) {
+        self.combined.write(format!("[sheepdog] {text}\n").as_bytes());
+    }
+}

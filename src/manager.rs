@@ -1,0 +1,719 @@
+//! Managed background processes: start, stop, wait, reap, clear. Shared by the CLI and any other
+//! front end.
+//!
+//! Each managed command gets its own detached `sheepdog` supervisor (a new session, like Podman's
+//! conmon; no central daemon): the same event loop and one stop as `sheepdog run`, with stdout and
+//! stderr captured to the entry's logs and every transition written to the registry. After any
+//! crash, [`reap`] finds entries whose supervisor is gone and stops what is left of their tree,
+//! touching only processes that are provably the entry's (see [`crate::tree::Tree::recorded`]).
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::duration;
+use crate::logs::{self, LogSet, Stream};
+use crate::registry::{self, Cleanup, Entry, Registry, RegistryError, StopTimings};
+use crate::spawn::{SpawnOptions, Spawned};
+use crate::stop::{self, StopPolicy, Trigger};
+use crate::supervisor::{self, Observer, OnStdinEof, Options, Outcome, Owner};
+use crate::sys::process::{self, PidFd, PollFd, POLL_IN};
+use crate::sys::signal::{pipe_cloexec, set_nonblocking};
+use crate::sys::{procfs, Pgid, Pid, Signal, WaitStatus};
+use crate::tree::{Tree, ID_ENV};
+
+/// How long `stop` waits past an entry's recorded `maxStopMs` before it acts past the
+/// supervisor: 1000 ms, for the supervisor's own registry write and exit.
+pub const STOP_MARGIN: Duration = Duration::from_millis(1000);
+/// After the tree is gone, how long the supervisor keeps draining the log pipes: 250 ms. A
+/// process outside the tree that holds a pipe open (a daemon the command started) must never
+/// hang a stop.
+pub const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(250);
+/// A `starting` entry whose supervisor has not yet recorded itself is left alone by `reap` for
+/// this long: 30 s (a `start` in progress).
+pub const STARTING_LEEWAY_MS: u64 = 30_000;
+
+/// Errors of the manager; the CLI maps each to one line and a status.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The command could not start (126/127), or the supervisor refused (125).
+    #[error("{message}")]
+    Start { code: i32, message: String },
+    #[error("unable to {op}: {source}")]
+    Io {
+        op: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl ManagerError {
+    /// 126/127 for a command that could not start, 125 for bad input and sheepdog's own
+    /// failures, 1 for a refusal (clearing a running entry).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ManagerError::Start { code, .. } => *code,
+            ManagerError::Refused(_) => 1,
+            _ => 125,
+        }
+    }
+}
+
+fn io_err(op: impl Into<String>) -> impl FnOnce(io::Error) -> ManagerError {
+    let op = op.into();
+    move |source| ManagerError::Io { op, source }
+}
+
+/// What `sheepdog start` was asked for.
+#[derive(Debug, Default)]
+pub struct StartRequest {
+    pub name: Option<String>,
+    pub session_id: Option<String>,
+    pub owner: Option<Pid>,
+    pub cwd: Option<PathBuf>,
+    pub env: Vec<(OsString, OsString)>,
+    pub timeout: Option<Duration>,
+    pub policy: StopPolicy,
+    pub cleanup: Option<Cleanup>,
+    /// Per-file log cap in bytes.
+    pub log_max: Option<u64>,
+    pub argv: Vec<OsString>,
+}
+
+fn timings(p: &StopPolicy) -> StopTimings {
+    StopTimings {
+        stdin_grace_ms: p.stdin_grace.as_millis() as u64,
+        term_grace_ms: p.term_grace.as_millis() as u64,
+        kill_wait_ms: p.kill_wait.as_millis() as u64,
+        max_stop_ms: p.max_stop().as_millis() as u64,
+    }
+}
+
+fn policy(t: &StopTimings) -> StopPolicy {
+    StopPolicy {
+        stdin_grace: Duration::from_millis(t.stdin_grace_ms),
+        term_grace: Duration::from_millis(t.term_grace_ms),
+        kill_wait: Duration::from_millis(t.kill_wait_ms),
+    }
+}
+
+/// The command as one short line: argv joined, shell-quoted where needed, cut at 120 chars.
+pub fn preview(argv: &[String]) -> String {
+    let mut s = argv
+        .iter()
+        .map(|a| {
+            if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c)) {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    if s.chars().count() > 120 {
+        s = s.chars().take(119).collect::<String>() + "…";
+    }
+    s
+}
+
+/// Starts a managed process and returns its entry once the command has really been spawned
+/// and registered. A command that cannot start fails here (126/127 with the OS reason) and
+/// leaves no entry behind.
+pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
+    if req.argv.is_empty() {
+        return Err(ManagerError::Start { code: 125, message: "start: missing command".into() });
+    }
+    let cwd = match req.cwd {
+        Some(c) => c,
+        None => std::env::current_dir().map_err(io_err("read the current directory"))?,
+    };
+    if !cwd.is_dir() {
+        return Err(ManagerError::Start { code: 125, message: format!("--cwd {}: not a directory", cwd.display()) });
+    }
+    let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);
+    let argv: Vec<String> = req.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let me = process::getpid();
+    let entry = Entry {
+        name: req.name.clone(),
+        session_id: req.session_id.clone(),
+        started_at: registry::now_ms(),
+        command_preview: preview(&argv),
+        argv,
+        cwd: cwd.to_string_lossy().into_owned(),
+        owner_pid: req.owner.map(|p| p.as_raw()),
+        // Until the supervisor records itself, `start` stands for it: reap leaves the entry
+        // alone while this process lives.
+        supervisor_pid: Some(me.as_raw()),
+        supervisor_start_time: procfs::start_time(me),
+        boot_id: procfs::boot_id(),
+        uid: process::getuid(),
+        cleanup: req.cleanup.clone(),
+        stop: timings(&req.policy),
+        timeout_ms: req.timeout.map(|d| d.as_millis() as u64),
+        status: "starting".into(),
+        log_max_bytes: req.log_max,
+        env: req.env.iter().map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy())).collect(),
+        ..Entry::default()
+    };
+    let entry = reg.create(entry)?;
+    let id = entry.id.clone();
+
+    let sup_log = File::options()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(reg.file(&id, "supervisor.log"))
+        .map_err(io_err("open the supervisor log"))?;
+    let exe = std::env::current_exe().map_err(io_err("find the sheepdog executable"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--state-dir")
+        .arg(reg.root())
+        .args(["supervise-entry", "--id", &id, "--cwd"])
+        .arg(&cwd)
+        .arg("--")
+        .args(&req.argv)
+        .envs(req.env.iter().map(|(k, v)| (k, v)))
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(sup_log));
+    process::set_pre_exec(&mut cmd, process::pre_exec_detached);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = reg.remove(&id);
+            return Err(io_err("start the supervisor")(e));
+        }
+    };
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = BufReader::new(out).read_line(&mut line);
+    }
+    // A supervisor that already finished (a command like `true`) is reaped here; a running one
+    // is left to whoever inherits it.
+    if let Some(pid) = Pid::new(child.id() as i32) {
+        let _ = process::reap(pid, false);
+    }
+    let line = line.trim_end();
+    if line == "ok" {
+        return Ok(reg.read(&id)?);
+    }
+    if let Some(rest) = line.strip_prefix("err ") {
+        let (code, message) = rest.split_once(' ').unwrap_or((rest, "the command could not start"));
+        return Err(ManagerError::Start { code: code.parse().unwrap_or(125), message: message.to_string() });
+    }
+    let _ = reg.update(&id, |e| {
+        if !e.is_finished() {
+            e.status = "lost".into();
+            e.status_text = Some("lost (the supervisor exited before the command started)".into());
+            e.ended_at = Some(registry::now_ms());
+        }
+    });
+    Err(ManagerError::Start {
+        code: 125,
+        message: format!(
+            "the supervisor of {id} exited before the command started; see {}",
+            reg.file(&id, "supervisor.log").display()
+        ),
+    })
+}
+
+/// The body of the detached supervisor (`sheepdog supervise-entry`): runs the entry's command
+/// to the end and records the result. Reports readiness on stdout (`ok`, or `err CODE MESSAGE`)
+/// and then points stdout at /dev/null. Returns the supervisor's exit status.
+pub fn run_supervisor(reg: &Registry, id: &str, cwd: PathBuf, argv: Vec<OsString>) -> i32 {
+    let fail = |code: i32, message: String| {
+        let _ = reg.remove(id);
+        println!("err {code} {message}");
+        code
+    };
+    let me = process::getpid();
+    let entry = match reg.update(id, |e| {
+        e.supervisor_pid = Some(me.as_raw());
+        e.supervisor_start_time = procfs::start_time(me);
+    }) {
+        Ok(e) => e,
+        Err(e) => return fail(125, e.to_string()),
+    };
+    let pipes = (|| -> io::Result<_> {
+        let (out_r, out_w) = pipe_cloexec()?;
+        let (err_r, err_w) = pipe_cloexec()?;
+        set_nonblocking(out_r.as_raw_fd())?;
+        set_nonblocking(err_r.as_raw_fd())?;
+        Ok((out_r, out_w, err_r, err_w))
+    })();
+    let (out_r, out_w, err_r, err_w) = match pipes {
+        Ok(p) => p,
+        Err(e) => return fail(125, format!("unable to create log pipes: {e}")),
+    };
+    let logs = match LogSet::open(&reg.dir(id), entry.log_max_bytes.unwrap_or(logs::DEFAULT_LOG_MAX)) {
+        Ok(l) => l,
+        Err(e) => return fail(125, format!("unable to open logs in {}: {e}", reg.dir(id).display())),
+    };
+    let opts = Options {
+        argv,
+        spawn: SpawnOptions {
+            cwd: Some(cwd),
+            env: vec![(ID_ENV.into(), id.into())],
+            stdio: Some((Stdio::null(), Stdio::from(out_w), Stdio::from(err_w))),
+        },
+        owner: entry.owner_pid.and_then(Pid::new).map(Owner::Process),
+        on_stdin_eof: OnStdinEof::Ignore,
+        policy: policy(&entry.stop),
+        timeout: entry.timeout_ms.map(Duration::from_millis),
+    };
+    let mut managed = Managed { reg, id: id.to_string(), logs, pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)] };
+    let outcome = match supervisor::supervise(opts, &mut managed) {
+        Ok(o) => o,
+        Err(e) => return fail(e.exit_code(), e.to_string()),
+    };
+    managed.drain(DRAIN_AFTER_EXIT);
+    managed.logs.flush_partials();
+    managed.finish(&outcome);
+    0
+}
+
+/// The observer of a managed supervisor: logs and registry writes.
+struct Managed<'a> {
+    reg: &'a Registry,
+    id: String,
+    logs: LogSet,
+    /// Open read ends of the provider's stdout and stderr.
+    pipes: Vec<(File, Stream)>,
+}
+
+impl Managed<'_> {
+    /// Reads what is available on `fd`; closes it at EOF.
+    fn read_fd(&mut self, fd: RawFd) {
+        let Some(i) = self.pipes.iter().position(|(p, _)| p.as_raw_fd() == fd) else { return };
+        let stream = self.pipes[i].1;
+        let mut buf = [0u8; 65536];
+        // At most 1 MiB per wake, so one flooding stream cannot starve the loop.
+        for _ in 0..16 {
+            let n = (&self.pipes[i].0).read(&mut buf);
+            match n {
+                Ok(0) => {
+                    self.pipes.remove(i);
+                    return;
+                }
+                Ok(n) => self.logs.write(stream, &buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.pipes.remove(i);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Drains the pipes for at most `bound` after the tree is gone.
+    fn drain(&mut self, bound: Duration) {
+        let end = Instant::now() + bound;
+        while !self.pipes.is_empty() {
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            let mut fds: Vec<PollFd> = self.pipes.iter().map(|(p, _)| PollFd::new(p.as_raw_fd(), POLL_IN)).collect();
+            if process::poll(&mut fds, Some(end - now)).unwrap_or(0) == 0 {
+                break;
+            }
+            for p in fds.iter().filter(|p| p.ready()) {
+                self.read_fd(p.fd);
+            }
+        }
+    }
+
+    fn finish(&mut self, outcome: &Outcome) {
+        let (status, text) = result_status(outcome, &self.reg.read(&self.id).ok());
+        self.logs.marker(&format!("exited: {text}"));
+        let _ = self.reg.update(&self.id, |e| {
+            e.status = status.to_string();
+            e.status_text = Some(text.clone());
+            match outcome.provider {
+                Some(WaitStatus::Exited(c)) => e.exit_code = Some(c),
+                Some(WaitStatus::Signaled(s)) => e.signal = Some(s.name()),
+                None => {}
+            }
+            e.stop_reason = outcome.trigger.map(|t| t.name().to_string());
+            e.tree_gone = Some(outcome.tree_gone);
+            e.ended_at = Some(registry::now_ms());
+        });
+        // A stop (not the command's own exit) is two steps: the tree, then the cleanup.
+        if outcome.trigger.is_some() {
+            crate::cleanup::run_once(self.reg, &self.id, "supervisor");
+        }
+    }
+}
+
+/// The recorded status and its human form for a supervisor's outcome.
+fn result_status(outcome: &Outcome, entry: &Option<Entry>) -> (&'static str, String) {
+    match (outcome.trigger, outcome.provider) {
+        (Some(Trigger::Timeout), _) => {
+            let after = entry.as_ref().and_then(|e| e.timeout_ms).map(|ms| duration::format(Duration::from_millis(ms)));
+            ("timed out", format!("timed out after {}", after.unwrap_or_default()))
+        }
+        (Some(Trigger::OwnerDied), _) => ("stopped", "stopped (owner exited)".into()),
+        (Some(_), _) => ("stopped", "stopped".into()),
+        (_, Some(WaitStatus::Exited(c))) => ("exited", format!("exited ({c})")),
+        (_, Some(WaitStatus::Signaled(s))) => ("killed", format!("killed ({s})")),
+        (_, None) => ("stopped", "stopped (the tree was not confirmed gone)".into()),
+    }
+}
+
+impl Observer for Managed<'_> {
+    fn spawned(&mut self, spawned: &Spawned, _policy: &StopPolicy) {
+        let start_time = procfs::start_time(spawned.pid);
+        let entry = self.reg.update(&self.id, |e| {
+            e.pid = Some(spawned.pid.as_raw());
+            e.pgid = Some(spawned.pgid.as_raw());
+            e.start_time = start_time;
+            if e.status == "starting" {
+                e.status = "running".into();
+            }
+        });
+        let preview = entry.as_ref().map(|e| e.command_preview.clone()).unwrap_or_default();
+        self.logs.marker(&format!("started pid {}: {preview}", spawned.pid));
+        let mut out = io::stdout();
+        let _ = writeln!(out, "ok");
+        let _ = out.flush();
+        let _ = process::redirect_to_null(1);
+    }
+
+    fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
+        self.reg.read(&self.id).ok().map(|e| policy(&e.stop))
+    }
+
+    fn stopping(&mut self, trigger: Trigger) {
+        let what = match trigger {
+            Trigger::Signal(s) => format!("stopping: {s} (stop requested)"),
+            Trigger::ProviderExited => "stopping: the command exited; stopping what it left running".into(),
+            t => format!("stopping: {}", t.name()),
+        };
+        self.logs.marker(&what);
+    }
+
+    fn escalated(&mut self, remaining: usize) {
+        self.logs.marker(&format!("escalated: SIGKILL to {remaining} processes still alive after the term grace"));
+    }
+
+    fn fds(&self) -> Vec<RawFd> {
+        self.pipes.iter().map(|(p, _)| p.as_raw_fd()).collect()
+    }
+
+    fn ready(&mut self, fd: RawFd) {
+        self.read_fd(fd);
+    }
+}
+
+/// The status `ps` shows: the recorded one for finished entries; for the others what the
+/// kernel says now: `running`/`starting` while the supervisor lives, `orphaned` when it is gone
+/// but the tree is alive, `lost` when nothing is alive and no result was recorded (or the entry
+/// is from a previous boot).
+pub fn live_status(e: &Entry) -> String {
+    if e.is_finished() {
+        return e.status.clone();
+    }
+    if !e.this_boot() {
+        return "lost".into();
+    }
+    if e.supervisor_alive() {
+        return e.status.clone();
+    }
+    match recorded_tree(e) {
+        Some(t) if !t.live().is_empty() => "orphaned".into(),
+        _ => "lost".into(),
+    }
+}
+
+/// The tree of an entry as seen without its supervisor; `None` if it never spawned.
+pub fn recorded_tree(e: &Entry) -> Option<Tree> {
+    let pid = Pid::new(e.pid?)?;
+    let pgid = Pgid::new(e.pgid.unwrap_or(pid.as_raw()))?;
+    Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, &e.id))
+}
+
+/// Live processes of a running or orphaned entry: (pid, pgid, session, command).
+pub fn live_tree(e: &Entry) -> Vec<(i32, i32, i32, String)> {
+    if e.is_finished() || !e.this_boot() {
+        return Vec::new();
+    }
+    let stats: Vec<procfs::Stat> = if e.supervisor_alive() {
+        e.supervisor_pid.and_then(Pid::new).map(procfs::descendants).unwrap_or_default()
+    } else {
+        let live = recorded_tree(e).map(|t| t.live()).unwrap_or_default();
+        live.iter().filter_map(|m| procfs::stat(m.pid).ok()).collect()
+    };
+    stats
+        .iter()
+        .filter(|s| !s.is_zombie())
+        .map(|s| (s.pid.as_raw(), s.pgrp, s.session, procfs::cmdline(s.pid)))
+        .collect()
+}
+
+/// How one `stop` ended.
+#[derive(Debug)]
+pub struct StopOutcome {
+    pub entry: Entry,
+    /// The entry had already finished before this stop.
+    pub already_finished: bool,
+    /// Nothing of the tree is alive.
+    pub tree_gone: bool,
+}
+
+/// Stops one entry: asks its supervisor (SIGTERM through a pidfd, after its identity is
+/// verified), waits up to the entry's `maxStopMs` plus [`STOP_MARGIN`], and if the supervisor is
+/// gone or does not finish, stops the recorded tree itself with the same sequence.
+pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<StopOutcome, ManagerError> {
+    let id = entry.id.clone();
+    if entry.is_finished() {
+        // The wrapper may have exited while its work goes on: the cleanup is still due.
+        if entry.this_boot() {
+            crate::cleanup::run_once(reg, &id, "stop");
+        }
+        let e = reg.read(&id)?;
+        return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true });
+    }
+    if !entry.this_boot() {
+        let e = record_lost(reg, &id, "lost (recorded during a previous boot; nothing was signalled)")?;
+        return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true });
+    }
+    let mut entry = entry.clone();
+    if let Some(g) = term_grace {
+        entry = reg.update(&id, |e| {
+            e.stop.term_grace_ms = g.as_millis() as u64;
+            e.stop.max_stop_ms = e.stop.stdin_grace_ms + e.stop.term_grace_ms + e.stop.kill_wait_ms;
+        })?;
+    }
+    if let Some(sup) = verified_supervisor(&entry) {
+        let _ = sup.send(Signal::TERM);
+        let bound = Duration::from_millis(entry.stop.max_stop_ms) + cleanup_bound(&entry) + STOP_MARGIN;
+        wait_pidfd(&sup, Some(bound));
+        let now = reg.read(&id)?;
+        if now.is_finished() {
+            // The supervisor ran the cleanup; if it died before doing so, run it here.
+            crate::cleanup::run_once(reg, &id, "stop");
+            let now = reg.read(&id)?;
+            return Ok(StopOutcome { tree_gone: now.tree_gone.unwrap_or(true), entry: now, already_finished: false });
+        }
+        // The supervisor did not finish: it is stuck or died mid-stop. Act past it.
+        let _ = sup.send(Signal::KILL);
+        entry = now;
+    }
+    let report = match recorded_tree(&entry) {
+        Some(tree) => stop::stop_blocking(&tree, policy(&entry.stop)),
+        None => stop::StopReport { gone: true, escalated: false, signalled: 0 },
+    };
+    let e = reg.update(&id, |e| {
+        if e.is_finished() {
+            return;
+        }
+        e.status = "stopped".into();
+        e.status_text = Some(if report.gone {
+            "stopped (by sheepdog stop; the supervisor was gone)".into()
+        } else {
+            "stopped (the tree was not confirmed gone)".into()
+        });
+        e.stop_reason = Some("stop".into());
+        e.tree_gone = Some(report.gone);
+        e.ended_at = Some(registry::now_ms());
+    })?;
+    let e = match crate::cleanup::run_once(reg, &id, "stop") {
+        Some(_) => reg.read(&id)?,
+        None => e,
+    };
+    Ok(StopOutcome { entry: e, already_finished: false, tree_gone: report.gone })
+}
+
+/// The longest a cleanup can take: its timeout plus the stop of its own tree.
+fn cleanup_bound(e: &Entry) -> Duration {
+    match &e.cleanup {
+        Some(c) => Duration::from_millis(c.timeout_ms + e.stop.term_grace_ms + e.stop.kill_wait_ms),
+        None => Duration::ZERO,
+    }
+}
+
+fn record_lost(reg: &Registry, id: &str, text: &str) -> Result<Entry, ManagerError> {
+    Ok(reg.update(id, |e| {
+        if !e.is_finished() {
+            e.status = "lost".into();
+            e.status_text = Some(text.into());
+            e.ended_at = Some(registry::now_ms());
+        }
+    })?)
+}
+
+/// A pidfd on the entry's supervisor, opened *before* its identity is checked, so the check and
+/// any signal sent through it are about the same process. `None` if it is gone or not ours.
+fn verified_supervisor(e: &Entry) -> Option<PidFd> {
+    if !e.this_boot() {
+        return None;
+    }
+    let pid = Pid::new(e.supervisor_pid?)?;
+    let fd = PidFd::open(pid).ok()?;
+    registry::identity_alive(e.supervisor_pid, e.supervisor_start_time).then_some(fd)
+}
+
+/// Blocks until the pidfd's process exits or `timeout` passes. Returns true if it exited.
+fn wait_pidfd(fd: &PidFd, timeout: Option<Duration>) -> bool {
+    let end = timeout.map(|t| Instant::now() + t);
+    loop {
+        let mut fds = [PollFd::new(fd.as_raw_fd(), POLL_IN)];
+        let left = end.map(|e| e.saturating_duration_since(Instant::now()));
+        let n = process::poll(&mut fds, left).unwrap_or(0);
+        if n > 0 && fds[0].ready() {
+            return true;
+        }
+        if end.is_some_and(|e| Instant::now() >= e) {
+            return false;
+        }
+    }
+}
+
+/// The result of `wait`.
+#[derive(Debug)]
+pub enum Waited {
+    /// Finished: the entry with its result.
+    Finished(Entry),
+    /// Still running when the timeout passed.
+    TimedOut,
+    /// The supervisor is gone and no result was recorded.
+    NoResult(Entry),
+}
+
+/// Blocks until the entry's process exits, waiting on its supervisor's pidfd (not by polling the
+/// registry), then reads the recorded result.
+pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<Waited, ManagerError> {
+    if entry.is_finished() {
+        return Ok(Waited::Finished(entry.clone()));
+    }
+    let end = timeout.map(|t| Instant::now() + t);
+    if let Some(sup) = verified_supervisor(entry) {
+        if !wait_pidfd(&sup, timeout) {
+            return Ok(Waited::TimedOut);
+        }
+    } else if let Some(tree) = recorded_tree(entry).filter(|_| entry.this_boot()) {
+        // Orphaned: wait for the tree itself.
+        while !tree.is_gone() {
+            let left = end.map(|e| e.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Ok(Waited::TimedOut);
+            }
+            tree.wait_any_exit(left.unwrap_or(Duration::from_secs(1)).min(Duration::from_millis(100)));
+        }
+    }
+    let e = reg.read(&entry.id)?;
+    Ok(if e.is_finished() { Waited::Finished(e) } else { Waited::NoResult(e) })
+}
+
+/// The exit status `wait` reports for a finished entry: the process's code, 128 + the signal
+/// that ended it, or 0 for an entry stopped before anything was recorded.
+pub fn exit_status_of(e: &Entry) -> i32 {
+    if let Some(c) = e.exit_code {
+        return c;
+    }
+    e.signal.as_deref().and_then(Signal::parse).map(|s| 128 + s.as_raw()).unwrap_or(0)
+}
+
+/// One thing `reap` did (or, with `--dry-run`, would do).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReapAction {
+    pub id: String,
+    pub name: Option<String>,
+    /// `reaped` (a live orphaned tree was stopped) or `lost` (nothing alive, no result).
+    pub action: String,
+    /// Processes that received SIGTERM.
+    pub signalled: usize,
+    pub tree_gone: bool,
+    pub reason: String,
+}
+
+/// Recovery after a crash of anything: entries from a previous boot are dead and never
+/// signalled; an entry whose supervisor is alive is left to it; one whose supervisor is gone
+/// but whose tree is alive (identity verified) gets the one stop and is recorded as `reaped`;
+/// nothing alive and no result: recorded as `lost`.
+pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::SetAside>) {
+    let (entries, aside) = reg.list();
+    let mut actions = Vec::new();
+    for e in entries.iter().filter(|e| !e.is_finished()) {
+        let action = |what: &str, signalled, tree_gone, reason: &str| ReapAction {
+            id: e.id.clone(),
+            name: e.name.clone(),
+            action: what.into(),
+            signalled,
+            tree_gone,
+            reason: reason.into(),
+        };
+        if !e.this_boot() {
+            if !dry_run {
+                let _ = record_lost(reg, &e.id, "lost (recorded during a previous boot; nothing was signalled)");
+            }
+            actions.push(action("lost", 0, true, "previous boot"));
+            continue;
+        }
+        if e.supervisor_alive() {
+            continue;
+        }
+        // The supervisor may have finished between the listing and now: re-read.
+        let Ok(e) = reg.read(&e.id) else { continue };
+        if e.is_finished() {
+            continue;
+        }
+        let tree = recorded_tree(&e);
+        let live = tree.as_ref().map(|t| t.live().len()).unwrap_or(0);
+        if live == 0 {
+            if e.pid.is_none() && registry::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
+                continue;
+            }
+            if !dry_run {
+                let _ = record_lost(reg, &e.id, "lost (the supervisor is gone and nothing of the tree is alive)");
+                crate::cleanup::run_once(reg, &e.id, "reap");
+            }
+            actions.push(action("lost", 0, true, "supervisor gone, nothing alive"));
+            continue;
+        }
+        if dry_run {
+            actions.push(action("reaped", 0, false, &format!("supervisor gone, {live} processes alive")));
+            continue;
+        }
+        let report = stop::stop_blocking(tree.as_ref().expect("live implies a tree"), policy(&e.stop));
+        let _ = reg.update(&e.id, |x| {
+            if x.is_finished() {
+                return;
+            }
+            x.status = "reaped".into();
+            x.status_text = Some(format!("reaped ({} processes stopped after the supervisor was gone)", live));
+            x.stop_reason = Some("reap".into());
+            x.tree_gone = Some(report.gone);
+            x.ended_at = Some(registry::now_ms());
+        });
+        crate::cleanup::run_once(reg, &e.id, "reap");
+        actions.push(action("reaped", report.signalled, report.gone, &format!("supervisor gone, {live} processes alive")));
+    }
+    (actions, aside)
+}
+
+/// Removes a finished entry and its logs. Refuses one that still runs.
+pub fn clear(reg: &Registry, e: &Entry) -> Result<(), ManagerError> {
+    let status = live_status(e);
+    if matches!(status.as_str(), "running" | "starting" | "orphaned") {
+        return Err(ManagerError::Refused(format!(
+            "{} is {status}; stop it first ('sheepdog stop {}')",
+            e.label(),
+            e.id
+        )));
+    }
+    reg.remove(&e.id)?;
+    Ok(())
+}

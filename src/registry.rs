@@ -1,0 +1,426 @@
+//! Entries on disk: the crash-safe registry that every managed supervisor writes into, so that
+//! after any crash `reap` can find what still runs (DESIGN.md, "Registry").
+//!
+//! Layout under the state dir (mode 0700, refused if another user can write it):
+//!
+//! ```text
+//! lock                 global lock: id allocation and name uniqueness
+//! seq                  the last id number handed out (ids are never reused)
+//! procs/<id>/entry.json    the entry: what was started, its identity, its result
+//! procs/<id>/lock          per-entry lock for read-modify-write
+//! procs/<id>/stdout.log, stderr.log, combined.log (+ .1 after rotation), supervisor.log
+//! corrupt/<id>-<ms>/   entries that could not be read, set aside whole (logs kept)
+//! ```
+//!
+//! Every write is tmp file + fsync + rename + fsync of the directory, under the entry's lock,
+//! as a read-modify-write: a supervisor and `stop`/`reap`/`update` writing the same entry never
+//! lose each other's fields (unknown fields are carried through, too). A new entry is built in a
+//! dot-directory and renamed into `procs/` whole, so readers never see a half-made entry.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::sys::procfs;
+use crate::sys::{Pid, process};
+
+/// The state dir's environment override.
+pub const STATE_DIR_ENV: &str = "SHEEPDOG_STATE_DIR";
+
+/// Errors of the registry; each names the path it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("no state dir: set {STATE_DIR_ENV}, XDG_STATE_HOME or HOME")]
+    NoStateDir,
+    #[error("unable to use state dir {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("state dir {path} is writable by other users (mode {mode:04o}); refusing to use it (chmod 700 it)")]
+    Insecure { path: PathBuf, mode: u32 },
+    #[error("state dir {path} is owned by uid {owner}, not {me}; refusing to use it")]
+    NotOwner { path: PathBuf, owner: u32, me: u32 },
+    #[error("no entry with id or name '{0}'")]
+    NotFound(String),
+    #[error("the name '{name}' is already used by running entry {id}")]
+    NameInUse { name: String, id: String },
+    #[error("corrupt entry {path}: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> RegistryError + '_ {
+    move |source| RegistryError::Io { path: path.to_path_buf(), source }
+}
+
+/// The stop timings recorded in an entry, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StopTimings {
+    pub stdin_grace_ms: u64,
+    pub term_grace_ms: u64,
+    pub kill_wait_ms: u64,
+    /// The longest the supervisor's stop can take; `stop` waits this plus a margin before it
+    /// acts past the supervisor.
+    pub max_stop_ms: u64,
+}
+
+/// A cleanup command attached to an entry (issue: cleanup hooks).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cleanup {
+    /// Run with `sh -c`.
+    pub command: String,
+    pub timeout_ms: u64,
+}
+
+/// How a cleanup command ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CleanupResult {
+    pub command: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    /// The last 20 lines of its output (stdout and stderr together).
+    pub output: Vec<String>,
+    /// Who ran it: `supervisor`, `stop` or `reap`.
+    pub ran_by: String,
+}
+
+impl CleanupResult {
+    /// Exit code 0, not timed out.
+    pub fn succeeded(&self) -> bool {
+        !self.timed_out && self.exit_code == Some(0)
+    }
+}
+
+/// One managed process, as stored in `procs/<id>/entry.json`. Field names are camelCase for
+/// hosts written in TypeScript.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub id: String,
+    pub name: Option<String>,
+    pub session_id: Option<String>,
+    /// Provider pid, once spawned.
+    pub pid: Option<i32>,
+    pub pgid: Option<i32>,
+    /// Unix ms.
+    pub started_at: u64,
+    /// The command as one short line for listings.
+    pub command_preview: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub owner_pid: Option<i32>,
+    pub supervisor_pid: Option<i32>,
+    /// Identity: boot id, provider start time (clock ticks), supervisor start time, uid.
+    pub boot_id: String,
+    pub start_time: Option<u64>,
+    pub supervisor_start_time: Option<u64>,
+    pub uid: u32,
+    pub cleanup: Option<Cleanup>,
+    /// Unix ms when a cleanup run was claimed: the claim makes "at most once" hold even if the
+    /// runner is killed midway.
+    pub cleanup_started_at: Option<u64>,
+    /// How the cleanup ended, once it has.
+    pub cleanup_result: Option<CleanupResult>,
+    /// The extra environment given with `--env`, as `K=V` (the cleanup gets it too).
+    pub env: Vec<String>,
+    pub stop: StopTimings,
+    pub timeout_ms: Option<u64>,
+    /// Per-file log cap in bytes; `None`: the default (64 MiB).
+    pub log_max_bytes: Option<u64>,
+    /// `starting`, `running`, `exited`, `killed`, `stopped`, `timed out`, `reaped`, `lost`.
+    /// `ps` derives `orphaned` (and `lost`) from the kernel for entries still marked running.
+    pub status: String,
+    /// The human form: `exited (0)`, `killed (SIGKILL)`, `timed out after 2s`, ...
+    pub status_text: Option<String>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    /// What began the stop: `signal` (sheepdog stop), `owner`, `timeout`, `reap`, ...
+    pub stop_reason: Option<String>,
+    pub tree_gone: Option<bool>,
+    /// Unix ms.
+    pub ended_at: Option<u64>,
+    /// Fields this version does not know, carried through every rewrite.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Statuses after which nothing of the entry runs.
+pub const FINISHED: &[&str] = &["exited", "killed", "stopped", "timed out", "reaped", "lost"];
+
+impl Entry {
+    /// True once a result is recorded.
+    pub fn is_finished(&self) -> bool {
+        FINISHED.contains(&self.status.as_str())
+    }
+
+    /// `name (id)`, or the id alone.
+    pub fn label(&self) -> String {
+        match &self.name {
+            Some(n) => format!("{n} ({})", self.id),
+            None => self.id.clone(),
+        }
+    }
+
+    /// True if the entry was recorded during this boot.
+    pub fn this_boot(&self) -> bool {
+        self.boot_id == procfs::boot_id()
+    }
+
+    /// True if the recorded supervisor is still that process (boot, pid, start time) and alive.
+    pub fn supervisor_alive(&self) -> bool {
+        self.this_boot() && identity_alive(self.supervisor_pid, self.supervisor_start_time)
+    }
+
+    /// True if the recorded provider is still that process and alive.
+    pub fn provider_alive(&self) -> bool {
+        self.this_boot() && identity_alive(self.pid, self.start_time)
+    }
+}
+
+/// True if `pid` is alive with exactly `start_time` (and our uid).
+pub fn identity_alive(pid: Option<i32>, start_time: Option<u64>) -> bool {
+    let (Some(pid), Some(t)) = (pid.and_then(Pid::new), start_time) else {
+        return false;
+    };
+    procfs::start_time(pid) == Some(t) && procfs::uid(pid) == Some(process::getuid())
+}
+
+/// Now, in unix milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// An entry that could not be read, and where it was moved.
+#[derive(Debug)]
+pub struct SetAside {
+    pub path: PathBuf,
+    pub reason: String,
+    pub moved_to: Option<PathBuf>,
+}
+
+/// The state dir.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    root: PathBuf,
+}
+
+/// Resolves the state dir: `explicit`, else `$SHEEPDOG_STATE_DIR`, else
+/// `$XDG_STATE_HOME/sheepdog`, else `~/.local/state/sheepdog` (never /tmp).
+pub fn state_dir(explicit: Option<PathBuf>) -> Result<PathBuf, RegistryError> {
+    if let Some(p) = explicit {
+        return Ok(p);
+    }
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(p) = env(STATE_DIR_ENV) {
+        return Ok(p);
+    }
+    if let Some(p) = env("XDG_STATE_HOME") {
+        return Ok(p.join("sheepdog"));
+    }
+    env("HOME").map(|h| h.join(".local/state/sheepdog")).ok_or(RegistryError::NoStateDir)
+}
+
+fn mkdir_private(path: &Path) -> Result<(), RegistryError> {
+    match fs::DirBuilder::new().recursive(true).mode(0o700).create(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io_at(path)(e)),
+    }
+}
+
+impl Registry {
+    /// Opens (creating with mode 0700) the state dir. Refuses one that another user can write
+    /// or that belongs to another user.
+    pub fn open(explicit: Option<PathBuf>) -> Result<Registry, RegistryError> {
+        let root = state_dir(explicit)?;
+        mkdir_private(&root)?;
+        let meta = fs::metadata(&root).map_err(io_at(&root))?;
+        let me = process::getuid();
+        if meta.uid() != me {
+            return Err(RegistryError::NotOwner { path: root, owner: meta.uid(), me });
+        }
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o022 != 0 {
+            return Err(RegistryError::Insecure { path: root, mode });
+        }
+        let reg = Registry { root };
+        mkdir_private(&reg.procs())?;
+        Ok(reg)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn procs(&self) -> PathBuf {
+        self.root.join("procs")
+    }
+
+    /// `procs/<id>`.
+    pub fn dir(&self, id: &str) -> PathBuf {
+        self.procs().join(id)
+    }
+
+    /// `procs/<id>/<file>`.
+    pub fn file(&self, id: &str, file: &str) -> PathBuf {
+        self.dir(id).join(file)
+    }
+
+    fn global_lock(&self) -> Result<File, RegistryError> {
+        let path = self.root.join("lock");
+        let f = OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&path).map_err(io_at(&path))?;
+        f.lock().map_err(io_at(&path))?;
+        Ok(f)
+    }
+
+    /// Creates a new entry: allocates `proc_<n>`, checks the name is not used by a live entry,
+    /// and renames the complete directory into place, all under the global lock.
+    pub fn create(&self, mut entry: Entry) -> Result<Entry, RegistryError> {
+        let _lock = self.global_lock()?;
+        if let Some(name) = &entry.name {
+            let (live, _) = self.list();
+            let taken = |e: &&Entry| {
+                e.name.as_deref() == Some(name) && !e.is_finished() && (e.supervisor_alive() || e.provider_alive())
+            };
+            if let Some(other) = live.iter().find(taken) {
+                return Err(RegistryError::NameInUse { name: name.clone(), id: other.id.clone() });
+            }
+        }
+        let seq_path = self.root.join("seq");
+        let last: u64 = fs::read_to_string(&seq_path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+        let mut n = last + 1;
+        while self.dir(&format!("proc_{n}")).exists() {
+            n += 1;
+        }
+        entry.id = format!("proc_{n}");
+        write_atomic(&seq_path, format!("{n}\n").as_bytes())?;
+        let tmp = self.procs().join(format!(".new-{}", entry.id));
+        let _ = fs::remove_dir_all(&tmp);
+        mkdir_private(&tmp)?;
+        write_atomic(&tmp.join("entry.json"), &to_json(&entry))?;
+        let dest = self.dir(&entry.id);
+        fs::rename(&tmp, &dest).map_err(io_at(&dest))?;
+        sync_dir(&self.procs())?;
+        Ok(entry)
+    }
+
+    /// Reads one entry. Errors: `NotFound`, `Corrupt` (not set aside: see [`Registry::list`]).
+    pub fn read(&self, id: &str) -> Result<Entry, RegistryError> {
+        let path = self.file(id, "entry.json");
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(RegistryError::NotFound(id.to_string())),
+            Err(e) => return Err(RegistryError::Corrupt { path, reason: e.to_string() }),
+        };
+        serde_json::from_slice(&bytes).map_err(|e| RegistryError::Corrupt { path, reason: e.to_string() })
+    }
+
+    /// Every readable entry, oldest first, and the ones that were set aside because they could
+    /// not be read (moved whole to `corrupt/`, so nothing is lost and they stop hiding others).
+    pub fn list(&self) -> (Vec<Entry>, Vec<SetAside>) {
+        let mut entries = Vec::new();
+        let mut aside = Vec::new();
+        let Ok(dir) = fs::read_dir(self.procs()) else {
+            return (entries, aside);
+        };
+        for d in dir.flatten() {
+            let name = d.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            match self.read(&name) {
+                Ok(e) => entries.push(e),
+                Err(RegistryError::Corrupt { path, reason }) => aside.push(self.set_aside(&name, path, reason)),
+                Err(RegistryError::NotFound(_)) => {
+                    aside.push(self.set_aside(&name, self.file(&name, "entry.json"), "entry.json is missing".into()))
+                }
+                Err(e) => aside.push(SetAside { path: d.path(), reason: e.to_string(), moved_to: None }),
+            }
+        }
+        entries.sort_by_key(|e| (e.started_at, id_number(&e.id)));
+        (entries, aside)
+    }
+
+    fn set_aside(&self, id: &str, path: PathBuf, reason: String) -> SetAside {
+        let corrupt = self.root.join("corrupt");
+        let dest = corrupt.join(format!("{id}-{}", now_ms()));
+        let moved = mkdir_private(&corrupt).is_ok() && fs::rename(self.dir(id), &dest).is_ok();
+        SetAside { path, reason, moved_to: moved.then_some(dest) }
+    }
+
+    /// Finds an entry by id, or by name (the newest with that name: a running one first).
+    pub fn find(&self, key: &str) -> Result<Entry, RegistryError> {
+        if !key.contains('/') && !key.starts_with('.') {
+            match self.read(key) {
+                Ok(e) => return Ok(e),
+                Err(RegistryError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let (entries, _) = self.list();
+        let mut named: Vec<Entry> = entries.into_iter().filter(|e| e.name.as_deref() == Some(key)).collect();
+        named.sort_by_key(|e| (!e.is_finished(), e.started_at));
+        named.pop().ok_or_else(|| RegistryError::NotFound(key.to_string()))
+    }
+
+    /// Read-modify-write of one entry under its lock. `f` sees the latest version on disk.
+    pub fn update<F: FnOnce(&mut Entry)>(&self, id: &str, f: F) -> Result<Entry, RegistryError> {
+        let lock_path = self.file(id, "lock");
+        if !self.dir(id).is_dir() {
+            return Err(RegistryError::NotFound(id.to_string()));
+        }
+        let lock =
+            OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&lock_path).map_err(io_at(&lock_path))?;
+        lock.lock().map_err(io_at(&lock_path))?;
+        let mut entry = self.read(id)?;
+        f(&mut entry);
+        write_atomic(&self.file(id, "entry.json"), &to_json(&entry))?;
+        Ok(entry)
+    }
+
+    /// Removes an entry and its logs.
+    pub fn remove(&self, id: &str) -> Result<(), RegistryError> {
+        let dir = self.dir(id);
+        // Rename first so a concurrent reader never sees a half-deleted entry.
+        let tmp = self.procs().join(format!(".del-{id}-{}", now_ms()));
+        fs::rename(&dir, &tmp).map_err(io_at(&dir))?;
+        fs::remove_dir_all(&tmp).map_err(io_at(&tmp))?;
+        sync_dir(&self.procs())
+    }
+}
+
+fn id_number(id: &str) -> u64 {
+    id.strip_prefix("proc_").and_then(|n| n.parse().ok()).unwrap_or(u64::MAX)
+}
+
+fn to_json(entry: &Entry) -> Vec<u8> {
+    let mut v = serde_json::to_vec_pretty(entry).unwrap_or_default();
+    v.push(b'\n');
+    v
+}
+
+/// tmp file + fsync + rename + fsync of the directory: after a crash at any point the file is
+/// either the old version or the new one, never a mix.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RegistryError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let mut f = OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp).map_err(io_at(&tmp))?;
+    f.write_all(bytes).map_err(io_at(&tmp))?;
+    f.sync_all().map_err(io_at(&tmp))?;
+    fs::rename(&tmp, path).map_err(io_at(path))?;
+    sync_dir(dir)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), RegistryError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io_at(dir))
+}
