@@ -81,9 +81,10 @@ impl CappedFile {
         if let Ok(f) = OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&self.path) {
             self.file = f;
             self.size = 0;
-            let marker = format!("[sheepdog] log reached its cap of {} bytes; the earlier part is in {}\n", self.cap, {
-                Path::new(&old).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-            });
+            let marker =
+                format!("[sheepdog] log reached its cap of {} bytes; the earlier part is in {}\n", self.cap, {
+                    Path::new(&old).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+                });
             let _ = self.file.write_all(marker.as_bytes());
             self.size = marker.len() as u64;
         }

@@ -22,10 +22,10 @@ use crate::registry::{self, Cleanup, Entry, Registry, RegistryError, StopTimings
 use crate::spawn::{SpawnOptions, Spawned};
 use crate::stop::{self, StopPolicy, Trigger};
 use crate::supervisor::{self, Observer, OnStdinEof, Options, Outcome, Owner};
-use crate::sys::process::{self, PidFd, PollFd, POLL_IN};
+use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
 use crate::sys::signal::{pipe_cloexec, set_nonblocking};
-use crate::sys::{procfs, Pgid, Pid, Signal, WaitStatus};
-use crate::tree::{Tree, ID_ENV};
+use crate::sys::{Pgid, Pid, Signal, WaitStatus, procfs};
+use crate::tree::{ID_ENV, TAG_ENV, Tree};
 
 /// How long `stop` waits past an entry's recorded `maxStopMs` before it acts past the
 /// supervisor: 1000 ms, for the supervisor's own registry write and exit.
@@ -156,6 +156,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         supervisor_start_time: procfs::start_time(me),
         boot_id: procfs::boot_id(),
         uid: process::getuid(),
+        tag: registry::new_tag(),
         cleanup: req.cleanup.clone(),
         stop: timings(&req.policy),
         timeout_ms: req.timeout.map(|d| d.as_millis() as u64),
@@ -263,7 +264,7 @@ pub fn run_supervisor(reg: &Registry, id: &str, cwd: PathBuf, argv: Vec<OsString
         argv,
         spawn: SpawnOptions {
             cwd: Some(cwd),
-            env: vec![(ID_ENV.into(), id.into())],
+            env: vec![(ID_ENV.into(), id.into()), (TAG_ENV.into(), entry.tag.clone().into())],
             stdio: Some((Stdio::null(), Stdio::from(out_w), Stdio::from(err_w))),
         },
         owner: entry.owner_pid.and_then(Pid::new).map(Owner::Process),
@@ -271,7 +272,12 @@ pub fn run_supervisor(reg: &Registry, id: &str, cwd: PathBuf, argv: Vec<OsString
         policy: policy(&entry.stop),
         timeout: entry.timeout_ms.map(Duration::from_millis),
     };
-    let mut managed = Managed { reg, id: id.to_string(), logs, pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)] };
+    let mut managed = Managed {
+        reg,
+        id: id.to_string(),
+        logs,
+        pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
+    };
     let outcome = match supervisor::supervise(opts, &mut managed) {
         Ok(o) => o,
         Err(e) => return fail(e.exit_code(), e.to_string()),
@@ -440,7 +446,11 @@ pub fn live_status(e: &Entry) -> String {
 pub fn recorded_tree(e: &Entry) -> Option<Tree> {
     let pid = Pid::new(e.pid?)?;
     let pgid = Pgid::new(e.pgid.unwrap_or(pid.as_raw()))?;
-    Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, &e.id))
+    if e.tag.is_empty() {
+        // Without a tag only the provider itself (by full identity) and its descendants count.
+        return Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, "\0untagged"));
+    }
+    Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, &e.tag))
 }
 
 /// Live processes of a running or orphaned entry: (pid, pgid, session, command).
@@ -699,7 +709,12 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             x.ended_at = Some(registry::now_ms());
         });
         crate::cleanup::run_once(reg, &e.id, "reap");
-        actions.push(action("reaped", report.signalled, report.gone, &format!("supervisor gone, {live} processes alive")));
+        actions.push(action(
+            "reaped",
+            report.signalled,
+            report.gone,
+            &format!("supervisor gone, {live} processes alive"),
+        ));
     }
     (actions, aside)
 }

@@ -39,7 +39,8 @@ pub fn findings(words: &[String]) -> Vec<String> {
     let base = |w: &str| w.rsplit('/').next().unwrap_or(w).to_string();
     if let Some(first) = words.first()
         && SHELLS.contains(&base(first).as_str())
-        && let Some(i) = words.iter().position(|w| w == "-c" || (w.starts_with('-') && !w.starts_with("--") && w.ends_with('c')))
+        && let Some(i) =
+            words.iter().position(|w| w == "-c" || (w.starts_with('-') && !w.starts_with("--") && w.ends_with('c')))
         && let Some(script) = words.get(i + 1)
     {
         let mut out = Vec::new();
@@ -80,7 +81,9 @@ fn simple_command(words: &[String]) -> Vec<String> {
     let hit = match prog.as_str() {
         "nohup" | "setsid" | "disown" | "daemonize" => Some(prog.clone()),
         "docker" | "podman" | "nerdctl" if detached_run => Some(format!("{prog} {} -d", sub(0).unwrap_or("run"))),
-        "docker" | "podman" | "nerdctl" if sub(0) == Some("compose") && sub(1) == Some("up") && has("--detach", 'd') => {
+        "docker" | "podman" | "nerdctl"
+            if sub(0) == Some("compose") && sub(1) == Some("up") && has("--detach", 'd') =>
+        {
             Some(format!("{prog} compose up -d"))
         }
         "docker-compose" | "podman-compose" if sub(0) == Some("up") && has("--detach", 'd') => {

@@ -124,6 +124,9 @@ pub struct Entry {
     pub start_time: Option<u64>,
     pub supervisor_start_time: Option<u64>,
     pub uid: u32,
+    /// The random token in the provider's `SHEEPDOG_TAG`, by which `reap` recognises its
+    /// descendants after the supervisor is gone.
+    pub tag: String,
     pub cleanup: Option<Cleanup>,
     /// Unix ms when a cleanup run was claimed: the claim makes "at most once" hold even if the
     /// runner is killed midway.
@@ -192,6 +195,17 @@ pub fn identity_alive(pid: Option<i32>, start_time: Option<u64>) -> bool {
         return false;
     };
     procfs::start_time(pid) == Some(t) && procfs::uid(pid) == Some(process::getuid())
+}
+
+/// A fresh random token: 32 hex digits from /dev/urandom (time and pid if unreadable).
+pub fn new_tag() -> String {
+    let mut b = [0u8; 16];
+    let ok = File::open("/dev/urandom").and_then(|mut f| io::Read::read_exact(&mut f, &mut b)).is_ok();
+    if !ok {
+        let seed = now_ms() as u128 ^ ((std::process::id() as u128) << 64);
+        b = seed.to_le_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Now, in unix milliseconds.
@@ -277,7 +291,13 @@ impl Registry {
 
     fn global_lock(&self) -> Result<File, RegistryError> {
         let path = self.root.join("lock");
-        let f = OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&path).map_err(io_at(&path))?;
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_at(&path))?;
         f.lock().map_err(io_at(&path))?;
         Ok(f)
     }
@@ -378,8 +398,13 @@ impl Registry {
         if !self.dir(id).is_dir() {
             return Err(RegistryError::NotFound(id.to_string()));
         }
-        let lock =
-            OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&lock_path).map_err(io_at(&lock_path))?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(io_at(&lock_path))?;
         lock.lock().map_err(io_at(&lock_path))?;
         let mut entry = self.read(id)?;
         f(&mut entry);
@@ -414,7 +439,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RegistryError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let mut f = OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp).map_err(io_at(&tmp))?;
+    let mut f =
+        OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp).map_err(io_at(&tmp))?;
     f.write_all(bytes).map_err(io_at(&tmp))?;
     f.sync_all().map_err(io_at(&tmp))?;
     fs::rename(&tmp, path).map_err(io_at(path))?;

@@ -9,7 +9,7 @@
 //! - [`Tree::recorded`]: seen by `stop`/`reap` after the supervisor is gone. Orphans went to
 //!   init, so descendants cannot be walked from the supervisor; a process counts only if it is
 //!   the recorded provider (full identity match), a descendant of it, or carries the entry's
-//!   `SHEEPDOG_ID` in its environment with the same uid and a start time no earlier than the
+//!   `SHEEPDOG_TAG` in its environment with the same uid and a start time no earlier than the
 //!   provider's. The tag is evidence used only for an entry being stopped anyway.
 //!
 //! Zombies are dead everywhere here. Every signal to a single process goes through a pidfd opened
@@ -22,9 +22,12 @@ use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
 use crate::sys::procfs::{self, Stat};
 use crate::sys::{Pgid, Pid, Signal};
 
-/// The environment variable every provider and its descendants inherit: the registry id of the
-/// managed process (`start`) or `run-<supervisor pid>` (`run`).
+/// The environment variable a managed provider and its descendants inherit: the entry's id
+/// (`proc_4`), for the processes' own use. Ids repeat across state dirs, so it is not evidence.
 pub const ID_ENV: &str = "SHEEPDOG_ID";
+/// The environment variable that tags a managed provider's descendants for `reap`: a random
+/// 128-bit token recorded in the entry, unique across state dirs and users.
+pub const TAG_ENV: &str = "SHEEPDOG_TAG";
 
 /// One live process of a tree, with the start time that identifies it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +72,7 @@ impl Tree {
     }
 
     /// The tree of a recorded provider whose supervisor is gone: `provider` started at
-    /// `provider_start` clock ticks, owned by `uid`, tagged `SHEEPDOG_ID=tag`.
+    /// `provider_start` clock ticks, owned by `uid`, tagged `SHEEPDOG_TAG=tag`.
     pub fn recorded(provider: Pid, pgid: Pgid, provider_start: u64, uid: u32, tag: &str) -> Tree {
         Tree {
             scope: Scope::Recorded { provider, provider_start, uid, tag: tag.to_string() },
@@ -130,7 +133,7 @@ impl Tree {
                         }
                         continue;
                     }
-                    if procfs::uid(s.pid) == Some(*uid) && procfs::environ_has(s.pid, ID_ENV, tag) {
+                    if procfs::uid(s.pid) == Some(*uid) && procfs::environ_has(s.pid, TAG_ENV, tag) {
                         push(Member::from_stat(&s), &mut out);
                     }
                 }

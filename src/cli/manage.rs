@@ -38,12 +38,9 @@ fn open(dir: Option<PathBuf>) -> Result<Registry, CliError> {
 fn warn_set_aside(aside: &[crate::registry::SetAside]) {
     for a in aside {
         match &a.moved_to {
-            Some(to) => eprintln!(
-                "sheepdog: corrupt entry {}: {}; set aside to {}",
-                a.path.display(),
-                a.reason,
-                to.display()
-            ),
+            Some(to) => {
+                eprintln!("sheepdog: corrupt entry {}: {}; set aside to {}", a.path.display(), a.reason, to.display())
+            }
             None => eprintln!("sheepdog: unreadable entry {}: {}", a.path.display(), a.reason),
         }
     }
@@ -479,8 +476,9 @@ pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<
     let e = reg.find(&a.target)?;
     if let Some(n) = &a.name {
         let (entries, _) = reg.list();
-        if let Some(other) =
-            entries.iter().find(|x| x.id != e.id && x.name.as_deref() == Some(n) && !x.is_finished() && x.supervisor_alive())
+        if let Some(other) = entries
+            .iter()
+            .find(|x| x.id != e.id && x.name.as_deref() == Some(n) && !x.is_finished() && x.supervisor_alive())
         {
             return Err(RegistryError::NameInUse { name: n.clone(), id: other.id.clone() }.into());
         }

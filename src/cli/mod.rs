@@ -165,4 +165,3 @@ fn clap_error(e: clap::Error, json: bool) -> i32 {
 fn pid_arg(flag: &str, raw: i32) -> Result<crate::sys::Pid, CliError> {
     crate::sys::Pid::new(raw).ok_or_else(|| CliError::usage(format!("{flag} {raw}: not a process id (must be > 0)")))
 }
-

@@ -175,3 +175,98 @@ pub fn py(src: &str) -> Vec<String> {
 }
 
 pub const SECS: fn(u64) -> Duration = Duration::from_secs;
+
+/// A private state dir for one test, and cleanup of everything its entries started: on drop,
+/// every entry's supervisor and live tree are SIGKILLed by recorded identity.
+pub struct State {
+    pub dir: tempfile::TempDir,
+}
+
+impl State {
+    pub fn new() -> State {
+        State { dir: tempfile::tempdir().expect("temp dir") }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// `sheepdog --state-dir DIR ARGS...`, run to completion.
+    pub fn run(&self, args: &[&str]) -> std::process::Output {
+        self.cmd(args).stdin(Stdio::null()).output().expect("run sheepdog")
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = sheepdog();
+        c.arg("--state-dir").arg(self.path()).args(args);
+        c
+    }
+
+    /// Runs and returns stdout, asserting success.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "{args:?} failed: {:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `start --json ARGS` and the parsed object.
+    pub fn start(&self, args: &[&str]) -> serde_json::Value {
+        let mut a = vec!["start", "--json"];
+        a.extend_from_slice(args);
+        serde_json::from_str(self.ok(&a).trim()).expect("start --json prints one object")
+    }
+
+    /// `ps --all --json` entries.
+    pub fn entries(&self) -> Vec<serde_json::Value> {
+        let v: serde_json::Value = serde_json::from_str(self.ok(&["ps", "--all", "--json"]).trim()).unwrap();
+        v["entries"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub fn entry(&self, id: &str) -> serde_json::Value {
+        self.entries().into_iter().find(|e| e["id"] == id).unwrap_or_else(|| panic!("no entry {id}"))
+    }
+
+    /// Live processes of an entry's tree (from `ps --tree`).
+    pub fn tree_pids(&self, id: &str) -> Vec<i32> {
+        let v: serde_json::Value = serde_json::from_str(self.ok(&["ps", "--all", "--tree", "--json"]).trim()).unwrap();
+        v["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["id"] == id)
+            .flat_map(|e| e["tree"].as_array().cloned().unwrap_or_default())
+            .map(|p| p["pid"].as_i64().unwrap() as i32)
+            .collect()
+    }
+
+    /// Waits until `file` in the entry's dir contains `needle`.
+    pub fn wait_log(&self, id: &str, file: &str, needle: &str) -> String {
+        let path = self.path().join("procs").join(id).join(file);
+        let end = Instant::now() + SECS(10);
+        loop {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if text.contains(needle) {
+                return text;
+            }
+            assert!(Instant::now() < end, "{needle:?} never appeared in {}: {text:?}", path.display());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        let Ok(reg) = sheepdog::registry::Registry::open(Some(self.path().to_path_buf())) else { return };
+        let (entries, _) = reg.list();
+        for e in entries {
+            if let (Some(p), Some(t)) = (e.supervisor_pid.and_then(Pid::new), e.supervisor_start_time) {
+                signal_member(&Member { pid: p, start_time: Some(t) }, sheepdog::sys::Signal::KILL);
+            }
+            if let Some(tree) = sheepdog::manager::recorded_tree(&e) {
+                for m in tree.live() {
+                    signal_member(&m, sheepdog::sys::Signal::KILL);
+                }
+            }
+        }
+    }
+}

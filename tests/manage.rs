@@ -1,0 +1,474 @@
+//! Managed background processes and the registry: start, ps, logs, stop, wait, reap, clear,
+//! with real detached supervisors, real trees and real files. Each test has its own state dir;
+//! its `State` guard kills whatever the entries started, by recorded identity.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+fn id_of(v: &Value) -> String {
+    v["id"].as_str().unwrap().to_string()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn start_ps_logs_stop_with_a_provider_that_ignores_sigterm() {
+    let st = State::new();
+    let v = st.start(&[
+        "--name",
+        "stubborn",
+        "--term-grace",
+        "300ms",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; echo ready; echo oops >&2; exec sleep 100",
+    ]);
+    let id = id_of(&v);
+    assert_eq!(id, "proc_1");
+    assert!(v["pid"].as_i64().unwrap() > 0 && v["pid"] == v["pgid"], "{v}");
+    assert!(v["supervisorPid"].as_i64().unwrap() > 0);
+    for k in ["stdout", "stderr", "combined"] {
+        assert!(v["logs"][k].as_str().unwrap().starts_with(st.path().to_str().unwrap()), "logs live in the state dir");
+    }
+    let ps: Value = serde_json::from_str(st.ok(&["ps", "--json"]).trim()).unwrap();
+    let e = &ps["entries"][0];
+    assert_eq!(e["status"], "running");
+    assert_eq!(e["name"], "stubborn");
+    for field in ["id", "pid", "pgid", "startedAt", "commandPreview", "argv", "cwd", "supervisorPid", "stop", "bootId"]
+    {
+        assert!(!e[field].is_null(), "missing {field} in {e}");
+    }
+    assert_eq!(e["stop"]["termGraceMs"], 300);
+    let tree = st.tree_pids(&id);
+    assert!(!tree.is_empty());
+    assert_eq!(st.wait_log(&id, "stdout.log", "ready"), "ready\n", "stdout byte-exact");
+    assert_eq!(st.wait_log(&id, "stderr.log", "oops"), "oops\n");
+    let logs = st.ok(&["logs", "stubborn"]);
+    assert!(logs.contains("[out] ready") && logs.contains("[err] oops"), "{logs}");
+
+    let t0 = Instant::now();
+    let out = st.run(&["stop", "stubborn"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Stopped stubborn (proc_1).\n");
+    assert!(t0.elapsed() >= Duration::from_millis(300), "SIGKILL before the grace");
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    let mut all = tree.clone();
+    all.push(sup);
+    assert_eq!(wait_gone(&all, SECS(2)), Vec::<i32>::new());
+    assert_eq!(st.entry(&id)["status"], "stopped");
+    // Stopping an already-stopped entry is not an error.
+    assert_eq!(st.run(&["stop", &id]).status.code(), Some(0));
+    let logs = st.ok(&["logs", &id]);
+    let order: Vec<usize> = ["started pid", "stopping:", "escalated:", "exited:"]
+        .iter()
+        .map(|m| logs.find(m).unwrap_or(usize::MAX))
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "markers missing or out of order:\n{logs}");
+}
+
+/// A tree with a descendant that left the group and session (setsid), reporting readiness.
+const SPLIT_TREE: &str = "setsid sleep 100 & echo child $!; exec sleep 100";
+
+#[test]
+fn reap_after_the_supervisor_is_sigkilled_stops_the_orphaned_tree_and_records_it() {
+    let st = State::new();
+    let v = st.start(&["--name", "web", "--", "sh", "-c", SPLIT_TREE]);
+    let id = id_of(&v);
+    st.wait_log(&id, "stdout.log", "child");
+    let tree = st.tree_pids(&id);
+    assert!(tree.len() >= 2, "{tree:?}");
+    let pgid = v["pgid"].as_i64().unwrap() as i32;
+    let left_group: Vec<i32> =
+        tree.iter().copied().filter(|p| sheepdog::sys::procfs::stat(pid(*p)).is_ok_and(|s| s.pgrp != pgid)).collect();
+    assert_eq!(left_group.len(), 1, "one descendant left the group: {tree:?}");
+
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    signal(sup, libc::SIGKILL);
+    assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
+    assert_eq!(st.entry(&id)["status"], "orphaned");
+    assert_eq!(wait_gone(&tree, Duration::from_millis(200)).len(), tree.len(), "nothing stops it before reap");
+
+    let dry = st.ok(&["reap", "--dry-run"]);
+    assert!(dry.contains("web (proc_1)"), "{dry}");
+    assert_eq!(wait_gone(&tree, Duration::ZERO).len(), tree.len(), "--dry-run signals nothing");
+
+    let out = st.ok(&["reap"]);
+    assert!(out.starts_with("Reaped web (proc_1)"), "{out}");
+    assert_eq!(wait_gone(&tree, SECS(2)), Vec::<i32>::new(), "survivors after reap");
+    let e = st.entry(&id);
+    assert_eq!(e["status"], "reaped");
+    assert_eq!(e["treeGone"], true);
+    assert_eq!(st.ok(&["reap"]), "", "a second reap has nothing to do");
+}
+
+/// Writes an entry directly, as a forger (or a stale file after a reboot) would.
+fn forge(st: &State, f: impl FnOnce(&mut sheepdog::registry::Entry)) -> String {
+    let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
+    let e = reg
+        .create(sheepdog::registry::Entry {
+            status: "running".into(),
+            argv: vec!["sleep".into(), "100".into()],
+            command_preview: "sleep 100".into(),
+            cwd: "/".into(),
+            boot_id: sheepdog::sys::procfs::boot_id(),
+            uid: sheepdog::sys::process::getuid(),
+            tag: sheepdog::registry::new_tag(),
+            started_at: sheepdog::registry::now_ms(),
+            ..Default::default()
+        })
+        .unwrap();
+    reg.update(&e.id, f).unwrap().id
+}
+
+#[test]
+fn forged_entries_with_a_reused_pid_or_another_boot_are_never_signalled() {
+    let st = State::new();
+    let guard = Guard::new();
+    let mut victim = std::process::Command::new("sleep").arg("100").spawn().unwrap();
+    guard.track_child(&victim);
+    let vpid = victim.id() as i32;
+    let real_start = sheepdog::sys::procfs::start_time(pid(vpid)).unwrap();
+    // Same pid, another start time: a pid reused after the recorded process died.
+    let reused = forge(&st, |e| {
+        e.name = Some("reused".into());
+        e.pid = Some(vpid);
+        e.pgid = Some(vpid);
+        e.start_time = Some(real_start + 1);
+        e.supervisor_pid = Some(vpid);
+        e.supervisor_start_time = Some(real_start + 1);
+    });
+    // Every identity field right but the boot id: an entry from before a reboot.
+    let old_boot = forge(&st, |e| {
+        e.name = Some("oldboot".into());
+        e.pid = Some(vpid);
+        e.pgid = Some(vpid);
+        e.start_time = Some(real_start);
+        e.supervisor_pid = Some(vpid);
+        e.supervisor_start_time = Some(real_start);
+        e.boot_id = "00000000-0000-0000-0000-000000000000".into();
+    });
+    let out = st.run(&["stop", "reused", "oldboot"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let _ = st.ok(&["reap"]);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(victim.try_wait().unwrap().is_none(), "an unrelated process was signalled");
+    assert!(alive(vpid));
+    for id in [&reused, &old_boot] {
+        let s = st.entry(id)["status"].as_str().unwrap().to_string();
+        assert!(s == "lost" || s == "stopped", "{id}: {s}");
+    }
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+}
+
+#[test]
+fn fifty_parallel_starts_give_fifty_intact_entries() {
+    let st = State::new();
+    let handles: Vec<_> = (0..50)
+        .map(|i| {
+            st.cmd(&["start", "--json", "--name", &format!("n{i}"), "--", "sleep", "100"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for h in handles {
+        let out = h.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        ids.push(id_of(&v));
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 50, "ids must be unique");
+    let out = st.run(&["ps", "--json"]);
+    assert_eq!(stderr(&out), "", "no corrupt entry reported");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entries = v["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 50);
+    assert!(entries.iter().all(|e| e["status"] == "running" && e["pid"].as_i64().is_some()));
+    let out = st.run(&["stop", "--all", "--term-grace", "200ms"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 50);
+}
+
+#[test]
+fn sigkill_of_writers_at_random_moments_never_leaves_an_unreadable_entry() {
+    let st = State::new();
+    let mut seed: u64 = 0x5eed_0001;
+    let mut rnd = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for round in 0..40 {
+        let mut child = st
+            .cmd(&["start", "--name", &format!("w{round}"), "--", "sh", "-c", "echo hi; sleep 0.05"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_micros(rnd(20_000)));
+        let _ = child.kill();
+        let _ = child.wait();
+        // Kill the entry's supervisor too, at another random moment, sometimes mid-write.
+        if round % 2 == 0 {
+            std::thread::sleep(Duration::from_micros(rnd(10_000)));
+            let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
+            if let Ok(e) = reg.find(&format!("w{round}"))
+                && let Some(s) = e.supervisor_pid
+                && sheepdog::registry::identity_alive(Some(s), e.supervisor_start_time)
+            {
+                signal(s, libc::SIGKILL);
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = st.ok(&["reap"]);
+    let out = st.run(&["ps", "--all", "--json"]);
+    assert_eq!(stderr(&out), "", "an entry was unreadable");
+    assert!(!st.path().join("corrupt").exists());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for e in v["entries"].as_array().unwrap() {
+        assert!(e["id"].is_string() && e["status"].is_string(), "{e}");
+        assert_ne!(e["status"], "running", "reap left a running entry with a dead supervisor: {e}");
+    }
+}
+
+#[test]
+fn stop_session_stops_exactly_that_sessions_entries() {
+    let st = State::new();
+    let a1 = id_of(&st.start(&["--session", "turn-a", "--", "sleep", "100"]));
+    let a2 = id_of(&st.start(&["--session", "turn-a", "--", "sh", "-c", SPLIT_TREE]));
+    let b1 = id_of(&st.start(&["--session", "turn-b", "--", "sleep", "100"]));
+    let none = id_of(&st.start(&["--", "sleep", "100"]));
+    st.wait_log(&a2, "stdout.log", "child");
+    let a_tree: Vec<i32> = [st.tree_pids(&a1), st.tree_pids(&a2)].concat();
+    let b_tree: Vec<i32> = [st.tree_pids(&b1), st.tree_pids(&none)].concat();
+    let ps: Value = serde_json::from_str(st.ok(&["ps", "--session", "turn-a", "--json"]).trim()).unwrap();
+    assert_eq!(ps["entries"].as_array().unwrap().len(), 2);
+
+    let out = st.ok(&["stop", "--session", "turn-a"]);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert_eq!(wait_gone(&a_tree, SECS(2)), Vec::<i32>::new());
+    assert!(b_tree.iter().all(|p| alive(*p)), "another session's process was stopped");
+    assert_eq!(st.entry(&b1)["status"], "running");
+    assert_eq!(st.entry(&none)["status"], "running");
+}
+
+#[test]
+fn timeout_stops_and_records_timed_out_after_dur() {
+    let st = State::new();
+    let id = id_of(&st.start(&["--timeout", "500ms", "--", "sleep", "100"]));
+    let t0 = Instant::now();
+    let out = st.run(&["wait", &id]);
+    assert!(t0.elapsed() >= Duration::from_millis(400), "{:?}", t0.elapsed());
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{}", stderr(&out));
+    let e = st.entry(&id);
+    assert_eq!(e["status"], "timed out");
+    assert_eq!(e["statusText"], "timed out after 500ms");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "timed out after 500ms");
+}
+
+#[test]
+fn owner_death_stops_the_managed_process() {
+    let st = State::new();
+    let guard = Guard::new();
+    let mut owner = std::process::Command::new("sleep").arg("100").spawn().unwrap();
+    guard.track_child(&owner);
+    let v = st.start(&["--owner", &owner.id().to_string(), "--", "sh", "-c", SPLIT_TREE]);
+    let id = id_of(&v);
+    st.wait_log(&id, "stdout.log", "child");
+    let tree = st.tree_pids(&id);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let out = st.run(&["wait", &id, "--timeout", "5s"]);
+    assert!(out.status.code().is_some(), "{}", stderr(&out));
+    assert_eq!(wait_gone(&tree, SECS(2)), Vec::<i32>::new());
+    let e = st.entry(&id);
+    assert_eq!(e["status"], "stopped");
+    assert_eq!(e["stopReason"], "owner");
+}
+
+#[test]
+fn an_owner_that_is_not_running_is_refused_at_start() {
+    let st = State::new();
+    let out = st.run(&["start", "--owner", "999999", "--", "sleep", "100"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(st.entries().is_empty(), "no entry is left behind");
+}
+
+#[test]
+fn three_hundred_short_lived_starts_leave_no_zombie_and_no_running_entry() {
+    // This test is a subreaper, so the detached supervisors come back to it when `start`
+    // exits, and it can check each one exited cleanly and reap it (this machine's PID 1 does
+    // not reap; a normal init would).
+    sheepdog::sys::process::set_child_subreaper().unwrap();
+    let st = State::new();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let dir = st.path().to_path_buf();
+            std::thread::spawn(move || {
+                for _ in 0..75 {
+                    let out = sheepdog()
+                        .arg("--state-dir")
+                        .arg(&dir)
+                        .args(["start", "--json", "--", "true"])
+                        .stdin(Stdio::null())
+                        .output()
+                        .unwrap();
+                    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let entries = st.entries();
+    assert_eq!(entries.len(), 300);
+    for e in &entries {
+        let id = e["id"].as_str().unwrap();
+        let out = st.run(&["wait", id, "--timeout", "10s"]);
+        assert_eq!(out.status.code(), Some(0), "{id}: {}", stderr(&out));
+        let sup = e["supervisorPid"].as_i64().unwrap() as i32;
+        // Reaped by us (it was re-parented here) or already gone.
+        let _ = sheepdog::sys::process::reap(pid(sup), true);
+        let provider = e["pid"].as_i64().unwrap() as i32;
+        assert!(sheepdog::sys::procfs::stat(pid(provider)).is_err(), "provider {provider} left a zombie");
+    }
+    let running: Vec<Value> = st.entries().into_iter().filter(|e| e["status"] != "exited").collect();
+    assert!(running.is_empty(), "{running:?}");
+}
+
+#[test]
+fn wait_blocks_until_exit_and_exits_with_the_process_code() {
+    let st = State::new();
+    let id = id_of(&st.start(&["--", "sh", "-c", "sleep 0.3; exit 5"]));
+    let t0 = Instant::now();
+    let out = st.run(&["wait", &id]);
+    assert!(t0.elapsed() >= Duration::from_millis(200));
+    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "exited (5)");
+    let id = id_of(&st.start(&["--", "sleep", "100"]));
+    let out = st.run(&["wait", &id, "--timeout", "200ms"]);
+    assert_eq!(out.status.code(), Some(124));
+    assert_eq!(stderr(&out).lines().count(), 1);
+}
+
+#[test]
+fn start_of_a_command_that_cannot_run_fails_with_127_or_126_and_leaves_no_entry() {
+    let st = State::new();
+    let out = st.run(&["start", "--", "/nonexistent/dev-server"]);
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+    assert!(stderr(&out).contains("No such file"), "{}", stderr(&out));
+    let file = st.path().join("not-executable");
+    std::fs::write(&file, "#!/bin/sh\n").unwrap();
+    let out = st.run(&["start", "--", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert!(st.entries().is_empty());
+}
+
+#[test]
+fn clear_removes_finished_entries_and_refuses_a_running_one() {
+    let st = State::new();
+    let done = id_of(&st.start(&["--", "true"]));
+    let _ = st.run(&["wait", &done]);
+    let live = id_of(&st.start(&["--name", "live", "--", "sleep", "100"]));
+    let out = st.run(&["clear", "live"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stderr(&out).lines().count(), 1);
+    assert!(stderr(&out).contains("stop it first"), "{}", stderr(&out));
+    assert_eq!(st.ok(&["clear", "--finished"]), format!("Cleared {done}.\n"));
+    assert!(!st.path().join("procs").join(&done).exists(), "logs removed with the entry");
+    assert_eq!(st.entries().len(), 1);
+    assert_eq!(st.entries()[0]["id"], live);
+}
+
+#[test]
+fn bad_inputs_get_one_line_and_a_documented_code() {
+    let st = State::new();
+    let _ = st.start(&["--name", "dup", "--", "sleep", "100"]);
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["stop", "nope"], 125, "no entry with id or name 'nope'"),
+        (vec!["wait", "nope"], 125, "no entry"),
+        (vec!["logs", "nope"], 125, "no entry"),
+        (vec!["clear", "nope"], 125, "no entry"),
+        (vec!["start", "--name", "dup", "--", "sleep", "1"], 125, "already used"),
+        (vec!["start", "--timeout", "soon", "--", "true"], 125, "invalid duration"),
+        (vec!["start", "--env", "NOEQUALS", "--", "true"], 125, "KEY=VALUE"),
+        (vec!["start", "--cwd", "/nonexistent", "--", "true"], 125, "not a directory"),
+        (vec!["start"], 125, "missing command"),
+        (vec!["stop"], 125, "--session"),
+    ];
+    for (args, code, needle) in cases {
+        let out = st.run(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("sheepdog: ") && err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_corrupt_entry_is_reported_by_path_and_set_aside_and_hides_nothing() {
+    let st = State::new();
+    let good = id_of(&st.start(&["--name", "good", "--", "sleep", "100"]));
+    let bad_dir = st.path().join("procs").join("proc_99");
+    std::fs::create_dir_all(&bad_dir).unwrap();
+    std::fs::write(bad_dir.join("entry.json"), b"{\"id\": \"proc_99\", truncated").unwrap();
+    std::fs::write(bad_dir.join("stdout.log"), b"keep me").unwrap();
+    let out = st.run(&["ps", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&bad_dir.join("entry.json").display().to_string()), "names the path: {err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["entries"].as_array().unwrap().len(), 1);
+    assert_eq!(v["entries"][0]["id"], good);
+    // Set aside whole, logs kept; listing is clean afterwards.
+    let aside: Vec<_> = std::fs::read_dir(st.path().join("corrupt")).unwrap().flatten().collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(std::fs::read(aside[0].path().join("stdout.log")).unwrap(), b"keep me");
+    assert_eq!(stderr(&st.run(&["ps"])), "");
+    assert_eq!(st.run(&["stop", "good"]).status.code(), Some(0));
+}
+
+#[test]
+fn a_state_dir_that_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let st = State::new();
+    std::fs::set_permissions(st.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = st.run(&["ps"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("writable by other users") && err.contains(st.path().to_str().unwrap()), "{err}");
+    std::fs::set_permissions(st.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+#[test]
+fn the_state_dir_is_created_private_from_the_environment() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("nested/state");
+    let out = sheepdog().args(["ps"]).env("SHEEPDOG_STATE_DIR", &dir).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+    let xdg = base.path().join("xdg");
+    let out = sheepdog().args(["ps"]).env_remove("SHEEPDOG_STATE_DIR").env("XDG_STATE_HOME", &xdg).output().unwrap();
+    assert!(out.status.success());
+    assert!(xdg.join("sheepdog/procs").is_dir());
+}
