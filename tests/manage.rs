@@ -74,8 +74,9 @@ fn start_ps_logs_stop_with_a_provider_that_ignores_sigterm() {
     assert!(order.windows(2).all(|w| w[0] < w[1]), "markers missing or out of order:\n{logs}");
 }
 
-/// A tree with a descendant that left the group and session (setsid), reporting readiness.
-const SPLIT_TREE: &str = "setsid sleep 100 & echo child $!; exec sleep 100";
+/// A tree with an orphaned descendant that left the group and session (its parent, a subshell,
+/// exited), reporting readiness: after the supervisor dies only the tag ties it to the entry.
+const SPLIT_TREE: &str = "(setsid sleep 100 &); echo child; exec sleep 100";
 
 #[test]
 fn reap_after_the_supervisor_is_sigkilled_stops_the_orphaned_tree_and_records_it() {
