@@ -14,7 +14,7 @@ const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "ash"];
 /// Words that run the rest of the line as the command.
 const WRAPPERS: &[&str] = &["sudo", "env", "exec", "command", "time", "nice", "ionice", "doas"];
 
-/// Warnings for `argv` (empty when `has_cleanup`).
+/// The warning for `argv`: at most one, naming everything found (none when `has_cleanup`).
 pub fn check(argv: &[OsString], has_cleanup: bool) -> Vec<String> {
     if has_cleanup {
         return Vec::new();
@@ -26,12 +26,14 @@ pub fn check(argv: &[OsString], has_cleanup: bool) -> Vec<String> {
             found.push(what);
         }
     }
-    found
-        .into_iter()
-        .map(|what| {
-            format!("'{what}' starts work outside this command's process tree; stopping it will not end that work. Pass --cleanup CMD to say how to undo it.")
-        })
-        .collect()
+    if found.is_empty() {
+        return Vec::new();
+    }
+    let what = found.iter().map(|w| format!("'{w}'")).collect::<Vec<_>>().join(", ");
+    vec![format!(
+        "{what} {} work outside this command's process tree; stopping it will not end that work. Pass --cleanup CMD to say how to undo it.",
+        if found.len() == 1 { "starts" } else { "start" }
+    )]
 }
 
 /// What looks detached in `words` (argv), e.g. `docker run -d`, `nohup`, `&`.

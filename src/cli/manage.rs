@@ -425,6 +425,9 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                     if let Value::Object(m) = &mut v {
                         m.insert("alreadyFinished".into(), json!(o.already_finished));
                         m.insert("treeGone".into(), json!(o.tree_gone));
+                        m.insert("ok".into(), json!(o.tree_gone && cleanup_failed.is_none()));
+                        // In a stop's result, `cleanup` is what the cleanup did (null: none).
+                        m.insert("cleanup".into(), cleanup_json(&o.entry));
                     }
                     list.push(v);
                 } else {
@@ -449,6 +452,26 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         println!("{}", json!({ "stopped": list }));
     }
     Ok(code)
+}
+
+/// The cleanup's result for a stop's JSON: command, exit code or signal, timed out, duration in
+/// ms, the last 20 lines of output, and the failure line (null on success).
+fn cleanup_json(e: &Entry) -> Value {
+    match (&e.cleanup, &e.cleanup_result) {
+        (_, Some(r)) => json!({
+            "command": r.command,
+            "timeoutMs": e.cleanup.as_ref().map(|c| c.timeout_ms),
+            "exitCode": r.exit_code,
+            "signal": r.signal,
+            "timedOut": r.timed_out,
+            "durationMs": r.duration_ms,
+            "output": r.output,
+            "ranBy": r.ran_by,
+            "error": crate::cleanup::failure_line(e),
+        }),
+        (Some(c), None) => json!({"command": c.command, "timeoutMs": c.timeout_ms, "ran": false}),
+        (None, None) => Value::Null,
+    }
 }
 
 /// `sheepdog update`.
