@@ -296,7 +296,7 @@ fn a_process_outside_the_tree_holding_the_log_pipe_cannot_hang_the_stop() {
     let v = st.start(&["--", "sleep", "100"]);
     let provider = v["pid"].as_i64().unwrap();
     // An unrelated process (not a descendant) opens the provider's stdout pipe and holds it.
-    let holder = std::process::Command::new("sh")
+    let mut holder = std::process::Command::new("sh")
         .args(["-c", &format!("exec sleep 100 > /proc/{provider}/fd/1")])
         .spawn()
         .unwrap();
@@ -305,6 +305,8 @@ fn a_process_outside_the_tree_holding_the_log_pipe_cannot_hang_the_stop() {
     let t0 = Instant::now();
     assert_eq!(st.run(&["stop", &id_of(&v)]).status.code(), Some(0));
     assert!(t0.elapsed() < SECS(3), "stop hung on the pipe: {:?}", t0.elapsed());
+    holder.kill().unwrap();
+    holder.wait().unwrap();
 }
 
 #[test]
