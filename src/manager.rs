@@ -7,6 +7,7 @@
 //! crash, [`reap`] finds entries whose supervisor is gone and stops what is left of their tree,
 //! touching only processes that are provably the entry's (see [`crate::tree::Tree::recorded`]).
 
+use std::cell::OnceCell;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -25,7 +26,7 @@ use crate::supervisor::{self, Observer, OnStdinEof, Options, Outcome, Owner};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
 use crate::sys::signal::{pipe_cloexec, set_nonblocking};
 use crate::sys::{Pgid, Pid, Signal, WaitStatus, procfs};
-use crate::tree::{ID_ENV, TAG_ENV, Tree};
+use crate::tree::{Census, ID_ENV, TAG_ENV, Tree};
 
 /// How long `stop` waits past an entry's recorded `maxStopMs` before it acts past the
 /// supervisor: 1000 ms, for the supervisor's own registry write and exit.
@@ -425,8 +426,8 @@ impl Observer for Managed<'_> {
 /// The status `ps` shows: the recorded one for finished entries; for the others what the
 /// kernel says now: `running`/`starting` while the supervisor lives, `orphaned` when it is gone
 /// but the tree is alive, `lost` when nothing is alive and no result was recorded (or the entry
-/// is from a previous boot).
-pub fn live_status(e: &Entry) -> String {
+/// is from a previous boot). `census` is taken at most once, on the first entry that needs it.
+pub fn live_status(e: &Entry, census: &OnceCell<Census>) -> String {
     if e.is_finished() {
         return e.status.clone();
     }
@@ -436,10 +437,17 @@ pub fn live_status(e: &Entry) -> String {
     if e.supervisor_alive() {
         return e.status.clone();
     }
-    match recorded_tree(e) {
-        Some(t) if !t.live().is_empty() => "orphaned".into(),
-        _ => "lost".into(),
+    if recorded_alive(e, census) { "orphaned".into() } else { "lost".into() }
+}
+
+/// True if anything of an entry's recorded tree is alive: the provider itself (full identity),
+/// or a process carrying its tag (same uid, started no earlier than the provider).
+pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
+    let Some(start) = e.start_time else { return false };
+    if !e.this_boot() {
+        return false;
     }
+    e.provider_alive() || (!e.tag.is_empty() && census.get_or_init(Census::take).tagged_alive(&e.tag, e.uid, start))
 }
 
 /// The tree of an entry as seen without its supervisor; `None` if it never spawned.
@@ -655,6 +663,7 @@ pub struct ReapAction {
 /// nothing alive and no result: recorded as `lost`.
 pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::SetAside>) {
     let (entries, aside) = reg.list();
+    let census = OnceCell::new();
     let mut actions = Vec::new();
     for e in entries.iter().filter(|e| !e.is_finished()) {
         let action = |what: &str, signalled, tree_gone, reason: &str| ReapAction {
@@ -681,7 +690,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             continue;
         }
         let tree = recorded_tree(&e);
-        let live = tree.as_ref().map(|t| t.live().len()).unwrap_or(0);
+        let live = if recorded_alive(&e, &census) { tree.as_ref().map(|t| t.live().len()).unwrap_or(0) } else { 0 };
         if live == 0 {
             if e.pid.is_none() && registry::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
                 continue;
@@ -721,7 +730,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
 
 /// Removes a finished entry and its logs. Refuses one that still runs.
 pub fn clear(reg: &Registry, e: &Entry) -> Result<(), ManagerError> {
-    let status = live_status(e);
+    let status = live_status(e, &OnceCell::new());
     if matches!(status.as_str(), "running" | "starting" | "orphaned") {
         return Err(ManagerError::Refused(format!(
             "{} is {status}; stop it first ('sheepdog stop {}')",

@@ -199,3 +199,34 @@ pub fn signal_member(m: &Member, sig: Signal) -> bool {
         Err(_) => false,
     }
 }
+
+/// One scan of `/proc` that records every live process carrying a `SHEEPDOG_TAG`, so that many
+/// recorded entries (`ps`, `reap` over thousands) are checked against one scan instead of one
+/// scan each.
+#[derive(Debug, Default)]
+pub struct Census {
+    /// tag → (start time, uid) of each live process carrying it.
+    by_tag: std::collections::HashMap<String, Vec<(u64, Option<u32>)>>,
+}
+
+impl Census {
+    /// Scans `/proc` once (Linux; empty elsewhere).
+    pub fn take() -> Census {
+        let mut by_tag: std::collections::HashMap<String, Vec<(u64, Option<u32>)>> = Default::default();
+        for s in procfs::all() {
+            if s.is_zombie() {
+                continue;
+            }
+            if let Some(tag) = procfs::environ_value(s.pid, TAG_ENV) {
+                by_tag.entry(tag).or_default().push((s.start_time, procfs::uid(s.pid)));
+            }
+        }
+        Census { by_tag }
+    }
+
+    /// True if a live process carries `tag`, belongs to `uid` and started no earlier than
+    /// `min_start` (the provider's start time).
+    pub fn tagged_alive(&self, tag: &str, uid: u32, min_start: u64) -> bool {
+        self.by_tag.get(tag).is_some_and(|v| v.iter().any(|(t, u)| *t >= min_start && *u == Some(uid)))
+    }
+}

@@ -202,11 +202,12 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
     let reg = open(dir)?;
     let (entries, aside) = reg.list();
     warn_set_aside(&aside);
+    let census = std::cell::OnceCell::new();
     let rows: Vec<(Entry, String)> = entries
         .into_iter()
         .filter(|e| a.session.as_ref().is_none_or(|s| e.session_id.as_ref() == Some(s)))
         .map(|e| {
-            let s = manager::live_status(&e);
+            let s = manager::live_status(&e, &census);
             (e, s)
         })
         .filter(|(_, s)| a.all || matches!(s.as_str(), "running" | "starting" | "orphaned"))
@@ -524,7 +525,7 @@ pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<
         }
     })?;
     if json {
-        println!("{}", entry_json(&reg, &e, &manager::live_status(&e)));
+        println!("{}", entry_json(&reg, &e, &manager::live_status(&e, &Default::default())));
     } else {
         println!("Updated {}.", e.label());
     }
@@ -616,9 +617,10 @@ pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     let targets: Vec<Entry> = if a.finished {
         let (entries, aside) = reg.list();
         warn_set_aside(&aside);
+        let census = std::cell::OnceCell::new();
         entries
             .into_iter()
-            .filter(|e| !matches!(manager::live_status(e).as_str(), "running" | "starting" | "orphaned"))
+            .filter(|e| !matches!(manager::live_status(e, &census).as_str(), "running" | "starting" | "orphaned"))
             .collect()
     } else if a.targets.is_empty() {
         return Err(CliError::usage("clear: name an id or name, or --finished"));

@@ -163,6 +163,15 @@ pub fn environ_has(pid: Pid, key: &str, value: &str) -> bool {
     bytes.split(|b| *b == 0).any(|kv| kv == want.as_bytes())
 }
 
+/// The value of `KEY` in `/proc/<pid>/environ`, if readable and present.
+pub fn environ_value(pid: Pid, key: &str) -> Option<String> {
+    let bytes = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{key}=");
+    bytes
+        .split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(prefix.as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned()))
+}
+
 /// The command line of `pid`, arguments joined by spaces (empty for zombies and kernel threads).
 pub fn cmdline(pid: Pid) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))
