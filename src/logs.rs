@@ -158,3 +158,11 @@ impl LogSet {
         self.combined.write(format!("[sheepdog] {text}\n").as_bytes());
     }
 }
+
+/// Appends one `[sheepdog] text` marker to the combined log in `dir`, for the commands that act
+/// on an entry from outside its supervisor (`stop` past a dead supervisor, `reap`). Best effort.
+pub fn append_marker(dir: &Path, text: &str) {
+    if let Ok(mut f) = OpenOptions::new().append(true).open(dir.join(COMBINED_LOG)) {
+        let _ = f.write_all(format!("[sheepdog] {text}\n").as_bytes());
+    }
+}

@@ -532,6 +532,14 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         Some(tree) => stop::stop_blocking(&tree, policy(&entry.stop)),
         None => stop::StopReport { gone: true, escalated: false, signalled: 0 },
     };
+    logs::append_marker(
+        &reg.dir(&id),
+        &format!(
+            "stopped by sheepdog stop (the supervisor was gone): {} signalled, tree {}",
+            report.signalled,
+            if report.gone { "gone" } else { "NOT confirmed gone" }
+        ),
+    );
     let e = reg.update(&id, |e| {
         if e.is_finished() {
             return;
@@ -562,6 +570,7 @@ fn cleanup_bound(e: &Entry) -> Duration {
 }
 
 fn record_lost(reg: &Registry, id: &str, text: &str) -> Result<Entry, ManagerError> {
+    logs::append_marker(&reg.dir(id), text);
     Ok(reg.update(id, |e| {
         if !e.is_finished() {
             e.status = "lost".into();
@@ -703,16 +712,29 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             continue;
         }
         if dry_run {
-            actions.push(action("reaped", 0, false, &format!("supervisor gone, {live} processes alive")));
+            actions.push(action(
+                "reaped",
+                0,
+                false,
+                &format!("supervisor gone, {}", plural(live, "process", "processes")),
+            ));
             continue;
         }
         let report = stop::stop_blocking(tree.as_ref().expect("live implies a tree"), policy(&e.stop));
+        logs::append_marker(
+            &reg.dir(&e.id),
+            &format!(
+                "reaped (the supervisor was gone): {} signalled, tree {}",
+                report.signalled,
+                if report.gone { "gone" } else { "NOT confirmed gone" }
+            ),
+        );
         let _ = reg.update(&e.id, |x| {
             if x.is_finished() {
                 return;
             }
             x.status = "reaped".into();
-            x.status_text = Some(format!("reaped ({} processes stopped after the supervisor was gone)", live));
+            x.status_text = Some("reaped".into());
             x.stop_reason = Some("reap".into());
             x.tree_gone = Some(report.gone);
             x.ended_at = Some(registry::now_ms());
@@ -722,10 +744,14 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             "reaped",
             report.signalled,
             report.gone,
-            &format!("supervisor gone, {live} processes alive"),
+            &format!("supervisor gone, {}", plural(live, "process", "processes")),
         ));
     }
     (actions, aside)
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {} alive", if n == 1 { one } else { many })
 }
 
 /// Removes a finished entry and its logs. Refuses one that still runs.
