@@ -189,8 +189,7 @@ impl StopMachine {
     }
 
     fn terminate(&mut self, now: Instant, tree: &Tree) -> Step {
-        let signalled = tree.signal(Signal::TERM);
-        tree.signal(Signal::CONT);
+        let signalled = tree.signal_all(&[Signal::TERM, Signal::CONT]);
         self.phase = Phase::Terminating { until: now + self.policy.term_grace };
         Step::Terminated { signalled }
     }

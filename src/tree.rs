@@ -163,10 +163,35 @@ impl Tree {
     /// Sends `sig` to the group (while safe) and to every live member, each through a pidfd
     /// after re-checking its start time. Returns how many processes were signalled.
     pub fn signal(&self, sig: Signal) -> usize {
-        if self.leader_held.get() || !cfg!(target_os = "linux") {
-            let _ = process::kill_group(self.pgid, sig);
+        self.signal_all(&[sig])
+    }
+
+    /// Sends each of `sigs`, in order, to the whole tree after one scan. Returns how many
+    /// received the first (the group counting as one).
+    ///
+    /// While the group number is safe, `kill(-pgid)` reaches every group member at once; the
+    /// per-process signals then go only to processes outside the group (no member gets a
+    /// signal twice, which some programs read as "force quit"), and no full `/proc` scan is
+    /// needed. After the leader is reaped, members are found by scanning and signalled one by one.
+    pub fn signal_all(&self, sigs: &[Signal]) -> usize {
+        let group_kill = self.leader_held.get() || !cfg!(target_os = "linux");
+        let members: Vec<Member> = match (&self.scope, group_kill) {
+            (Scope::Supervised { root }, true) => procfs::descendants(*root)
+                .iter()
+                .filter(|s| !s.is_zombie() && s.pgrp != self.pgid.as_raw())
+                .map(Member::from_stat)
+                .collect(),
+            _ => self.live(),
+        };
+        let mut count = 0;
+        for (i, sig) in sigs.iter().enumerate() {
+            let group = group_kill && matches!(process::kill_group(self.pgid, *sig), Ok(process::Sent::Delivered));
+            let n = members.iter().filter(|m| signal_member(m, *sig)).count();
+            if i == 0 {
+                count = n + usize::from(group);
+            }
         }
-        self.live().iter().filter(|m| signal_member(m, sig)).count()
+        count
     }
 
     /// Blocks until a member exits or `timeout` passes, on pidfds (Linux) or a plain sleep.
