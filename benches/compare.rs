@@ -89,7 +89,13 @@ fn ensure_packages() -> Vec<String> {
     if !missing.is_empty() && sysproc::getuid() == 0 {
         eprintln!("bench: installing {missing:?} with apt-get");
         let _ = Command::new("sh")
-            .args(["-c", &format!("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {}", missing.join(" "))])
+            .args([
+                "-c",
+                &format!(
+                    "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {}",
+                    missing.join(" ")
+                ),
+            ])
             .stdout(Stdio::null())
             .status();
     }
@@ -308,11 +314,8 @@ fn main() {
     for _ in 0..reps(60) {
         for (i, p) in peers.iter().enumerate() {
             let mut c = p.cmd(&["sleep", "30"]).spawn().unwrap();
-            let target = if p.is_bare() {
-                Pid::new(c.id() as i32)
-            } else {
-                wait_child_of(c.id(), Duration::from_secs(5))
-            };
+            let target =
+                if p.is_bare() { Pid::new(c.id() as i32) } else { wait_child_of(c.id(), Duration::from_secs(5)) };
             std::thread::sleep(Duration::from_millis(if p.name.starts_with("node") { 100 } else { 10 }));
             let t = Instant::now();
             if let Some(tp) = target {
@@ -411,7 +414,11 @@ fn main() {
     let mut md = String::new();
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_default();
     let _ = writeln!(md, "# Benchmarks\n");
     let _ = writeln!(
@@ -421,9 +428,26 @@ fn main() {
         if quick { "QUICK smoke run: few repetitions" } else { "full run" }
     );
     let _ = writeln!(md, "## Machine and versions\n");
-    let _ = writeln!(md, "- CPU: {cpu}, {} cores; kernel {}", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), version("uname", "-r"));
-    let _ = writeln!(md, "- sheepdog {} (release profile: lto, opt-level s, panic abort){}", env!("CARGO_PKG_VERSION"), if static_bin.is_some() { "; static build: glibc crt-static" } else { "; static build unavailable" });
-    let _ = writeln!(md, "- {}; {}; node {}; {}", version("tini", "--version"), version("dumb-init", "--version"), version("node", "--version"), version("rustc", "--version"));
+    let _ = writeln!(
+        md,
+        "- CPU: {cpu}, {} cores; kernel {}",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        version("uname", "-r")
+    );
+    let _ = writeln!(
+        md,
+        "- sheepdog {} (release profile: lto, opt-level s, panic abort){}",
+        env!("CARGO_PKG_VERSION"),
+        if static_bin.is_some() { "; static build: glibc crt-static" } else { "; static build unavailable" }
+    );
+    let _ = writeln!(
+        md,
+        "- {}; {}; node {}; {}",
+        version("tini", "--version"),
+        version("dumb-init", "--version"),
+        version("node", "--version"),
+        version("rustc", "--version")
+    );
     if !missing.is_empty() {
         let _ = writeln!(md, "- missing peers (not measured): {}", missing.join(", "));
     }
@@ -437,19 +461,42 @@ fn main() {
         let _ = writeln!(md, "| {} | {} | {} | {} | {} |", r.figure, r.peer, r.median, r.spread, r.ratio);
     }
     let _ = writeln!(md, "\n### 5. 100 supervised trees, owner SIGKILLed\n");
-    let _ = writeln!(md, "Each tree: the supervisor, `sleep` as the child, and a grandchild `sleep` that ignores SIGTERM. Default term grace (3 s).\n");
-    let _ = writeln!(md, "| supervisor | time until every tree is gone (s) | survivors after 10 s (of processes) |\n|---|---|---|");
+    let _ = writeln!(
+        md,
+        "Each tree: the supervisor, `sleep` as the child, and a grandchild `sleep` that ignores SIGTERM. Default term grace (3 s).\n"
+    );
+    let _ = writeln!(
+        md,
+        "| supervisor | time until every tree is gone (s) | survivors after 10 s (of processes) |\n|---|---|---|"
+    );
     for (name, secs, survivors, total) in &scale_rows {
         let t = if *survivors == 0 { format!("{secs:.2}") } else { "never (survivors)".into() };
         let _ = writeln!(md, "| {name} | {t} | {survivors} of {total} |");
     }
-    let _ = writeln!(md, "\ndumb-init and the Node supervisor have no owner watch: after the owner's death all of their trees live on.\n");
+    let _ = writeln!(
+        md,
+        "\ndumb-init and the Node supervisor have no owner watch: after the owner's death all of their trees live on.\n"
+    );
     let _ = writeln!(md, "### 6. Registry ({} entries)\n", REGISTRY_ENTRIES);
     let _ = writeln!(md, "| operation | median | p10–p90 |\n|---|---|---|");
-    let _ = writeln!(md, "| `sheepdog ps --json` (10,000 finished entries) | {:.1} ms | {} |", reg.ps.median(), reg.ps.spread());
+    let _ = writeln!(
+        md,
+        "| `sheepdog ps --json` (10,000 finished entries) | {:.1} ms | {} |",
+        reg.ps.median(),
+        reg.ps.spread()
+    );
     let _ = writeln!(md, "| `sheepdog ps --all --json` | {:.1} ms | {} |", reg.ps_all.median(), reg.ps_all.spread());
-    let _ = writeln!(md, "| `sheepdog reap` over 10,000 dead entries (each recorded `lost`, fsynced) | {:.0} ms | one run |", reg.reap_ms);
-    let _ = writeln!(md, "| `sheepdog start -- true`, sequential | {:.1} starts/s | {:.2} ms per start |", reg.starts_per_s, 1000.0 / reg.starts_per_s);
+    let _ = writeln!(
+        md,
+        "| `sheepdog reap` over 10,000 dead entries (each recorded `lost`, fsynced) | {:.0} ms | one run |",
+        reg.reap_ms
+    );
+    let _ = writeln!(
+        md,
+        "| `sheepdog start -- true`, sequential | {:.1} starts/s | {:.2} ms per start |",
+        reg.starts_per_s,
+        1000.0 / reg.starts_per_s
+    );
     if let Ok(notes) = std::fs::read_to_string(root.join("bench/NOTES.md")) {
         let _ = writeln!(md, "\n{notes}");
     }
@@ -463,14 +510,16 @@ fn teardown(prefix: &str, n: usize) -> (f64, usize, usize) {
     let script = format!(
         "i=0; while [ $i -lt {n} ]; do {prefix} sh -c \"(trap '' TERM; exec sleep 1000) & exec sleep 1000\" & i=$((i+1)); done; echo up; wait"
     );
-    let mut owner = Command::new("sh").args(["-c", &script]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut owner =
+        Command::new("sh").args(["-c", &script]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let owner_pid = Pid::new(owner.id() as i32).unwrap();
     let mut line = String::new();
     let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(owner.stdout.take().unwrap()), &mut line);
     let end = Instant::now() + Duration::from_secs(30);
     let mut tracked: Vec<(Pid, u64)>;
     loop {
-        tracked = procfs::descendants(owner_pid).iter().filter(|s| !s.is_zombie()).map(|s| (s.pid, s.start_time)).collect();
+        tracked =
+            procfs::descendants(owner_pid).iter().filter(|s| !s.is_zombie()).map(|s| (s.pid, s.start_time)).collect();
         if tracked.len() >= n * 3 || Instant::now() > end {
             break;
         }

@@ -114,11 +114,7 @@ pub struct StartArgs {
 }
 
 fn logs_json(reg: &Registry, id: &str) -> Value {
-    json!({
-        "stdout": reg.file(id, STDOUT_LOG),
-        "stderr": reg.file(id, STDERR_LOG),
-        "combined": reg.file(id, COMBINED_LOG),
-    })
+    serde_json::to_value(LogPaths::of(reg, id)).unwrap_or(Value::Null)
 }
 
 pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
@@ -188,6 +184,44 @@ fn age(ms: u64) -> String {
     }
 }
 
+/// Log paths of an entry, as in `start --json`.
+#[derive(serde::Serialize)]
+struct LogPaths {
+    stdout: PathBuf,
+    stderr: PathBuf,
+    combined: PathBuf,
+}
+
+impl LogPaths {
+    fn of(reg: &Registry, id: &str) -> LogPaths {
+        LogPaths {
+            stdout: reg.file(id, STDOUT_LOG),
+            stderr: reg.file(id, STDERR_LOG),
+            combined: reg.file(id, COMBINED_LOG),
+        }
+    }
+}
+
+/// One live process of an entry's tree (`ps --tree --json`).
+#[derive(serde::Serialize)]
+struct TreeProc {
+    pid: i32,
+    pgid: i32,
+    session: i32,
+    command: String,
+}
+
+/// An entry as `ps --json` prints it: its fields (status as the kernel says now), log paths, and
+/// with `--tree` its live processes.
+#[derive(serde::Serialize)]
+struct EntryView<'a> {
+    #[serde(flatten)]
+    entry: &'a Entry,
+    logs: LogPaths,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tree: Option<Vec<TreeProc>>,
+}
+
 /// An entry as JSON, with the status `ps` derives from the kernel and the log paths.
 fn entry_json(reg: &Registry, e: &Entry, status: &str) -> Value {
     let mut v = serde_json::to_value(e).unwrap_or(Value::Null);
@@ -212,25 +246,27 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
         })
         .filter(|(_, s)| a.all || matches!(s.as_str(), "running" | "starting" | "orphaned"))
         .collect();
-    let mut out = io::stdout().lock();
+    let mut out = io::BufWriter::new(io::stdout().lock());
     if json {
-        let list: Vec<Value> = rows
-            .iter()
-            .map(|(e, s)| {
-                let mut v = entry_json(&reg, e, s);
-                if a.tree
-                    && let Value::Object(m) = &mut v
-                {
-                    let tree: Vec<Value> = manager::live_tree(e)
-                        .into_iter()
-                        .map(|(pid, pgid, sid, cmd)| json!({"pid": pid, "pgid": pgid, "session": sid, "command": cmd}))
-                        .collect();
-                    m.insert("tree".into(), json!(tree));
-                }
-                v
-            })
-            .collect();
-        let _ = writeln!(out, "{}", json!({ "entries": list }));
+        // Streamed, one entry at a time: `ps --all --json` over thousands of entries stays fast.
+        let _ = out.write_all(b"{\"entries\":[");
+        for (i, (e, s)) in rows.iter().enumerate() {
+            let mut shown = e.clone();
+            shown.status = s.clone();
+            let tree = a.tree.then(|| {
+                manager::live_tree(e)
+                    .into_iter()
+                    .map(|(pid, pgid, session, command)| TreeProc { pid, pgid, session, command })
+                    .collect()
+            });
+            let view = EntryView { entry: &shown, logs: LogPaths::of(&reg, &e.id), tree };
+            if i > 0 {
+                let _ = out.write_all(b",");
+            }
+            let _ = serde_json::to_writer(&mut out, &view);
+        }
+        let _ = out.write_all(b"]}\n");
+        let _ = out.flush();
         return Ok(0);
     }
     let _ = writeln!(out, "{:<10} {:<16} {:<26} {:>7} {:>5}  COMMAND", "ID", "NAME", "STATUS", "PID", "AGE");
