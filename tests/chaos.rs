@@ -88,8 +88,15 @@ fn iteration(seed: u64) -> Result<(), String> {
     for n in 0..entries {
         let name = format!("e{n}");
         let env = format!("CHAOS_RUN={token}");
-        let mut args: Vec<String> =
-            vec!["start".into(), "--name".into(), name.clone(), "--env".into(), env, "--term-grace".into(), "200ms".into()];
+        let mut args: Vec<String> = vec![
+            "start".into(),
+            "--name".into(),
+            name.clone(),
+            "--env".into(),
+            env,
+            "--term-grace".into(),
+            "200ms".into(),
+        ];
         if rng.chance(50) {
             args.extend(["--owner".into(), owner_pid.clone()]);
         }
@@ -137,7 +144,9 @@ fn iteration(seed: u64) -> Result<(), String> {
         let e = &list[rng.below(list.len() as u64) as usize];
         match rng.below(5) {
             0 => {
-                if let (Some(p), Some(t)) = (e.supervisor_pid.and_then(sheepdog::sys::Pid::new), e.supervisor_start_time) {
+                if let (Some(p), Some(t)) =
+                    (e.supervisor_pid.and_then(sheepdog::sys::Pid::new), e.supervisor_start_time)
+                {
                     signal_member(&Member { pid: p, start_time: Some(t) }, sheepdog::sys::Signal::KILL);
                 }
             }
@@ -221,7 +230,9 @@ fn chaos_kill_9_at_random_moments_then_reap() {
     for i in 0..n {
         let seed = base + i;
         if let Err(why) = iteration(seed) {
-            panic!("chaos iteration failed (seed {seed}): {why}\nreplay: SHEEPDOG_CHAOS_SEED={seed} SHEEPDOG_CHAOS_ITERATIONS=1 cargo test --test chaos");
+            panic!(
+                "chaos iteration failed (seed {seed}): {why}\nreplay: SHEEPDOG_CHAOS_SEED={seed} SHEEPDOG_CHAOS_ITERATIONS=1 cargo test --test chaos"
+            );
         }
     }
     eprintln!("chaos: {n} iterations from seed {base} in {:?}", t0.elapsed());
