@@ -254,16 +254,7 @@ fn main() {
     let mut stop = vec![Samples::default(); peers.len()];
     for _ in 0..reps(60) {
         for (i, p) in peers.iter().enumerate() {
-            let mut c = p.cmd(&["sleep", "30"]).spawn().unwrap();
-            if !p.is_bare() {
-                wait_child_of(c.id(), Duration::from_secs(5));
-            }
-            std::thread::sleep(Duration::from_millis(if p.name.starts_with("node") { 100 } else { 10 }));
-            let t = Instant::now();
-            let _ = sysproc::kill(Pid::new(c.id() as i32).unwrap(), Signal::TERM);
-            let _ = c.wait();
-            stop[i].push(ms(t.elapsed()));
-            kill_tree(&mut c);
+            stop[i].push(kill_and_time(p, Signal::TERM, false));
         }
     }
     for (i, p) in peers.iter().enumerate() {
@@ -313,17 +304,7 @@ fn main() {
     let mut exit = vec![Samples::default(); peers.len()];
     for _ in 0..reps(60) {
         for (i, p) in peers.iter().enumerate() {
-            let mut c = p.cmd(&["sleep", "30"]).spawn().unwrap();
-            let target =
-                if p.is_bare() { Pid::new(c.id() as i32) } else { wait_child_of(c.id(), Duration::from_secs(5)) };
-            std::thread::sleep(Duration::from_millis(if p.name.starts_with("node") { 100 } else { 10 }));
-            let t = Instant::now();
-            if let Some(tp) = target {
-                let _ = sysproc::kill(tp, Signal::KILL);
-            }
-            let _ = c.wait();
-            exit[i].push(ms(t.elapsed()));
-            kill_tree(&mut c);
+            exit[i].push(kill_and_time(p, Signal::KILL, true));
         }
     }
     for (i, p) in peers.iter().enumerate() {
@@ -502,6 +483,25 @@ fn main() {
     }
     std::fs::write(root.join("BENCHMARKS.md"), &md).expect("write BENCHMARKS.md");
     let _ = std::io::stdout().write_all(md.as_bytes());
+}
+
+/// Runs `<peer> sleep 30`, then sends `sig` to the supervisor (or, with `to_child`, to its
+/// child: the last descendant) and returns the ms until the supervisor has exited.
+fn kill_and_time(p: &Peer, sig: Signal, to_child: bool) -> f64 {
+    let mut c = p.cmd(&["sleep", "30"]).spawn().unwrap();
+    let sup = Pid::new(c.id() as i32).unwrap();
+    let child = if p.is_bare() { Some(sup) } else { wait_child_of(c.id(), Duration::from_secs(5)) };
+    // Node needs a moment after spawning before its signal handlers are in place.
+    std::thread::sleep(Duration::from_millis(if p.name.starts_with("node") { 100 } else { 10 }));
+    let target = if to_child { child } else { Some(sup) };
+    let t = Instant::now();
+    if let Some(tp) = target {
+        let _ = sysproc::kill(tp, sig);
+    }
+    let _ = c.wait();
+    let took = ms(t.elapsed());
+    kill_tree(&mut c);
+    took
 }
 
 /// Starts `n` trees under `prefix` as children of one owner shell, SIGKILLs the owner, and

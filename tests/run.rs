@@ -156,6 +156,24 @@ time.sleep(100)
     )
 }
 
+/// Runs an owner script; its stdin is a pipe this test holds open for the whole run (so stdin
+/// EOF is never what stops anything). Returns the owner, that stdin, its output lines and the
+/// supervisor's pid from its `sup PID` line.
+fn spawn_owner(script: &str, guard: &Guard) -> (std::process::Child, Option<std::process::ChildStdin>, Lines, i32) {
+    let mut owner = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    guard.track_child(&owner);
+    let stdin = owner.stdin.take();
+    let lines = Lines::new(owner.stdout.take().unwrap());
+    let sup = lines.pids("sup", SECS(10))[0];
+    guard.track(sup);
+    (owner, stdin, lines, sup)
+}
+
 #[test]
 fn owner_killed_while_another_process_holds_stdin_stops_the_tree_with_sigterm_first() {
     let dir = tempfile::tempdir().unwrap();
@@ -163,17 +181,7 @@ fn owner_killed_while_another_process_holds_stdin_stops_the_tree_with_sigterm_fi
     let provider =
         format!("trap 'echo term >> {m}; exit 0' TERM; sleep 100 & echo tree $$ $!; wait", m = mark.display());
     let guard = Guard::new();
-    let mut owner = std::process::Command::new("python3")
-        .args(["-c", &owner_script(&["sh", "-c", &provider], false)])
-        .stdin(Stdio::piped()) // held open by this test for the whole run
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    guard.track_child(&owner);
-    let _stdin = owner.stdin.take();
-    let lines = Lines::new(owner.stdout.take().unwrap());
-    let sup = lines.pids("sup", SECS(10))[0];
-    guard.track(sup);
+    let (mut owner, _stdin, lines, sup) = spawn_owner(&owner_script(&["sh", "-c", &provider], false), &guard);
     let tree = lines.pids("tree", SECS(10));
     tree.iter().for_each(|p| guard.track(*p));
 
@@ -203,17 +211,7 @@ while True:
     // The owner's stderr (inherited by sheepdog... but redirected to its pipe) is not ours:
     // the provider reports its tree on stderr, which goes into the owner's unread pipe, so
     // read the tree from /proc instead.
-    let mut owner = std::process::Command::new("python3")
-        .args(["-c", &owner_script(&argv, true)])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    guard.track_child(&owner);
-    let _stdin = owner.stdin.take();
-    let lines = Lines::new(owner.stdout.take().unwrap());
-    let sup = lines.pids("sup", SECS(10))[0];
-    guard.track(sup);
+    let (mut owner, _stdin, _lines, sup) = spawn_owner(&owner_script(&argv, true), &guard);
     let end = Instant::now() + SECS(10);
     let tree = loop {
         let d: Vec<i32> = sheepdog::sys::procfs::descendants(pid(sup)).iter().map(|s| s.pid.as_raw()).collect();
