@@ -7,6 +7,12 @@ use std::time::Duration;
 /// seconds or milliseconds.
 ///
 /// Errors: a one-line message naming the bad text and the accepted forms.
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(sheepdog::duration::parse("1.5s"), Ok(Duration::from_millis(1500)));
+/// assert!(sheepdog::duration::parse("5").is_err());
+/// ```
 pub fn parse(text: &str) -> Result<Duration, String> {
     let bad =
         || format!("invalid duration '{text}': expected a number with a unit (ms, s, m, h), like 250ms, 1s or 1.5s");

@@ -61,6 +61,11 @@ impl Default for StopPolicy {
 impl StopPolicy {
     /// The longest a stop under this policy can take: stdin grace + term grace + kill wait.
     /// Recorded in every entry and `spawned` event, so a host knows how long to wait.
+    ///
+    /// ```
+    /// use sheepdog::stop::{StopPolicy, MAX_STOP_MS};
+    /// assert_eq!(StopPolicy::default().max_stop().as_millis() as u64, MAX_STOP_MS); // 5500
+    /// ```
     pub fn max_stop(&self) -> Duration {
         self.stdin_grace + self.term_grace + self.kill_wait
     }
