@@ -698,9 +698,9 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
         if e.is_finished() {
             continue;
         }
-        let tree = recorded_tree(&e);
-        let live = if recorded_alive(&e, &census) { tree.as_ref().map(|t| t.live().len()).unwrap_or(0) } else { 0 };
-        if live == 0 {
+        let tree = recorded_tree(&e).filter(|_| recorded_alive(&e, &census));
+        let live = tree.as_ref().map(|t| t.live().len()).unwrap_or(0);
+        let Some(tree) = tree.filter(|_| live > 0) else {
             if e.pid.is_none() && registry::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
                 continue;
             }
@@ -710,7 +710,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             }
             actions.push(action("lost", 0, true, "supervisor gone, nothing alive"));
             continue;
-        }
+        };
         if dry_run {
             actions.push(action(
                 "reaped",
@@ -720,7 +720,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             ));
             continue;
         }
-        let report = stop::stop_blocking(tree.as_ref().expect("live implies a tree"), policy(&e.stop));
+        let report = stop::stop_blocking(&tree, policy(&e.stop));
         logs::append_marker(
             &reg.dir(&e.id),
             &format!(
