@@ -677,7 +677,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
     for e in entries.iter().filter(|e| !e.is_finished()) {
         let action = |what: &str, signalled, tree_gone, reason: &str| ReapAction {
             id: e.id.clone(),
-            name: e.name.clone(),
+            name: Some(e.display_name()),
             action: what.into(),
             signalled,
             tree_gone,

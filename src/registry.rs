@@ -165,12 +165,22 @@ impl Entry {
         FINISHED.contains(&self.status.as_str())
     }
 
-    /// `name (id)`, or the id alone.
+    /// `NAME (ID)` for messages. Without a name, the command's program name stands in
+    /// (`sleep (proc_3)`), so every message keeps one shape.
     pub fn label(&self) -> String {
-        match &self.name {
-            Some(n) => format!("{n} ({})", self.id),
-            None => self.id.clone(),
+        format!("{} ({})", self.display_name(), self.id)
+    }
+
+    /// The name, else the basename of the program (`argv[0]`), else the id.
+    pub fn display_name(&self) -> String {
+        if let Some(n) = &self.name {
+            return n.clone();
         }
+        self.argv
+            .first()
+            .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| self.id.clone())
     }
 
     /// True if the entry was recorded during this boot.

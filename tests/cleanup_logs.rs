@@ -153,7 +153,7 @@ fn cleanup_runs_when_reap_recovers_an_entry_whose_supervisor_was_sigkilled() {
     signal(sup, libc::SIGKILL);
     assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
     let out = st.ok(&["reap"]);
-    assert!(out.starts_with("Reaped proc_1"), "{out}");
+    assert!(out.starts_with("Reaped sleep (proc_1)"), "{out}");
     assert_eq!(wait_gone(&tree, SECS(1)), Vec::<i32>::new());
     assert_eq!(std::fs::read_to_string(&mark).unwrap(), "x\n");
     let e = st.entry(&id);

@@ -473,3 +473,16 @@ fn the_state_dir_is_created_private_from_the_environment() {
     assert!(out.status.success());
     assert!(xdg.join("sheepdog/procs").is_dir());
 }
+
+#[test]
+fn messages_keep_the_name_id_shape_without_a_name_and_json_errors_go_to_stdout() {
+    let st = State::new();
+    let id = id_of(&st.start(&["--", "sleep", "100"]));
+    assert_eq!(st.ok(&["stop", &id]), format!("Stopped sleep ({id}).\n"));
+    let out = st.run(&["--json", "stop", "nope"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert_eq!(stderr(&out), "sheepdog: no entry with id or name 'nope'\n");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["exitCode"], 125);
+    assert_eq!(v["error"]["message"], "no entry with id or name 'nope'");
+}

@@ -625,10 +625,7 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     }
     let would = if a.dry_run { "Would reap" } else { "Reaped" };
     for x in &actions {
-        let label = match &x.name {
-            Some(n) => format!("{n} ({})", x.id),
-            None => x.id.clone(),
-        };
+        let label = format!("{} ({})", x.name.as_deref().unwrap_or(&x.id), x.id);
         match x.action.as_str() {
             "reaped" => println!("{would} {label}: {}.", x.reason),
             _ => println!("{} {label}: {}.", if a.dry_run { "Would record as lost" } else { "Lost" }, x.reason),
