@@ -646,3 +646,32 @@ fn a_tree_the_kernel_cannot_finish_killing_in_time_exits_124_with_one_line() {
     drop(frozen); // thaw: the pending SIGKILL now ends it
     assert_eq!(wait_gone(&tree, SECS(5)), Vec::<i32>::new());
 }
+
+#[test]
+fn stdin_eof_on_a_socket_half_closed_by_the_host_stops_like_node_hosts_need() {
+    // Node's child_process gives a child socketpairs, not pipes, and `stdin.end()` only shuts
+    // down the writing half: the supervisor must see that as EOF (POLLRDHUP).
+    let src = format!(
+        r#"
+import os, socket, subprocess, sys, time
+a, b = socket.socketpair()
+p = subprocess.Popen([{bin:?}, 'run', '--on-stdin-eof', 'stop', '--stdin-grace', '300ms', '--', 'sleep', '100'], stdin=b)
+b.close()
+time.sleep(0.3)
+t = time.monotonic()
+a.shutdown(socket.SHUT_WR)
+code = p.wait(timeout=10)
+print('result', code, round((time.monotonic() - t) * 1000), flush=True)
+"#,
+        bin = bin()
+    );
+    let guard = Guard::new();
+    let mut host = std::process::Command::new("python3").args(["-c", &src]).stdout(Stdio::piped()).spawn().unwrap();
+    guard.track_child(&host);
+    let lines = Lines::new(host.stdout.take().unwrap());
+    let got = lines.expect("result", SECS(15));
+    assert_eq!(got[0], (128 + libc::SIGTERM).to_string(), "{got:?}");
+    let took: u64 = got[1].parse().unwrap();
+    assert!((300..3000).contains(&took), "stopped after {took} ms");
+    let _ = host.wait();
+}
