@@ -35,20 +35,37 @@ pub const OUTPUT_TAIL: usize = 20;
 /// earlier run). `ran_by` is recorded: `supervisor`, `stop` or `reap`.
 pub fn run_once(reg: &Registry, id: &str, ran_by: &str) -> Option<CleanupResult> {
     let mut claimed = false;
+    let me = process::getpid();
+    let my_start = crate::sys::procfs::start_time(me);
     let entry = reg
         .update(id, |e| {
             if e.cleanup.is_some() && e.cleanup_started_at.is_none() && e.this_boot() {
                 e.cleanup_started_at = Some(registry::now_ms());
+                e.cleanup_runner_pid = Some(me.as_raw());
+                e.cleanup_runner_start_time = my_start;
                 claimed = true;
             }
         })
         .ok()?;
     if !claimed {
-        return entry.cleanup_result;
+        return wait_for_runner(reg, entry);
     }
     let result = execute(reg, &entry, ran_by);
     let _ = reg.update(id, |e| e.cleanup_result = Some(result.clone()));
     Some(result)
+}
+
+/// Another process claimed the cleanup: while it lives, wait for its result (re-reading the
+/// entry every 20 ms, at most the cleanup's own bound). A claim whose runner died without a
+/// result stays without one: the cleanup is not run twice, and `failure_line` reports it.
+fn wait_for_runner(reg: &Registry, mut entry: Entry) -> Option<CleanupResult> {
+    let bound = entry.cleanup.as_ref().map(|c| c.timeout_ms + entry.stop.term_grace_ms + entry.stop.kill_wait_ms);
+    let end = Instant::now() + Duration::from_millis(bound.unwrap_or(0) + 1000);
+    while entry.cleanup_running() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+        entry = reg.read(&entry.id).ok()?;
+    }
+    entry.cleanup_result
 }
 
 fn execute(reg: &Registry, e: &Entry, ran_by: &str) -> CleanupResult {
@@ -184,6 +201,10 @@ fn push_line(tail: &mut VecDeque<String>, line: String) {
 /// The second line `sheepdog stop` prints when the cleanup failed, exactly:
 /// `Cleanup command failed with exit code 1.` or `Cleanup command timed out after 10s.`
 pub fn failure_line(e: &Entry) -> Option<String> {
+    if e.cleanup.is_some() && e.cleanup_started_at.is_some() && e.cleanup_result.is_none() {
+        // Claimed, and its runner died before recording how it ended.
+        return Some("Cleanup command did not finish.".into());
+    }
     let r = e.cleanup_result.as_ref()?;
     if r.timed_out {
         let t = e.cleanup.as_ref().map(|c| c.timeout_ms).unwrap_or(r.duration_ms);

@@ -12,11 +12,11 @@
 //!
 //! In `exited`, `code`/`signal` describe the provider (one of them is null; both are null if it
 //! could not be killed), and `status` is what the supervisor itself exits with (a number, or the
-//! name of the signal it dies by). Writes never block the supervisor: the fd is non-blocking and
-//! a line that does not fit is dropped. The fd is close-on-exec, so the reader sees EOF when the
+//! name of the signal it dies by). Writes never block the supervisor: a line is written only
+//! when `poll` says the fd has room, and dropped otherwise. The fd is close-on-exec, so the reader sees EOF when the
 //! supervisor is gone, even while something it spawned still lives.
 
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use serde_json::{Value, json};
 
@@ -24,8 +24,7 @@ use crate::spawn::Spawned;
 use crate::stop::{StopPolicy, Trigger};
 use crate::supervisor::{Exit, Observer, Outcome};
 use crate::sys::WaitStatus;
-use crate::sys::process;
-use crate::sys::signal::set_nonblocking;
+use crate::sys::process::{self, POLL_OUT, PollFd};
 
 /// Writes events to an inherited fd.
 #[derive(Debug)]
@@ -34,18 +33,25 @@ pub struct EventSink {
 }
 
 impl EventSink {
-    /// Takes over inherited `fd`. Errors: EBADF when it is not open.
+    /// Takes over inherited `fd` (close-on-exec from now on). Its file status flags are left
+    /// alone: the open file may be shared with the provider's stdout or the host, and making
+    /// it non-blocking there would make their writes fail with EAGAIN.
+    ///
+    /// Errors: EBADF when it is not open.
     pub fn from_inherited(fd: RawFd) -> std::io::Result<EventSink> {
-        let fd = process::take_inherited_fd(fd)?;
-        set_nonblocking(std::os::fd::AsRawFd::as_raw_fd(&fd))?;
-        Ok(EventSink { fd })
+        Ok(EventSink { fd: process::take_inherited_fd(fd)? })
     }
 
-    /// Writes one event line.
+    /// Writes one event line, only if the fd can take it now (`poll` for `POLLOUT`): a line is
+    /// far below `PIPE_BUF`, so a pipe that reports room takes it whole without blocking. A
+    /// reader that stopped reading loses events; it never stalls the supervisor.
     pub fn emit(&self, value: Value) {
         let mut line = value.to_string();
         line.push('\n');
-        process::write_best_effort(self.fd.as_fd(), line.as_bytes());
+        let mut fds = [PollFd::new(self.fd.as_raw_fd(), POLL_OUT)];
+        if matches!(process::poll(&mut fds, Some(std::time::Duration::ZERO)), Ok(1)) && !fds[0].hung_up() {
+            process::write_best_effort(self.fd.as_fd(), line.as_bytes());
+        }
     }
 
     /// The final `exited` event.

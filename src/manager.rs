@@ -151,10 +151,10 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         argv,
         cwd: cwd.to_string_lossy().into_owned(),
         owner_pid: req.owner.map(|p| p.as_raw()),
-        // Until the supervisor records itself, `start` stands for it: reap leaves the entry
-        // alone while this process lives.
-        supervisor_pid: Some(me.as_raw()),
-        supervisor_start_time: procfs::start_time(me),
+        // Until the supervisor records itself, the entry is `starting` and this process is its
+        // starter: checked for life (reap and ps leave the entry alone), never signalled.
+        starter_pid: Some(me.as_raw()),
+        starter_start_time: procfs::start_time(me),
         boot_id: procfs::boot_id(),
         uid: process::getuid(),
         tag: registry::new_tag(),
@@ -381,6 +381,7 @@ fn result_status(outcome: &Outcome, entry: &Option<Entry>) -> (&'static str, Str
 impl Observer for Managed<'_> {
     fn spawned(&mut self, spawned: &Spawned, _policy: &StopPolicy) {
         let start_time = procfs::start_time(spawned.pid);
+        let mut stopped_meanwhile = false;
         let entry = self.reg.update(&self.id, |e| {
             e.pid = Some(spawned.pid.as_raw());
             e.pgid = Some(spawned.pgid.as_raw());
@@ -388,7 +389,13 @@ impl Observer for Managed<'_> {
             if e.status == "starting" {
                 e.status = "running".into();
             }
+            stopped_meanwhile = e.is_finished();
         });
+        if stopped_meanwhile {
+            // A stop (or reap) recorded a result while the command was being spawned: honour
+            // it through the one stop, by the same signal `sheepdog stop` would send.
+            let _ = process::kill(process::getpid(), Signal::TERM);
+        }
         let preview = entry.as_ref().map(|e| e.command_preview.clone()).unwrap_or_default();
         self.logs.marker(&format!("started pid {}: {preview}", spawned.pid));
         let mut out = io::stdout();
@@ -434,7 +441,7 @@ pub fn live_status(e: &Entry, census: &OnceCell<Census>) -> String {
     if !e.this_boot() {
         return "lost".into();
     }
-    if e.supervisor_alive() {
+    if e.supervisor_alive() || e.starter_alive() {
         return e.status.clone();
     }
     if recorded_alive(e, census) { "orphaned".into() } else { "lost".into() }
@@ -494,6 +501,7 @@ pub struct StopOutcome {
 /// gone or does not finish, stops the recorded tree itself with the same sequence.
 pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<StopOutcome, ManagerError> {
     let id = entry.id.clone();
+    let entry = &settle_start(reg, entry)?;
     if entry.is_finished() {
         // The wrapper may have exited while its work goes on: the cleanup is still due.
         if entry.this_boot() {
@@ -507,15 +515,18 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true });
     }
     let mut entry = entry.clone();
+    // A supervisor already stopping keeps the grace it started with: wait for the longer.
+    let before = Duration::from_millis(entry.stop.max_stop_ms);
     if let Some(g) = term_grace {
         entry = reg.update(&id, |e| {
             e.stop.term_grace_ms = g.as_millis() as u64;
             e.stop.max_stop_ms = e.stop.stdin_grace_ms + e.stop.term_grace_ms + e.stop.kill_wait_ms;
         })?;
     }
+    let mut past_a_stuck_supervisor = false;
     if let Some(sup) = verified_supervisor(&entry) {
         let _ = sup.send(Signal::TERM);
-        let bound = Duration::from_millis(entry.stop.max_stop_ms) + cleanup_bound(&entry) + STOP_MARGIN;
+        let bound = before.max(Duration::from_millis(entry.stop.max_stop_ms)) + cleanup_bound(&entry) + STOP_MARGIN;
         wait_pidfd(&sup, Some(bound));
         let now = reg.read(&id)?;
         if now.is_finished() {
@@ -525,17 +536,22 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
             return Ok(StopOutcome { tree_gone: now.tree_gone.unwrap_or(true), entry: now, already_finished: false });
         }
         // The supervisor did not finish: it is stuck or died mid-stop. Act past it.
-        let _ = sup.send(Signal::KILL);
+        past_a_stuck_supervisor = sup.send(Signal::KILL).is_ok_and(|s| s == process::Sent::Delivered);
         entry = now;
     }
     let report = match recorded_tree(&entry) {
         Some(tree) => stop::stop_blocking(&tree, policy(&entry.stop)),
         None => stop::StopReport { gone: true, escalated: false, signalled: 0 },
     };
+    let why = if past_a_stuck_supervisor {
+        "the supervisor did not finish in time and was killed"
+    } else {
+        "the supervisor was gone"
+    };
     logs::append_marker(
         &reg.dir(&id),
         &format!(
-            "stopped by sheepdog stop (the supervisor was gone): {} signalled, tree {}",
+            "stopped by sheepdog stop ({why}): {} signalled, tree {}",
             report.signalled,
             if report.gone { "gone" } else { "NOT confirmed gone" }
         ),
@@ -546,7 +562,7 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         }
         e.status = "stopped".into();
         e.status_text = Some(if report.gone {
-            "stopped (by sheepdog stop; the supervisor was gone)".into()
+            format!("stopped (by sheepdog stop; {why})")
         } else {
             "stopped (the tree was not confirmed gone)".into()
         });
@@ -567,6 +583,29 @@ fn cleanup_bound(e: &Entry) -> Duration {
         Some(c) => Duration::from_millis(c.timeout_ms + e.stop.term_grace_ms + e.stop.kill_wait_ms),
         None => Duration::ZERO,
     }
+}
+
+/// How often, and for how long at most, `stop` and `wait` re-read an entry whose `start` is
+/// still in progress: 5 ms, 10 s. The detached supervisor records itself within milliseconds;
+/// only then is there a process to signal or wait on (the `start` command is never signalled).
+const START_SETTLE_TICK: Duration = Duration::from_millis(5);
+const START_SETTLE_MAX: Duration = Duration::from_secs(10);
+
+/// Waits until an entry is past `starting` (its supervisor has spawned the command, failed, or
+/// its starter died), and returns the entry as it is then.
+fn settle_start(reg: &Registry, entry: &Entry) -> Result<Entry, ManagerError> {
+    let end = Instant::now() + START_SETTLE_MAX;
+    let mut e = entry.clone();
+    while e.status == "starting" && (e.starter_alive() || e.supervisor_alive()) && Instant::now() < end {
+        std::thread::sleep(START_SETTLE_TICK);
+        e = match reg.read(&e.id) {
+            Ok(x) => x,
+            // The start failed and removed its entry: nothing to stop or wait for.
+            Err(RegistryError::NotFound(_)) => return Err(RegistryError::NotFound(entry.id.clone()).into()),
+            Err(err) => return Err(err.into()),
+        };
+    }
+    Ok(e)
 }
 
 fn record_lost(reg: &Registry, id: &str, text: &str) -> Result<Entry, ManagerError> {
@@ -621,6 +660,7 @@ pub enum Waited {
 /// Blocks until the entry's process exits, waiting on its supervisor's pidfd (not by polling the
 /// registry), then reads the recorded result.
 pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<Waited, ManagerError> {
+    let entry = &settle_start(reg, entry)?;
     if entry.is_finished() {
         return Ok(Waited::Finished(entry.clone()));
     }
@@ -690,7 +730,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             actions.push(action("lost", 0, true, "previous boot"));
             continue;
         }
-        if e.supervisor_alive() {
+        if e.supervisor_alive() || e.starter_alive() {
             continue;
         }
         // The supervisor may have finished between the listing and now: re-read.
@@ -756,6 +796,12 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 
 /// Removes a finished entry and its logs. Refuses one that still runs.
 pub fn clear(reg: &Registry, e: &Entry) -> Result<(), ManagerError> {
+    if e.cleanup_running() || (e.is_finished() && e.supervisor_alive()) {
+        return Err(ManagerError::Refused(format!(
+            "{} is still finishing (its cleanup command is running); try again when it is done",
+            e.label()
+        )));
+    }
     let status = live_status(e, &OnceCell::new());
     if matches!(status.as_str(), "running" | "starting" | "orphaned") {
         return Err(ManagerError::Refused(format!(

@@ -31,8 +31,7 @@ pub fn check(argv: &[OsString], has_cleanup: bool) -> Vec<String> {
     }
     let what = found.iter().map(|w| format!("'{w}'")).collect::<Vec<_>>().join(", ");
     vec![format!(
-        "{what} {} work outside this command's process tree; stopping it will not end that work. Pass --cleanup CMD to say how to undo it.",
-        if found.len() == 1 { "starts" } else { "start" }
+        "{what} may start work that outlives this command's process tree (a daemon, a container, a detached session); if so, stopping it will not end that work. Pass --cleanup CMD to say how to undo it."
     )]
 }
 

@@ -118,6 +118,11 @@ pub struct Entry {
     pub argv: Vec<String>,
     pub cwd: String,
     pub owner_pid: Option<i32>,
+    /// The `sheepdog start` process that created the entry, while the entry is `starting`:
+    /// never signalled, only checked for life, so a `start` in progress is not mistaken for a
+    /// crash.
+    pub starter_pid: Option<i32>,
+    pub starter_start_time: Option<u64>,
     pub supervisor_pid: Option<i32>,
     /// Identity: boot id, provider start time (clock ticks), supervisor start time, uid.
     pub boot_id: String,
@@ -131,6 +136,10 @@ pub struct Entry {
     /// Unix ms when a cleanup run was claimed: the claim makes "at most once" hold even if the
     /// runner is killed midway.
     pub cleanup_started_at: Option<u64>,
+    /// Who claimed the cleanup run (pid and start time): while it lives, others wait for its
+    /// result instead of reporting the cleanup as unfinished.
+    pub cleanup_runner_pid: Option<i32>,
+    pub cleanup_runner_start_time: Option<u64>,
     /// How the cleanup ended, once it has.
     pub cleanup_result: Option<CleanupResult>,
     /// The extra environment given with `--env`, as `K=V` (the cleanup gets it too).
@@ -191,6 +200,19 @@ impl Entry {
     /// True if the recorded supervisor is still that process (boot, pid, start time) and alive.
     pub fn supervisor_alive(&self) -> bool {
         self.this_boot() && identity_alive(self.supervisor_pid, self.supervisor_start_time)
+    }
+
+    /// True while the entry is `starting` and its `sheepdog start` process still lives.
+    pub fn starter_alive(&self) -> bool {
+        self.status == "starting" && self.this_boot() && identity_alive(self.starter_pid, self.starter_start_time)
+    }
+
+    /// True while a claimed cleanup has no result and its runner still lives.
+    pub fn cleanup_running(&self) -> bool {
+        self.cleanup_started_at.is_some()
+            && self.cleanup_result.is_none()
+            && self.this_boot()
+            && identity_alive(self.cleanup_runner_pid, self.cleanup_runner_start_time)
     }
 
     /// True if the recorded provider is still that process and alive.
@@ -319,7 +341,9 @@ impl Registry {
         if let Some(name) = &entry.name {
             let (live, _) = self.list();
             let taken = |e: &&Entry| {
-                e.name.as_deref() == Some(name) && !e.is_finished() && (e.supervisor_alive() || e.provider_alive())
+                e.name.as_deref() == Some(name)
+                    && !e.is_finished()
+                    && (e.supervisor_alive() || e.provider_alive() || e.starter_alive())
             };
             if let Some(other) = live.iter().find(taken) {
                 return Err(RegistryError::NameInUse { name: name.clone(), id: other.id.clone() });

@@ -235,11 +235,14 @@ pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, 
     #[cfg(target_os = "linux")]
     process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
 
+    // Children this process already has (a shell that exec'd sheepdog may have left a job
+    // behind) are not the provider's: they are reaped when they exit, never stopped.
+    let foreign = crate::tree::foreign_children();
     let spawned = spawn::spawn_provider(&opts.argv, opts.spawn)?;
     let started = Instant::now();
     observer.spawned(&spawned, &opts.policy);
 
-    let tree = Tree::supervised(spawned.pgid);
+    let tree = Tree::supervised_except(spawned.pgid, foreign);
     let mut machine = StopMachine::new(opts.policy);
     let mut provider: Option<WaitStatus> = None;
     let timeout_at = opts.timeout.map(|d| started + d);

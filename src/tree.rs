@@ -45,8 +45,19 @@ impl Member {
 
 #[derive(Debug)]
 enum Scope {
-    Supervised { root: Pid },
-    Recorded { provider: Pid, provider_start: u64, uid: u32, tag: String },
+    /// Descendants of `root`, except the subtrees of `foreign`: children `root` already had
+    /// before the provider was spawned (a shell that `exec`s sheepdog may leave a background job
+    /// or a process substitution behind; those are not the provider's).
+    Supervised {
+        root: Pid,
+        foreign: Vec<Member>,
+    },
+    Recorded {
+        provider: Pid,
+        provider_start: u64,
+        uid: u32,
+        tag: String,
+    },
 }
 
 /// The set of processes one provider started. See the module docs for the two views.
@@ -65,10 +76,16 @@ impl Tree {
         Tree::rooted(process::getpid(), pgid)
     }
 
+    /// Like [`Tree::supervised`], leaving out `foreign`: this process's children from before the
+    /// spawn (see [`foreign_children`]) and everything below them.
+    pub fn supervised_except(pgid: Pgid, foreign: Vec<Member>) -> Tree {
+        Tree { scope: Scope::Supervised { root: process::getpid(), foreign }, pgid, leader_held: Cell::new(true) }
+    }
+
     /// The tree below `root` (not `root` itself) plus the live members of group `pgid`, whose
     /// leader this process has spawned and not yet reaped (a cleanup command).
     pub fn rooted(root: Pid, pgid: Pgid) -> Tree {
-        Tree { scope: Scope::Supervised { root }, pgid, leader_held: Cell::new(true) }
+        Tree { scope: Scope::Supervised { root, foreign: Vec::new() }, pgid, leader_held: Cell::new(true) }
     }
 
     /// The tree of a recorded provider whose supervisor is gone: `provider` started at
@@ -101,8 +118,8 @@ impl Tree {
             }
         };
         match &self.scope {
-            Scope::Supervised { root } => {
-                for s in procfs::descendants(*root) {
+            Scope::Supervised { root, foreign } => {
+                for s in walk(*root, foreign) {
                     if !s.is_zombie() {
                         push(Member::from_stat(&s), &mut out);
                     }
@@ -145,10 +162,10 @@ impl Tree {
     /// True when nothing of the tree is alive (zombies count as gone).
     pub fn is_gone(&self) -> bool {
         match &self.scope {
-            Scope::Supervised { root } => {
+            Scope::Supervised { root, foreign } => {
                 // Fast path: the walk covers every descendant; the full scan for group members
                 // that are not descendants runs only while the group still has any member.
-                if procfs::descendants(*root).iter().any(|s| !s.is_zombie()) {
+                if walk(*root, foreign).iter().any(|s| !s.is_zombie()) {
                     return false;
                 }
                 if !process::group_exists(self.pgid) {
@@ -176,7 +193,7 @@ impl Tree {
     pub fn signal_all(&self, sigs: &[Signal]) -> usize {
         let group_kill = self.leader_held.get() || !cfg!(target_os = "linux");
         let members: Vec<Member> = match (&self.scope, group_kill) {
-            (Scope::Supervised { root }, true) => procfs::descendants(*root)
+            (Scope::Supervised { root, foreign }, true) => walk(*root, foreign)
                 .iter()
                 .filter(|s| !s.is_zombie() && s.pgrp != self.pgid.as_raw())
                 .map(Member::from_stat)
@@ -205,6 +222,37 @@ impl Tree {
             fds.iter().map(|f| PollFd::new(std::os::fd::AsRawFd::as_raw_fd(f), POLL_IN)).collect();
         let _ = process::poll(&mut polls, Some(timeout));
     }
+}
+
+/// The live children of this process now, with their start times: taken before a spawn, they
+/// are what [`Tree::supervised_except`] leaves out.
+pub fn foreign_children() -> Vec<Member> {
+    procfs::children(process::getpid())
+        .into_iter()
+        .filter_map(|p| procfs::stat(p).ok())
+        .filter(|s| !s.is_zombie())
+        .map(|s| Member::from_stat(&s))
+        .collect()
+}
+
+/// Every descendant of `root` (zombies included), skipping the subtrees of `foreign` members.
+fn walk(root: Pid, foreign: &[Member]) -> Vec<Stat> {
+    if foreign.is_empty() {
+        return procfs::descendants(root);
+    }
+    let mut out = Vec::new();
+    let mut queue = vec![root];
+    while let Some(pid) = queue.pop() {
+        for child in procfs::children(pid) {
+            let Ok(s) = procfs::stat(child) else { continue };
+            if foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time)) {
+                continue;
+            }
+            queue.push(child);
+            out.push(s);
+        }
+    }
+    out
 }
 
 /// Signals one process only if it is still the one that was seen: pidfd first, then the start

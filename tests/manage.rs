@@ -486,3 +486,87 @@ fn messages_keep_the_name_id_shape_without_a_name_and_json_errors_go_to_stdout()
     assert_eq!(v["error"]["exitCode"], 125);
     assert_eq!(v["error"]["message"], "no entry with id or name 'nope'");
 }
+
+#[test]
+fn regression_attack_1_a_stop_during_start_waits_for_the_supervisor_and_never_signals_start() {
+    for _ in 0..5 {
+        let st = State::new();
+        let start =
+            st.cmd(&["start", "--name", "victim", "--", "sleep", "300"]).stdout(Stdio::piped()).spawn().unwrap();
+        let dir = st.path().join("procs").join("proc_1");
+        let end = Instant::now() + SECS(10);
+        while !dir.exists() {
+            assert!(Instant::now() < end);
+            std::hint::spin_loop();
+        }
+        let stop = st.run(&["stop", "--all"]);
+        assert_eq!(stop.status.code(), Some(0), "{}", stderr(&stop));
+        let out = start.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "the start command itself was signalled: {:?}", out.status);
+        let e = st.entry("proc_1");
+        assert_eq!(e["status"], "stopped", "{e}");
+        if let Some(p) = e["pid"].as_i64() {
+            assert_eq!(wait_gone(&[p as i32], SECS(5)), Vec::<i32>::new(), "the command kept running");
+        }
+        let sup = e["supervisorPid"].as_i64().unwrap() as i32;
+        assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new(), "the supervisor kept running");
+    }
+}
+
+#[test]
+fn regression_attack_4_names_shaped_like_ids_are_refused() {
+    let st = State::new();
+    for bad in ["proc_11", "proc_1", ""] {
+        let out = st.run(&["start", "--name", bad, "--", "true"]);
+        assert_eq!(out.status.code(), Some(125), "{bad:?}");
+        assert_eq!(stderr(&out).lines().count(), 1);
+    }
+    let id = id_of(&st.start(&["--name", "ok", "--", "sleep", "100"]));
+    assert_eq!(st.run(&["update", &id, "--name", "proc_9"]).status.code(), Some(125));
+    assert!(st.entries().len() == 1);
+}
+
+#[test]
+fn regression_attack_5_and_6_cleanup_in_progress_cannot_be_cleared_and_a_killed_one_is_not_success() {
+    let st = State::new();
+    let v = st.start(&["--name", "c", "--cleanup", "sleep 1", "--", "sleep", "1000"]);
+    let id = id_of(&v);
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    let stop = st.cmd(&["stop", "c"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let end = Instant::now() + SECS(10);
+    while st.entry(&id)["cleanupStartedAt"].is_null() {
+        assert!(Instant::now() < end, "cleanup never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = st.run(&["clear", "c"]);
+    assert_eq!(out.status.code(), Some(1), "clear during the cleanup must refuse");
+    assert!(stderr(&out).contains("still finishing"), "{}", stderr(&out));
+    // Now kill the supervisor in the middle of its cleanup.
+    signal(sup, libc::SIGKILL);
+    let out = stop.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Stopped c (proc_1).\nCleanup command did not finish.\n");
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn regression_attack_7_stop_with_a_shorter_grace_does_not_kill_a_supervisor_already_stopping() {
+    let st = State::new();
+    let id = id_of(&st.start(&[
+        "--name",
+        "tg",
+        "--timeout",
+        "300ms",
+        "--term-grace",
+        "2s",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; while :; do sleep 0.1; done",
+    ]));
+    std::thread::sleep(Duration::from_millis(600));
+    let out = st.run(&["stop", "tg", "--term-grace", "100ms"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let e = st.entry(&id);
+    assert_eq!(e["status"], "timed out", "{e}");
+    assert_eq!(e["statusText"], "timed out after 300ms");
+}

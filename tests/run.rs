@@ -675,3 +675,35 @@ print('result', code, round((time.monotonic() - t) * 1000), flush=True)
     assert!((300..3000).contains(&took), "stopped after {took} ms");
     let _ = host.wait();
 }
+
+#[test]
+fn regression_attack_2_children_sheepdog_had_before_its_exec_are_not_the_providers() {
+    // A shell that execs sheepdog can leave a job behind (or a `>(reader)` for --events-fd):
+    // it is not the provider's, so it is neither stopped nor waited for.
+    let guard = Guard::new();
+    let script = format!("(trap '' TERM; exec sleep 60) & echo bg $!; exec {} run -- sh -c 'exit 7'", bin());
+    let t0 = Instant::now();
+    let mut child = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    guard.track_child(&child);
+    let lines = Lines::new(child.stdout.take().unwrap());
+    let bg = lines.pids("bg", SECS(10))[0];
+    guard.track(bg);
+    let st = wait_child(&mut child, SECS(10));
+    assert_eq!(st.code(), Some(7));
+    assert!(t0.elapsed() < SECS(2), "waited for a process that is not the provider's: {:?}", t0.elapsed());
+    assert!(alive(bg), "a process the provider did not start was stopped");
+}
+
+#[test]
+fn regression_attack_3_events_fd_shared_with_stdout_does_not_make_the_providers_writes_fail() {
+    let script = format!("{} run --events-fd 1 -- head -c 1000000 /dev/zero | (sleep 0.5; wc -c)", bin());
+    let out = std::process::Command::new("sh").args(["-c", &script]).output().unwrap();
+    let n: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(n >= 1_000_000, "the provider lost output: {n} bytes");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "the provider saw EAGAIN");
+}

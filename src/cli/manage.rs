@@ -46,6 +46,19 @@ fn warn_set_aside(aside: &[crate::registry::SetAside]) {
     }
 }
 
+/// Names are free text, except the shape of ids (`proc_12`): a name equal to another entry's id
+/// would make `stop proc_12` ambiguous. Also not empty and without control characters.
+fn parse_name(s: &str) -> Result<String, String> {
+    let id_like = s.strip_prefix("proc_").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if s.is_empty() || s.chars().any(char::is_control) {
+        return Err(format!("invalid name {s:?}: empty or with control characters"));
+    }
+    if id_like {
+        return Err(format!("invalid name '{s}': names of the form proc_N are reserved for ids"));
+    }
+    Ok(s.to_string())
+}
+
 fn parse_env(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
@@ -75,7 +88,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 #[derive(Debug, clap::Args)]
 pub struct StartArgs {
     /// A name, unique among running entries; every command takes it in place of the id.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_name)]
     name: Option<String>,
     /// The agent session (turn) this process belongs to; `stop --session` stops them all.
     #[arg(long, value_name = "ID")]
@@ -506,7 +519,12 @@ fn cleanup_json(e: &Entry) -> Value {
             "ranBy": r.ran_by,
             "error": crate::cleanup::failure_line(e),
         }),
-        (Some(c), None) => json!({"command": c.command, "timeoutMs": c.timeout_ms, "ran": false}),
+        (Some(c), None) => json!({
+            "command": c.command,
+            "timeoutMs": c.timeout_ms,
+            "ran": e.cleanup_started_at.is_some(),
+            "error": crate::cleanup::failure_line(e),
+        }),
         (None, None) => Value::Null,
     }
 }
@@ -527,7 +545,7 @@ pub struct UpdateArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     cleanup_timeout: Option<Duration>,
     /// Rename (unique among running entries).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_name)]
     name: Option<String>,
 }
 

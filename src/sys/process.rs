@@ -247,6 +247,8 @@ impl AsRawFd for PidFd {
 
 /// Poll interest: readable (or hang-up) on a pipe, a pidfd, a socket.
 pub const POLL_IN: i16 = libc::POLLIN;
+/// Poll interest: writable without blocking.
+pub const POLL_OUT: i16 = libc::POLLOUT;
 /// Hang-up only (no `POLLIN`): the peer closed. On Linux also asks for `POLLRDHUP`, which a
 /// socket reports when its peer shuts down writing (libuv's stdio "pipes" are socketpairs).
 #[cfg(target_os = "linux")]
