@@ -557,7 +557,7 @@ fn regression_attack_7_stop_with_a_shorter_grace_does_not_kill_a_supervisor_alre
         "--timeout",
         "300ms",
         "--term-grace",
-        "2s",
+        "4s",
         "--",
         "sh",
         "-c",
