@@ -570,3 +570,18 @@ fn regression_attack_7_stop_with_a_shorter_grace_does_not_kill_a_supervisor_alre
     assert_eq!(e["status"], "timed out", "{e}");
     assert_eq!(e["statusText"], "timed out after 300ms");
 }
+
+#[test]
+fn regression_attack_1b_wait_during_start_waits_for_the_command() {
+    let st = State::new();
+    let start = st.cmd(&["start", "--", "sh", "-c", "sleep 0.3; exit 4"]).stdout(Stdio::piped()).spawn().unwrap();
+    let dir = st.path().join("procs").join("proc_1");
+    let end = Instant::now() + SECS(10);
+    while !dir.exists() {
+        assert!(Instant::now() < end);
+        std::hint::spin_loop();
+    }
+    let out = st.run(&["wait", "proc_1"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(start.wait_with_output().unwrap().status.success());
+}
