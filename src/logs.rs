@@ -120,18 +120,24 @@ impl LogSet {
             Stream::Err => self.err.write(bytes),
         }
         let i = stream as usize;
+        // Every complete line of the chunk goes out in one write (a flood of short lines must
+        // not cost a syscall per line).
+        let mut out = Vec::with_capacity(bytes.len() + bytes.len() / 8 + 16);
         let mut rest = bytes;
         while let Some(nl) = rest.iter().position(|b| *b == b'\n') {
-            let mut line = std::mem::take(&mut self.partial[i]);
-            line.extend_from_slice(&rest[..=nl]);
-            self.combined_line(stream, &line);
+            out.extend_from_slice(stream.tag());
+            out.append(&mut self.partial[i]);
+            out.extend_from_slice(&rest[..=nl]);
             rest = &rest[nl + 1..];
         }
         self.partial[i].extend_from_slice(rest);
         while self.partial[i].len() > MAX_LINE {
-            let head: Vec<u8> = self.partial[i].drain(..MAX_LINE).collect();
-            self.combined_line(stream, &head);
-            self.combined.write(b"\n[sheepdog] line longer than 65536 bytes split here\n");
+            out.extend_from_slice(stream.tag());
+            out.extend(self.partial[i].drain(..MAX_LINE));
+            out.extend_from_slice(b"\n[sheepdog] line longer than 65536 bytes split here\n");
+        }
+        if !out.is_empty() {
+            self.combined.write(&out);
         }
     }
 
