@@ -46,6 +46,8 @@ pub struct CappedFile {
     file: File,
     size: u64,
     cap: u64,
+    /// Bytes of the marker line that starts a rotated file (0 for the first file).
+    header: u64,
 }
 
 impl CappedFile {
@@ -53,24 +55,36 @@ impl CappedFile {
     pub fn open(path: &Path, cap: u64) -> io::Result<CappedFile> {
         let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
         let size = file.metadata()?.len();
-        Ok(CappedFile { path: path.to_path_buf(), file, size, cap: cap.max(1024) })
+        Ok(CappedFile { path: path.to_path_buf(), file, size, cap: cap.max(1024), header: 0 })
     }
 
-    /// Appends `bytes`, rotating first if they would cross the cap. Write errors (disk full)
-    /// are dropped: a full disk must not stop the supervisor from draining and stopping.
+    /// Appends `bytes`, rotating first if they would cross the cap. Rotation happens on a line
+    /// boundary where the chunk has one: the lines that fit stay in the old file, the rest starts
+    /// the new one after its marker; only a line longer than the whole cap is cut. Write errors
+    /// (disk full) are dropped: a full disk must not stop the supervisor from draining and
+    /// stopping.
     pub fn write(&mut self, bytes: &[u8]) {
         let mut rest = bytes;
         while !rest.is_empty() {
-            if self.size >= self.cap {
+            let room = self.cap.saturating_sub(self.size) as usize;
+            let n = if rest.len() <= room {
+                rest.len()
+            } else if let Some(nl) = rest[..room].iter().rposition(|b| *b == b'\n') {
+                nl + 1
+            } else if self.size > self.header {
                 self.rotate();
-            }
-            let room = (self.cap - self.size.min(self.cap)) as usize;
-            let n = rest.len().min(room.max(1));
+                continue;
+            } else {
+                room.max(1)
+            };
             if self.file.write_all(&rest[..n]).is_err() {
                 return;
             }
             self.size += n as u64;
             rest = &rest[n..];
+            if !rest.is_empty() {
+                self.rotate();
+            }
         }
     }
 
@@ -87,6 +101,7 @@ impl CappedFile {
                 });
             let _ = self.file.write_all(marker.as_bytes());
             self.size = marker.len() as u64;
+            self.header = self.size;
         }
     }
 }

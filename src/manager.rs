@@ -665,14 +665,20 @@ pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<
         return Ok(Waited::Finished(entry.clone()));
     }
     let end = timeout.map(|t| Instant::now() + t);
-    if let Some(sup) = verified_supervisor(entry) {
-        if !wait_pidfd(&sup, timeout) {
-            return Ok(Waited::TimedOut);
-        }
-    } else if let Some(tree) = recorded_tree(entry).filter(|_| entry.this_boot()) {
-        // Orphaned: wait for the tree itself.
+    if let Some(sup) = verified_supervisor(entry)
+        && !wait_pidfd(&sup, timeout)
+    {
+        return Ok(Waited::TimedOut);
+    }
+    let e = reg.read(&entry.id)?;
+    if e.is_finished() {
+        return Ok(Waited::Finished(e));
+    }
+    // The supervisor is gone without a result (it was killed, maybe while we waited): wait for
+    // what is left of the tree itself.
+    if let Some(tree) = recorded_tree(&e).filter(|_| e.this_boot()) {
         while !tree.is_gone() {
-            let left = end.map(|e| e.saturating_duration_since(Instant::now()));
+            let left = end.map(|x| x.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
                 return Ok(Waited::TimedOut);
             }
@@ -683,13 +689,14 @@ pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<
     Ok(if e.is_finished() { Waited::Finished(e) } else { Waited::NoResult(e) })
 }
 
-/// The exit status `wait` reports for a finished entry: the process's code, 128 + the signal
-/// that ended it, or 0 for an entry stopped before anything was recorded.
-pub fn exit_status_of(e: &Entry) -> i32 {
+/// The exit status `wait` reports for a finished entry: the process's code, or 128 + the signal
+/// that ended it; `None` when neither is known (the supervisor was killed, and the entry was
+/// then stopped, reaped or recorded lost from outside: nobody saw the process's own status).
+pub fn exit_status_of(e: &Entry) -> Option<i32> {
     if let Some(c) = e.exit_code {
-        return c;
+        return Some(c);
     }
-    e.signal.as_deref().and_then(Signal::parse).map(|s| 128 + s.as_raw()).unwrap_or(0)
+    e.signal.as_deref().and_then(Signal::parse).map(|s| 128 + s.as_raw())
 }
 
 /// One thing `reap` did (or, with `--dry-run`, would do).

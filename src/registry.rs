@@ -339,15 +339,7 @@ impl Registry {
     pub fn create(&self, mut entry: Entry) -> Result<Entry, RegistryError> {
         let _lock = self.global_lock()?;
         if let Some(name) = &entry.name {
-            let (live, _) = self.list();
-            let taken = |e: &&Entry| {
-                e.name.as_deref() == Some(name)
-                    && !e.is_finished()
-                    && (e.supervisor_alive() || e.provider_alive() || e.starter_alive())
-            };
-            if let Some(other) = live.iter().find(taken) {
-                return Err(RegistryError::NameInUse { name: name.clone(), id: other.id.clone() });
-            }
+            self.check_name_free(name, None)?;
         }
         let seq_path = self.root.join("seq");
         let last: u64 = fs::read_to_string(&seq_path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
@@ -365,6 +357,30 @@ impl Registry {
         fs::rename(&tmp, &dest).map_err(io_at(&dest))?;
         sync_dir(&self.procs())?;
         Ok(entry)
+    }
+
+    /// Errors with `NameInUse` if a live entry other than `except` has `name`: one whose
+    /// supervisor, provider or `start` command still lives. Call under the global lock.
+    fn check_name_free(&self, name: &str, except: Option<&str>) -> Result<(), RegistryError> {
+        let (entries, _) = self.list();
+        let taken = |e: &&Entry| {
+            Some(e.id.as_str()) != except
+                && e.name.as_deref() == Some(name)
+                && !e.is_finished()
+                && (e.supervisor_alive() || e.provider_alive() || e.starter_alive())
+        };
+        match entries.iter().find(taken) {
+            Some(other) => Err(RegistryError::NameInUse { name: name.to_string(), id: other.id.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    /// Renames an entry, under the global lock that `create` takes, so two live entries never
+    /// share a name. Errors: `NameInUse`, `NotFound`.
+    pub fn rename(&self, id: &str, name: &str) -> Result<Entry, RegistryError> {
+        let _lock = self.global_lock()?;
+        self.check_name_free(name, Some(id))?;
+        self.update(id, |e| e.name = Some(name.to_string()))
     }
 
     /// Reads one entry. Errors: `NotFound`, `Corrupt` (not set aside: see [`Registry::list`]).

@@ -1,7 +1,8 @@
 //! The event loop of one supervisor: spawn the provider, wait on events, run the one stop, and
 //! report how it ended. Single-threaded, no async runtime; it reads top to bottom like tini.
 //!
-//! The loop blocks in one `poll` on: the signal self-pipe (SIGCHLD, SIGTERM, SIGINT, SIGHUP), the
+//! The loop blocks in one `poll` on: the signal self-pipe (SIGCHLD; SIGTERM, SIGINT, SIGHUP,
+//! which stop; and the signals in [`Signal::FORWARDED`], passed on to the provider's group), the
 //! owner's pidfd, stdin's hang-up (only with `--on-stdin-eof stop`) and whatever fds the
 //! [`Observer`] adds (a managed process's log pipes). After every wake it reaps every child it
 //! has (the provider and any orphan re-parented to it) and re-checks "all gone", so it exits
@@ -229,8 +230,9 @@ impl OwnerWatch {
 ///
 /// Errors: [`Error`]; on error nothing was spawned.
 pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
-    let signals = SignalPipe::install(&[Signal::TERM, Signal::INT, Signal::HUP, Signal::CHLD])
-        .map_err(io_err("install signal handlers"))?;
+    let mut handled = vec![Signal::TERM, Signal::INT, Signal::HUP, Signal::CHLD];
+    handled.extend(Signal::FORWARDED);
+    let signals = SignalPipe::install(&handled).map_err(io_err("install signal handlers"))?;
     let mut owner = opts.owner.map(OwnerWatch::open).transpose()?;
     #[cfg(target_os = "linux")]
     process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
@@ -281,7 +283,10 @@ pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, 
         process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).map_err(io_err("poll"))?;
 
         for sig in signals.drain() {
-            if sig != Signal::CHLD {
+            if Signal::FORWARDED.contains(&sig) {
+                // Not a stop: passed on, and the supervisor lives on with its tree.
+                tree.forward(sig);
+            } else if sig != Signal::CHLD {
                 begin(&mut machine, Trigger::Signal(sig), &tree, observer);
             }
         }

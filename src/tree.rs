@@ -211,6 +211,14 @@ impl Tree {
         count
     }
 
+    /// Passes a signal on to the provider's process group (while the group number is safe),
+    /// as tini forwards signals to its child. Not a stop: nothing else is signalled.
+    pub fn forward(&self, sig: Signal) {
+        if self.leader_held.get() {
+            let _ = process::kill_group(self.pgid, sig);
+        }
+    }
+
     /// Blocks until a member exits or `timeout` passes, on pidfds (Linux) or a plain sleep.
     pub fn wait_any_exit(&self, timeout: Duration) {
         let fds: Vec<PidFd> = self.live().iter().take(256).filter_map(|m| PidFd::open(m.pid).ok()).collect();

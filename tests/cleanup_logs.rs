@@ -326,3 +326,41 @@ fn start_nudges_for_detached_work_without_a_cleanup() {
     let out = st.run(&["start", "--cleanup", "true", "--", "nohup", "true"]);
     assert_eq!(out_text(&out).1, "", "no nudge with --cleanup");
 }
+
+#[test]
+fn regression_attack2_1_2_rotation_keeps_lines_whole_and_follow_loses_nothing() {
+    let st = State::new();
+    let writer =
+        "import time\nfor i in range(20000):\n    print('line %06d' % i)\n    if i % 100 == 0: time.sleep(0.01)";
+    let id = id_of(&st.start(&["--log-max", "4KiB", "--", "python3", "-u", "-c", writer]));
+    let out = st.cmd(&["logs", "--follow", "--stream", "out", &id]).stdin(Stdio::null()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("line ")).collect();
+    assert_eq!(lines.len(), 20000, "follow lost or duplicated lines across rotations");
+    assert!(text.lines().all(|l| l.starts_with("line ") || l.starts_with("[sheepdog] ")), "a line was cut");
+    let dir = st.path().join("procs").join(&id);
+    for f in ["combined.log", "combined.log.1"] {
+        let c = std::fs::read_to_string(dir.join(f)).unwrap();
+        assert!(c.lines().all(|l| l.starts_with('[')), "{f}: an untagged (cut) line");
+    }
+}
+
+#[test]
+fn regression_attack2_3_4_follow_shows_the_cleanup_and_ends_when_its_reader_goes_away() {
+    let st = State::new();
+    let id = id_of(&st.start(&["--cleanup", "sleep 0.5; echo cleaned-up", "--", "sleep", "100"]));
+    let follower = st.cmd(&["logs", "--follow", &id]).stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = st.ok(&["stop", &id]);
+    let out = follower.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("[cleanup] cleaned-up") && text.contains("cleanup exited with code 0"), "{text}");
+
+    let quiet = id_of(&st.start(&["--", "sh", "-c", "echo one; echo two; sleep 30"]));
+    st.wait_log(&quiet, "stdout.log", "two");
+    let script = format!("{} --state-dir {} logs --follow {quiet} | head -n 1", bin(), st.path().display());
+    let t0 = Instant::now();
+    let out = std::process::Command::new("bash").args(["-c", &format!("set -o pipefail; {script}")]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(t0.elapsed() < SECS(3), "follow kept running after its reader left: {:?}", t0.elapsed());
+}

@@ -585,3 +585,42 @@ fn regression_attack_1b_wait_during_start_waits_for_the_command() {
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     assert!(start.wait_with_output().unwrap().status.success());
 }
+
+#[test]
+fn regression_attack2_5_6_wait_outlives_a_killed_supervisor_and_never_reports_an_unknown_status_as_0() {
+    let st = State::new();
+    let v = st.start(&["--", "sleep", "100"]);
+    let id = id_of(&v);
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    let provider = v["pid"].as_i64().unwrap() as i32;
+    let waiter = st.cmd(&["wait", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    signal(sup, libc::SIGKILL);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(alive(provider));
+    let mut waiter = waiter;
+    assert!(waiter.try_wait().unwrap().is_none(), "wait returned while the orphaned process still runs");
+    let _ = st.ok(&["reap"]);
+    let out = waiter.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "an unknown status must not read as success");
+    let out = st.run(&["wait", &id]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(stderr(&out).contains("exit status is unknown"), "{}", stderr(&out));
+}
+
+#[test]
+fn regression_attack2_7_8_update_refuses_what_would_have_no_effect_and_keeps_names_unique() {
+    let st = State::new();
+    let id = id_of(&st.start(&["--cleanup", "true", "--", "sleep", "100"]));
+    let _ = st.ok(&["stop", &id]);
+    let out = st.run(&["update", &id, "--cleanup", "echo second"]);
+    assert_eq!(out.status.code(), Some(1), "an update after the cleanup ran reported success");
+    // An orphaned entry (supervisor killed, process alive) still holds its name.
+    let v = st.start(&["--name", "web", "--", "sleep", "300"]);
+    signal(v["supervisorPid"].as_i64().unwrap() as i32, libc::SIGKILL);
+    std::thread::sleep(Duration::from_millis(200));
+    let other = id_of(&st.start(&["--", "sleep", "300"]));
+    let out = st.run(&["update", &other, "--name", "web"]);
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(stderr(&out).contains("already used"));
+}

@@ -707,3 +707,23 @@ fn regression_attack_3_events_fd_shared_with_stdout_does_not_make_the_providers_
     assert!(n >= 1_000_000, "the provider lost output: {n} bytes");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "", "the provider saw EAGAIN");
 }
+
+#[test]
+fn regression_attack2_9_other_signals_are_forwarded_to_the_group_not_fatal_to_the_supervisor() {
+    let guard = Guard::new();
+    let (mut child, lines) =
+        spawn_run(&["--", "sh", "-c", "trap 'echo got-usr1' USR1; echo ready; while :; do sleep 0.05; done"], &guard);
+    lines.expect("ready", SECS(10));
+    let sup = child.id() as i32;
+    let tree: Vec<i32> = sheepdog::sys::procfs::descendants(pid(sup)).iter().map(|s| s.pid.as_raw()).collect();
+    tree.iter().for_each(|p| guard.track(*p));
+    for sig in [libc::SIGUSR1, libc::SIGWINCH] {
+        signal(sup, sig);
+    }
+    lines.expect("got-usr1", SECS(5));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(child.try_wait().unwrap().is_none(), "the supervisor died of a signal it should pass on");
+    signal(sup, libc::SIGTERM);
+    assert_eq!(wait_child(&mut child, SECS(10)).signal(), Some(libc::SIGTERM));
+    assert_eq!(wait_gone(&tree, Duration::ZERO), Vec::<i32>::new());
+}

@@ -361,9 +361,15 @@ pub(super) fn logs(a: LogsArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {
     }
     let mut pos = data.len() as u64;
     let mut ino = file_id(&f);
+    let mut rotated_path = path.clone().into_os_string();
+    rotated_path.push(".1");
     loop {
-        let finished = reg.read(&e.id).map(|x| x.is_finished() || !x.supervisor_alive()).unwrap_or(true);
-        // Rotation: the path now names a new file; finish the old one, then follow the new.
+        // Done once nothing can write any more: no supervisor (it also writes the cleanup's
+        // output after the result), no cleanup runner, no start in progress.
+        let done = reg
+            .read(&e.id)
+            .map(|x| !x.supervisor_alive() && !x.cleanup_running() && !x.starter_alive())
+            .unwrap_or(true);
         let rotated = std::fs::metadata(&path).ok().map(|m| file_id_meta(&m)) != Some(ino);
         let mut chunk = Vec::new();
         let _ = f.seek(SeekFrom::Start(pos));
@@ -372,13 +378,29 @@ pub(super) fn logs(a: LogsArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {
         if !chunk.is_empty() && !emit(&chunk) {
             return Ok(0);
         }
-        if rotated && let Ok(nf) = std::fs::File::open(&path) {
-            ino = file_id(&nf);
-            f = nf;
-            pos = 0;
-            continue;
+        if rotated {
+            // The file we followed is finished. If it rotated more than once since the last
+            // look, the one in between is now `.1`: print it whole before the new file.
+            let middle = std::fs::File::open(&rotated_path).ok().filter(|m| file_id(m) != ino);
+            if let Some(mut m) = middle {
+                let mut all = Vec::new();
+                let _ = m.read_to_end(&mut all);
+                if !emit(&all) {
+                    return Ok(0);
+                }
+            }
+            if let Ok(nf) = std::fs::File::open(&path) {
+                ino = file_id(&nf);
+                f = nf;
+                pos = 0;
+                continue;
+            }
         }
-        if finished && chunk.is_empty() {
+        if done && chunk.is_empty() {
+            return Ok(0);
+        }
+        // A reader that went away (`| head`) ends us even while the process is quiet.
+        if crate::sys::process::peer_closed(1) {
             return Ok(0);
         }
         std::thread::sleep(FOLLOW_TICK);
@@ -552,16 +574,26 @@ pub struct UpdateArgs {
 pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let reg = open(dir)?;
     let e = reg.find(&a.target)?;
-    if let Some(n) = &a.name {
-        let (entries, _) = reg.list();
-        if let Some(other) = entries
-            .iter()
-            .find(|x| x.id != e.id && x.name.as_deref() == Some(n) && !x.is_finished() && x.supervisor_alive())
-        {
-            return Err(RegistryError::NameInUse { name: n.clone(), id: other.id.clone() }.into());
-        }
+    let changes_cleanup = a.cleanup.is_some() || a.no_cleanup || a.cleanup_timeout.is_some();
+    if changes_cleanup && e.cleanup_started_at.is_some() {
+        return Err(CliError::new(
+            1,
+            format!("the cleanup of {} has already run (or is running); a change would have no effect", e.label()),
+        ));
     }
+    if let Some(n) = &a.name {
+        reg.rename(&e.id, n)?;
+    }
+    let mut too_late = false;
     let e = reg.update(&e.id, |x| {
+        if !changes_cleanup {
+            return;
+        }
+        // Re-checked under the entry's lock: the supervisor may have claimed it meanwhile.
+        if x.cleanup_started_at.is_some() {
+            too_late = true;
+            return;
+        }
         let timeout_ms = a
             .cleanup_timeout
             .map(|d| d.as_millis() as u64)
@@ -574,10 +606,13 @@ pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<
         } else if let Some(c) = &mut x.cleanup {
             c.timeout_ms = timeout_ms;
         }
-        if let Some(n) = &a.name {
-            x.name = Some(n.clone());
-        }
     })?;
+    if too_late {
+        return Err(CliError::new(
+            1,
+            format!("the cleanup of {} started before this update; the change had no effect", e.label()),
+        ));
+    }
     if json {
         println!("{}", entry_json(&reg, &e, &manager::live_status(&e, &Default::default())));
     } else {
@@ -602,13 +637,18 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let e = reg.find(&a.target)?;
     match manager::wait(&reg, &e, a.timeout)? {
         Waited::Finished(e) => {
-            let code = manager::exit_status_of(&e);
             if json {
                 println!("{}", entry_json(&reg, &e, &e.status));
             } else {
                 println!("{}", e.status_text.clone().unwrap_or_else(|| e.status.clone()));
             }
-            Ok(code)
+            manager::exit_status_of(&e).ok_or_else(|| {
+                CliError::usage(format!(
+                    "wait: {} is {}; its exit status is unknown (its supervisor was killed)",
+                    e.label(),
+                    e.status
+                ))
+            })
         }
         Waited::TimedOut => Err(CliError::new(
             124,

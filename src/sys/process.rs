@@ -309,6 +309,14 @@ pub fn poll(fds: &mut [PollFd], timeout: Option<Duration>) -> io::Result<usize> 
     Ok(rc as usize)
 }
 
+/// True if `fd` is a pipe or socket whose reading end has been closed (`POLLERR`/`POLLHUP` on a
+/// writer), so writing would fail with EPIPE.
+pub fn peer_closed(fd: RawFd) -> bool {
+    let mut fds = [PollFd::new(fd, POLL_OUT)];
+    matches!(poll(&mut fds, Some(Duration::ZERO)), Ok(n) if n > 0)
+        && fds[0].revents & (libc::POLLERR | libc::POLLHUP) != 0
+}
+
 /// What kind of file an fd is, for deciding whether it can report a hang-up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FdKind {

@@ -54,6 +54,21 @@ impl Signal {
     pub const CHLD: Signal = Signal(libc::SIGCHLD);
     pub const CONT: Signal = Signal(libc::SIGCONT);
 
+    /// Signals a supervisor passes on to the provider's process group instead of dying of them
+    /// (tini forwards every catchable signal): SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGALRM,
+    /// SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF.
+    pub const FORWARDED: [Signal; 9] = [
+        Signal(libc::SIGQUIT),
+        Signal(libc::SIGUSR1),
+        Signal(libc::SIGUSR2),
+        Signal(libc::SIGWINCH),
+        Signal(libc::SIGALRM),
+        Signal(libc::SIGXCPU),
+        Signal(libc::SIGXFSZ),
+        Signal(libc::SIGVTALRM),
+        Signal(libc::SIGPROF),
+    ];
+
     /// Wraps a raw signal number (1..=64 on Linux); `None` outside that range.
     pub fn from_raw(n: i32) -> Option<Signal> {
         (1..MAX_SIGNAL).contains(&n).then_some(Signal(n))
