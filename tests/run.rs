@@ -454,14 +454,7 @@ fn forty_supervisors_torn_down_at_once_leave_no_survivor() {
 fn events_of(args: &str, signal_after: Option<Duration>) -> (std::process::ExitStatus, Vec<serde_json::Value>) {
     let guard = Guard::new();
     let script = format!("exec {} run --events-fd 3 {args} 3>&1 >/dev/null", bin());
-    let mut child = std::process::Command::new("sh")
-        .args(["-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    guard.track_child(&child);
-    let lines = Lines::new(child.stdout.take().unwrap());
+    let (mut child, lines) = spawn_script("sh", &script, &guard);
     let mut events = vec![lines.next(SECS(10))];
     if let Some(after) = signal_after {
         std::thread::sleep(after);
@@ -683,14 +676,7 @@ fn regression_attack_2_children_sheepdog_had_before_its_exec_are_not_the_provide
     let guard = Guard::new();
     let script = format!("(trap '' TERM; exec sleep 60) & echo bg $!; exec {} run -- sh -c 'exit 7'", bin());
     let t0 = Instant::now();
-    let mut child = std::process::Command::new("bash")
-        .args(["-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    guard.track_child(&child);
-    let lines = Lines::new(child.stdout.take().unwrap());
+    let (mut child, lines) = spawn_script("bash", &script, &guard);
     let bg = lines.pids("bg", SECS(10))[0];
     guard.track(bg);
     let st = wait_child(&mut child, SECS(10));

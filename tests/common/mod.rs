@@ -270,3 +270,16 @@ impl Drop for State {
         }
     }
 }
+
+/// Runs `shell -c script` with piped stdout (for readiness lines), tracked by `guard`.
+pub fn spawn_script(shell: &str, script: &str, guard: &Guard) -> (Child, Lines) {
+    let mut child = Command::new(shell)
+        .args(["-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn shell");
+    guard.track_child(&child);
+    let lines = Lines::new(child.stdout.take().unwrap());
+    (child, lines)
+}
