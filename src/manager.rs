@@ -342,9 +342,10 @@ impl Managed<'_> {
     }
 
     fn finish(&mut self, outcome: &Outcome) {
-        let (status, text) = result_status(outcome, &self.reg.read(&self.id).ok());
-        self.logs.marker(&format!("exited: {text}"));
+        let mut text = String::new();
         let _ = self.reg.update(&self.id, |e| {
+            let (status, t) = result_status(outcome, e.timeout_ms);
+            text = t;
             e.status = status.to_string();
             e.status_text = Some(text.clone());
             match outcome.provider {
@@ -356,6 +357,7 @@ impl Managed<'_> {
             e.tree_gone = Some(outcome.tree_gone);
             e.ended_at = Some(registry::now_ms());
         });
+        self.logs.marker(&format!("exited: {text}"));
         // A stop (not the command's own exit) is two steps: the tree, then the cleanup.
         if outcome.trigger.is_some() {
             crate::cleanup::run_once(self.reg, &self.id, "supervisor");
@@ -364,10 +366,10 @@ impl Managed<'_> {
 }
 
 /// The recorded status and its human form for a supervisor's outcome.
-fn result_status(outcome: &Outcome, entry: &Option<Entry>) -> (&'static str, String) {
+fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (&'static str, String) {
     match (outcome.trigger, outcome.provider) {
         (Some(Trigger::Timeout), _) => {
-            let after = entry.as_ref().and_then(|e| e.timeout_ms).map(|ms| duration::format(Duration::from_millis(ms)));
+            let after = timeout_ms.map(|ms| duration::format(Duration::from_millis(ms)));
             ("timed out", format!("timed out after {}", after.unwrap_or_default()))
         }
         (Some(Trigger::OwnerDied), _) => ("stopped", "stopped (owner exited)".into()),

@@ -245,22 +245,7 @@ pub fn foreign_children() -> Vec<Member> {
 
 /// Every descendant of `root` (zombies included), skipping the subtrees of `foreign` members.
 fn walk(root: Pid, foreign: &[Member]) -> Vec<Stat> {
-    if foreign.is_empty() {
-        return procfs::descendants(root);
-    }
-    let mut out = Vec::new();
-    let mut queue = vec![root];
-    while let Some(pid) = queue.pop() {
-        for child in procfs::children(pid) {
-            let Ok(s) = procfs::stat(child) else { continue };
-            if foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time)) {
-                continue;
-            }
-            queue.push(child);
-            out.push(s);
-        }
-    }
-    out
+    procfs::descendants_except(root, |s| foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time)))
 }
 
 /// Signals one process only if it is still the one that was seen: pidfd first, then the start

@@ -227,9 +227,9 @@ struct TreeProc {
 /// An entry as `ps --json` prints it: its fields (status as the kernel says now), log paths, and
 /// with `--tree` its live processes.
 #[derive(serde::Serialize)]
-struct EntryView<'a> {
+struct EntryView {
     #[serde(flatten)]
-    entry: &'a Entry,
+    entry: Entry,
     logs: LogPaths,
     #[serde(skip_serializing_if = "Option::is_none")]
     tree: Option<Vec<TreeProc>>,
@@ -237,12 +237,14 @@ struct EntryView<'a> {
 
 /// An entry as JSON, with the status `ps` derives from the kernel and the log paths.
 fn entry_json(reg: &Registry, e: &Entry, status: &str) -> Value {
-    let mut v = serde_json::to_value(e).unwrap_or(Value::Null);
-    if let Value::Object(m) = &mut v {
-        m.insert("status".into(), json!(status));
-        m.insert("logs".into(), logs_json(reg, &e.id));
-    }
-    v
+    serde_json::to_value(entry_view(reg, e, status, None)).unwrap_or(Value::Null)
+}
+
+/// An entry as every `--json` output shows it: a copy whose status is the one shown.
+fn entry_view(reg: &Registry, e: &Entry, status: &str, tree: Option<Vec<TreeProc>>) -> EntryView {
+    let mut entry = e.clone();
+    entry.status = status.to_string();
+    EntryView { logs: LogPaths::of(reg, &e.id), entry, tree }
 }
 
 pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
@@ -264,15 +266,13 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
         // Streamed, one entry at a time: `ps --all --json` over thousands of entries stays fast.
         let _ = out.write_all(b"{\"entries\":[");
         for (i, (e, s)) in rows.iter().enumerate() {
-            let mut shown = e.clone();
-            shown.status = s.clone();
             let tree = a.tree.then(|| {
                 manager::live_tree(e)
                     .into_iter()
                     .map(|(pid, pgid, session, command)| TreeProc { pid, pgid, session, command })
                     .collect()
             });
-            let view = EntryView { entry: &shown, logs: LogPaths::of(&reg, &e.id), tree };
+            let view = entry_view(&reg, e, s, tree);
             if i > 0 {
                 let _ = out.write_all(b",");
             }

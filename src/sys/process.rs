@@ -115,15 +115,18 @@ pub fn kill_group(pgid: Pgid, sig: Signal) -> io::Result<Sent> {
 /// `kill(pid, 0)`: true if a process (zombies included) has this pid. See
 /// [`super::procfs::is_alive`] for the check that counts zombies as dead.
 pub fn exists(pid: Pid) -> bool {
-    // SAFETY: signal 0 only checks existence and permission.
-    let rc = unsafe { libc::kill(pid.0, 0) };
-    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    signal0(pid.0)
 }
 
 /// `kill(-pgid, 0)`: true if the group has any member, zombies included.
 pub fn group_exists(pgid: Pgid) -> bool {
+    signal0(-pgid.0)
+}
+
+/// `kill(target, 0)`: something answers (EPERM counts: it exists, just not ours).
+fn signal0(target: i32) -> bool {
     // SAFETY: signal 0 only checks existence and permission.
-    let rc = unsafe { libc::kill(-pgid.0, 0) };
+    let rc = unsafe { libc::kill(target, 0) };
     rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 

@@ -114,13 +114,21 @@ pub fn children(_pid: Pid) -> Vec<Pid> {
     Vec::new()
 }
 
-/// Every descendant of `root` (not `root` itself), zombies included, breadth first.
+/// Every descendant of `root` (not `root` itself), zombies included.
 pub fn descendants(root: Pid) -> Vec<Stat> {
+    descendants_except(root, |_| false)
+}
+
+/// Every descendant of `root`, zombies included, leaving out each process for which `skip`
+/// is true together with everything below it.
+pub fn descendants_except(root: Pid, skip: impl Fn(&Stat) -> bool) -> Vec<Stat> {
     let mut out = Vec::new();
     let mut queue = vec![root];
     while let Some(pid) = queue.pop() {
         for child in children(pid) {
-            if let Ok(s) = stat(child) {
+            if let Ok(s) = stat(child)
+                && !skip(&s)
+            {
                 queue.push(child);
                 out.push(s);
             }
@@ -156,11 +164,7 @@ pub fn live_group_members(pgid: Pgid) -> Vec<Stat> {
 /// True if `/proc/<pid>/environ` holds exactly `KEY=VALUE`. Unreadable (gone, another user):
 /// false.
 pub fn environ_has(pid: Pid, key: &str, value: &str) -> bool {
-    let Ok(bytes) = std::fs::read(format!("/proc/{pid}/environ")) else {
-        return false;
-    };
-    let want = format!("{key}={value}");
-    bytes.split(|b| *b == 0).any(|kv| kv == want.as_bytes())
+    environ_value(pid, key).as_deref() == Some(value)
 }
 
 /// The value of `KEY` in `/proc/<pid>/environ`, if readable and present.

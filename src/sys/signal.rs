@@ -249,24 +249,22 @@ pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Sets `O_NONBLOCK` on `fd`.
 pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on an fd the caller owns or borrows; bad fds yield EBADF.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    add_flag(fd, libc::F_GETFL, libc::F_SETFL, libc::O_NONBLOCK)
 }
 
 /// Sets `FD_CLOEXEC` on `fd`, so commands we spawn do not inherit it.
 ///
 /// Errors: EBADF when `fd` is not open, which callers use to validate an inherited fd.
 pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on an fd number; a closed fd yields EBADF.
+    add_flag(fd, libc::F_GETFD, libc::F_SETFD, libc::FD_CLOEXEC)
+}
+
+/// `fcntl(fd, set, fcntl(fd, get) | flag)`.
+fn add_flag(fd: RawFd, get: libc::c_int, set: libc::c_int, flag: libc::c_int) -> io::Result<()> {
+    // SAFETY: fcntl on an fd number with integer arguments; a closed fd yields EBADF.
     unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFD);
-        if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) < 0 {
+        let flags = libc::fcntl(fd, get);
+        if flags < 0 || libc::fcntl(fd, set, flags | flag) < 0 {
             return Err(io::Error::last_os_error());
         }
     }
