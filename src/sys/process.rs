@@ -75,12 +75,6 @@ pub fn getuid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-/// The process group of this process.
-pub fn getpgrp() -> Pgid {
-    // SAFETY: getpgrp has no preconditions and cannot fail.
-    Pgid(unsafe { libc::getpgrp() })
-}
-
 /// Result of a signal sent to something that may already be gone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sent {
