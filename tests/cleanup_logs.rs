@@ -120,8 +120,7 @@ fn cleanup_runs_for_a_wrapper_that_already_exited_while_its_work_goes_on() {
     // daemon, here this test). The wrapper only says it started it and exits 0.
     let st = State::new();
     let guard = Guard::new();
-    let mut container = std::process::Command::new("sleep").arg("100").spawn().unwrap();
-    guard.track_child(&container);
+    let mut container = guard.sleeper();
     let cpid = container.id();
     let id = id_of(&st.start(&[
         "--name",
@@ -179,8 +178,7 @@ fn cleanup_runs_on_turn_timeout_and_owner_death() {
         "sleep",
         "100",
     ]));
-    let mut owner = std::process::Command::new("sleep").arg("100").spawn().unwrap();
-    guard.track_child(&owner);
+    let mut owner = guard.sleeper();
     let o = id_of(&st.start(&[
         "--owner",
         &owner.id().to_string(),

@@ -133,8 +133,7 @@ fn forge(st: &State, f: impl FnOnce(&mut sheepdog::registry::Entry)) -> String {
 fn forged_entries_with_a_reused_pid_or_another_boot_are_never_signalled() {
     let st = State::new();
     let guard = Guard::new();
-    let mut victim = std::process::Command::new("sleep").arg("100").spawn().unwrap();
-    guard.track_child(&victim);
+    let mut victim = guard.sleeper();
     let vpid = victim.id() as i32;
     let real_start = sheepdog::sys::procfs::start_time(pid(vpid)).unwrap();
     // Same pid, another start time: a pid reused after the recorded process died.
@@ -286,8 +285,7 @@ fn timeout_stops_and_records_timed_out_after_dur() {
 fn owner_death_stops_the_managed_process() {
     let st = State::new();
     let guard = Guard::new();
-    let mut owner = std::process::Command::new("sleep").arg("100").spawn().unwrap();
-    guard.track_child(&owner);
+    let mut owner = guard.sleeper();
     let v = st.start(&["--owner", &owner.id().to_string(), "--", "sh", "-c", SPLIT_TREE]);
     let id = id_of(&v);
     st.wait_log(&id, "stdout.log", "child");
@@ -493,12 +491,7 @@ fn regression_attack_1_a_stop_during_start_waits_for_the_supervisor_and_never_si
         let st = State::new();
         let start =
             st.cmd(&["start", "--name", "victim", "--", "sleep", "300"]).stdout(Stdio::piped()).spawn().unwrap();
-        let dir = st.path().join("procs").join("proc_1");
-        let end = Instant::now() + SECS(10);
-        while !dir.exists() {
-            assert!(Instant::now() < end);
-            std::hint::spin_loop();
-        }
+        st.wait_entry_dir("proc_1");
         let stop = st.run(&["stop", "--all"]);
         assert_eq!(stop.status.code(), Some(0), "{}", stderr(&stop));
         let out = start.wait_with_output().unwrap();
@@ -575,12 +568,7 @@ fn regression_attack_7_stop_with_a_shorter_grace_does_not_kill_a_supervisor_alre
 fn regression_attack_1b_wait_during_start_waits_for_the_command() {
     let st = State::new();
     let start = st.cmd(&["start", "--", "sh", "-c", "sleep 0.3; exit 4"]).stdout(Stdio::piped()).spawn().unwrap();
-    let dir = st.path().join("procs").join("proc_1");
-    let end = Instant::now() + SECS(10);
-    while !dir.exists() {
-        assert!(Instant::now() < end);
-        std::hint::spin_loop();
-    }
+    st.wait_entry_dir("proc_1");
     let out = st.run(&["wait", "proc_1"]);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     assert!(start.wait_with_output().unwrap().status.success());

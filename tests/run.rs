@@ -45,17 +45,9 @@ print('ids', os.getpid(), os.getpgrp(), sup, sup_pgrp, flush=True)
 print('fd1', os.readlink('/proc/self/fd/1'), os.readlink(f'/proc/{sup}/fd/1'), flush=True)
 "#;
     let script = format!("trap '' INT HUP; exec {} run -- python3 -c \"$1\"", bin());
-    let mut child = std::process::Command::new("sh")
-        .args(["-c", &script, "sh", src])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap())
-        .env("SHEEPDOG_TEST_MARK", "kept")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    guard.track_child(&child);
-    let lines = Lines::new(child.stdout.take().unwrap());
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", &script, "sh", src]).env_clear().env("PATH", std::env::var("PATH").unwrap()).stdin(Stdio::null());
+    let (mut child, lines) = spawn_lines(cmd, &guard);
     let ids = lines.pids("ids", SECS(10));
     let (pid, pgrp, sup, sup_pgrp) = (ids[0], ids[1], ids[2], ids[3]);
     assert_eq!(pgrp, pid, "the provider leads its own process group");
@@ -160,15 +152,10 @@ time.sleep(100)
 /// EOF is never what stops anything). Returns the owner, that stdin, its output lines and the
 /// supervisor's pid from its `sup PID` line.
 fn spawn_owner(script: &str, guard: &Guard) -> (std::process::Child, Option<std::process::ChildStdin>, Lines, i32) {
-    let mut owner = std::process::Command::new("python3")
-        .args(["-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    guard.track_child(&owner);
+    let mut cmd = std::process::Command::new("python3");
+    cmd.args(["-c", script]).stdin(Stdio::piped());
+    let (mut owner, lines) = spawn_lines(cmd, guard);
     let stdin = owner.stdin.take();
-    let lines = Lines::new(owner.stdout.take().unwrap());
     let sup = lines.pids("sup", SECS(10))[0];
     guard.track(sup);
     (owner, stdin, lines, sup)
@@ -556,14 +543,9 @@ print('pid1', open('/proc/1/comm').read().strip(), 'zombies', len(zombies), flus
 time.sleep(100)
 "#;
     let guard = Guard::new();
-    let mut child = std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", bin(), "run", "--", "python3", "-c", src])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    guard.track_child(&child);
-    let lines = Lines::new(child.stdout.take().unwrap());
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc", bin(), "run", "--", "python3", "-c", src]).stdin(Stdio::null());
+    let (mut child, lines) = spawn_lines(cmd, &guard);
     let got = lines.expect("pid1", SECS(10));
     assert_eq!(got, ["sheepdog", "zombies", "0"], "the orphan's zombie was not reaped");
     // SIGTERM to the namespace's PID 1 (the child of unshare) runs the one stop.

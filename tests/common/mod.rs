@@ -66,6 +66,14 @@ impl Guard {
     pub fn track_child(&self, child: &Child) {
         self.track(child.id() as i32);
     }
+
+    /// A `sleep 100` standing for an unrelated process (an owner, a container, a victim),
+    /// tracked like the rest.
+    pub fn sleeper(&self) -> Child {
+        let child = Command::new("sleep").arg("100").spawn().expect("spawn sleep");
+        self.track_child(&child);
+        child
+    }
 }
 
 impl Drop for Guard {
@@ -127,19 +135,20 @@ impl Lines {
     }
 }
 
-/// Spawns `sheepdog run ARGS` with piped stdout (for readiness lines) and stderr.
-pub fn spawn_run(args: &[&str], guard: &Guard) -> (Child, Lines) {
-    let mut child = sheepdog()
-        .arg("run")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sheepdog");
+/// Spawns `cmd` with piped stdout (for readiness lines), tracked by `guard`. Stdin is the
+/// caller's choice.
+pub fn spawn_lines(mut cmd: Command, guard: &Guard) -> (Child, Lines) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn");
     guard.track_child(&child);
     let lines = Lines::new(child.stdout.take().unwrap());
     (child, lines)
+}
+
+/// Spawns `sheepdog run ARGS` with piped stdout (for readiness lines) and stderr.
+pub fn spawn_run(args: &[&str], guard: &Guard) -> (Child, Lines) {
+    let mut cmd = sheepdog();
+    cmd.arg("run").args(args).stdin(Stdio::null()).stderr(Stdio::piped());
+    spawn_lines(cmd, guard)
 }
 
 /// Waits for a child with a bound; panics (the guard then kills it) if it does not exit.
@@ -239,6 +248,16 @@ impl State {
             .collect()
     }
 
+    /// Spins until the entry's directory exists: a `start` in progress has registered it.
+    pub fn wait_entry_dir(&self, id: &str) {
+        let dir = self.path().join("procs").join(id);
+        let end = Instant::now() + SECS(10);
+        while !dir.exists() {
+            assert!(Instant::now() < end, "{} never appeared", dir.display());
+            std::hint::spin_loop();
+        }
+    }
+
     /// Waits until `file` in the entry's dir contains `needle`.
     pub fn wait_log(&self, id: &str, file: &str, needle: &str) -> String {
         let path = self.path().join("procs").join(id).join(file);
@@ -273,13 +292,7 @@ impl Drop for State {
 
 /// Runs `shell -c script` with piped stdout (for readiness lines), tracked by `guard`.
 pub fn spawn_script(shell: &str, script: &str, guard: &Guard) -> (Child, Lines) {
-    let mut child = Command::new(shell)
-        .args(["-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn shell");
-    guard.track_child(&child);
-    let lines = Lines::new(child.stdout.take().unwrap());
-    (child, lines)
+    let mut cmd = Command::new(shell);
+    cmd.args(["-c", script]).stdin(Stdio::null());
+    spawn_lines(cmd, guard)
 }
