@@ -14,6 +14,8 @@
 //! - [`logs`]: capped, rotating stdout / stderr / combined logs.
 //! - [`events`]: the JSON lines of `--events-fd`.
 //! - [`duration`]: `250ms`, `1.5s` on the command line.
+//! - [`usage`]: CPU and memory of a tree, from `/proc`.
+//! - [`top`]: the `sheepdog top` terminal UI (its own binary, `sheepdog-top`).
 //! - [`sys`]: the only place with `unsafe`: signals, pidfds, `/proc`, `poll`.
 //! - [`cli`]: argument parsing and one handler per subcommand.
 
@@ -29,4 +31,6 @@ pub mod spawn;
 pub mod stop;
 pub mod supervisor;
 pub mod sys;
+pub mod top;
 pub mod tree;
+pub mod usage;

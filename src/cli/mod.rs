@@ -7,6 +7,7 @@
 
 mod manage;
 mod run;
+mod top;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -76,6 +77,8 @@ enum Command {
     Reap(manage::ReapArgs),
     /// Remove finished entries and their logs.
     Clear(manage::ClearArgs),
+    /// A live full-screen view: statuses, usage, ports, process trees, logs; stop/restart/clear.
+    Top(top::TopArgs),
     /// The detached supervisor of one entry (started by `sheepdog start`; not for direct use).
     #[command(hide = true)]
     SuperviseEntry(manage::SuperviseArgs),
@@ -128,6 +131,7 @@ pub fn main() -> i32 {
         Command::Wait(a) => manage::wait(a, dir, json),
         Command::Reap(a) => manage::reap(a, dir, json),
         Command::Clear(a) => manage::clear(a, dir, json),
+        Command::Top(a) => top::top(a, dir),
         Command::SuperviseEntry(a) => manage::supervise_entry(a, dir),
     };
     match result {

@@ -8,6 +8,7 @@
 pub mod process;
 pub mod procfs;
 pub mod signal;
+pub mod sysconf;
 
 pub use process::{Pgid, Pid, WaitStatus};
 pub use signal::Signal;

@@ -1,0 +1,414 @@
+//! The state of `top`: one [`App`] that the event loop changes (keys, ticks, registry changes,
+//! finished actions) and [`super::draw::draw`] renders. Reading the registry and `/proc` happens
+//! in [`App::refresh`]; keys only change state or return an [`Action`] for the loop to run.
+
+use std::cell::OnceCell;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::time::{Duration, Instant};
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use super::logtail::{LogLine, LogTail};
+use crate::logs::COMBINED_LOG;
+use crate::manager;
+use crate::registry::{Entry, Registry, now_ms};
+use crate::sys::Pid;
+use crate::usage::{self, Sampler, Usage};
+
+/// Finished entries stay in the list this long after they ended: one hour (`--all`: always).
+pub const FINISHED_SHOWN_MS: u64 = 60 * 60 * 1000;
+/// CPU % is measured over at least this long: 900 ms. A refresh that a registry change triggers
+/// sooner keeps the previous figures (clock ticks are 10 ms: shorter windows would be noise).
+pub const USAGE_WINDOW: Duration = Duration::from_millis(900);
+
+/// Which entries to show.
+#[derive(Clone, Debug, Default)]
+pub struct Scope {
+    /// Only this session's entries.
+    pub session: Option<String>,
+    /// Every finished entry, not only those of the last hour.
+    pub all: bool,
+}
+
+/// One line of the list.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub entry: Entry,
+    /// The live status word (`running`, `orphaned`, `exited`, `timed out`, ...).
+    pub status: String,
+    /// What the STATUS column shows (`exited (1)`, `timed out after 2s`, `running`).
+    pub status_text: String,
+    /// Running, starting or orphaned: something of it may be alive.
+    pub live: bool,
+    /// Ended badly: a non-zero exit, a signal, lost.
+    pub failed: bool,
+    /// CPU and memory of the live tree (`None` for finished entries).
+    pub usage: Option<Usage>,
+    /// TCP ports the tree listens on.
+    pub ports: Vec<u16>,
+    /// It was started with a warning (a command that looks like it starts detached work).
+    pub nudged: bool,
+}
+
+impl Row {
+    pub fn id(&self) -> &str {
+        &self.entry.id
+    }
+}
+
+/// One live process of the expanded entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeProc {
+    pub pid: i32,
+    pub pgid: i32,
+    pub sid: i32,
+    pub command: String,
+    /// Its process group is not the provider's.
+    pub left_group: bool,
+    /// Its session is not the provider's.
+    pub left_session: bool,
+}
+
+/// What a key asks the loop to do (each is one library operation, run off the UI thread).
+#[derive(Clone, Debug)]
+pub enum Action {
+    Stop(Entry),
+    Restart(Entry),
+    Clear(Entry),
+}
+
+/// A box over the list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Modal {
+    /// `s` asks before stopping.
+    ConfirmStop { id: String, label: String },
+    /// An action is running.
+    Busy(String),
+    /// An action's result lines; any key closes it.
+    Result { title: String, lines: Vec<String> },
+}
+
+/// The log pane's state.
+#[derive(Debug)]
+pub struct LogPane {
+    /// The entry whose combined log is followed.
+    pub id: Option<String>,
+    pub tail: Option<LogTail>,
+    /// `f`: following is paused (the pane keeps what it shows).
+    pub paused: bool,
+    /// `/`: only lines containing this (case-insensitive) are shown.
+    pub search: Option<String>,
+    /// The search being typed after `/`.
+    pub typing: Option<String>,
+}
+
+/// Everything `top` shows.
+#[derive(Debug)]
+pub struct App {
+    pub scope: Scope,
+    pub rows: Vec<Row>,
+    /// Index into `rows`.
+    pub selected: usize,
+    /// The id whose process tree is shown (Enter / → / `t`).
+    pub expanded: Option<String>,
+    pub tree: Vec<TreeProc>,
+    /// `l`: the log pane is shown.
+    pub show_logs: bool,
+    pub log: LogPane,
+    pub modal: Option<Modal>,
+    /// A one-line message over the footer (a refused key, an error).
+    pub flash: Option<String>,
+    /// Colours on (off when `NO_COLOR` is set).
+    pub color: bool,
+    /// Unix ms of the last refresh, for ages.
+    pub now_ms: u64,
+    /// Set by `q` / Esc.
+    pub quit: bool,
+    /// Whether the key or event changed anything worth a redraw.
+    pub dirty: bool,
+    usage_at: Option<Instant>,
+    usage: HashMap<String, Usage>,
+    nudges: HashMap<String, bool>,
+}
+
+/// True unless `NO_COLOR` is set to a non-empty value (no-color.org).
+pub fn colors_wanted() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+impl App {
+    pub fn new(scope: Scope, color: bool) -> App {
+        App {
+            scope,
+            rows: Vec::new(),
+            selected: 0,
+            expanded: None,
+            tree: Vec::new(),
+            show_logs: true,
+            log: LogPane { id: None, tail: None, paused: false, search: None, typing: None },
+            modal: None,
+            flash: None,
+            color,
+            now_ms: now_ms(),
+            quit: false,
+            dirty: true,
+            usage_at: None,
+            usage: HashMap::new(),
+            nudges: HashMap::new(),
+        }
+    }
+
+    /// The selected row.
+    pub fn current(&self) -> Option<&Row> {
+        self.rows.get(self.selected)
+    }
+
+    /// Re-reads the registry and `/proc`: statuses, usage, ports, the expanded tree, the log.
+    pub fn refresh(&mut self, reg: &Registry, sampler: &mut Sampler) {
+        self.now_ms = now_ms();
+        let keep = self.current().map(|r| r.id().to_string());
+        let (entries, _) = reg.list();
+        let census = OnceCell::new();
+        let measure = self.usage_at.is_none_or(|t| t.elapsed() >= USAGE_WINDOW);
+        if measure {
+            sampler.round();
+            self.usage_at = Some(Instant::now());
+        }
+        let mut rows = Vec::new();
+        for e in entries {
+            if self.scope.session.as_ref().is_some_and(|s| e.session_id.as_ref() != Some(s)) {
+                continue;
+            }
+            let status = manager::live_status(&e, &census);
+            let live = matches!(status.as_str(), "running" | "starting" | "orphaned");
+            let recent = e.ended_at.unwrap_or(e.started_at) + FINISHED_SHOWN_MS >= self.now_ms;
+            if !live && !self.scope.all && !recent {
+                continue;
+            }
+            let (usage, ports) = if live {
+                let members = usage::tree_members(&e);
+                let pids: Vec<Pid> = members.iter().map(|s| s.pid).collect();
+                let u = if measure {
+                    let u = sampler.tree(&pids);
+                    self.usage.insert(e.id.clone(), u);
+                    u
+                } else {
+                    self.usage.get(&e.id).copied().unwrap_or_default()
+                };
+                (Some(u), listening_ports(&pids))
+            } else {
+                (None, Vec::new())
+            };
+            let nudged = *self.nudges.entry(e.id.clone()).or_insert_with(|| started_with_warnings(&e));
+            let status_text =
+                if live { status.clone() } else { e.status_text.clone().unwrap_or_else(|| status.clone()) };
+            let failed = match status.as_str() {
+                "exited" => e.exit_code != Some(0),
+                "killed" | "lost" => true,
+                _ => false,
+            };
+            rows.push(Row { entry: e, status, status_text, live, failed, usage, ports, nudged });
+        }
+        // Running ones first (oldest first), then the finished ones, most recently ended first.
+        rows.sort_by(|a, b| {
+            b.live.cmp(&a.live).then_with(|| {
+                if a.live {
+                    (a.entry.started_at, &a.entry.id).cmp(&(b.entry.started_at, &b.entry.id))
+                } else {
+                    b.entry.ended_at.cmp(&a.entry.ended_at)
+                }
+            })
+        });
+        self.rows = rows;
+        self.usage.retain(|id, _| self.rows.iter().any(|r| r.id() == id));
+        self.selected = keep
+            .and_then(|id| self.rows.iter().position(|r| r.id() == id))
+            .unwrap_or(self.selected)
+            .min(self.rows.len().saturating_sub(1));
+        self.refresh_tree();
+        self.follow_selected(reg);
+        self.poll_log();
+        self.dirty = true;
+    }
+
+    /// Re-reads the expanded entry's live processes.
+    pub fn refresh_tree(&mut self) {
+        self.tree.clear();
+        let Some(id) = &self.expanded else { return };
+        let Some(row) = self.rows.iter().find(|r| r.id() == id) else { return };
+        let (pgid, sid) = usage::provider_group_and_session(&row.entry);
+        let mut members = usage::tree_members(&row.entry);
+        members.sort_by_key(|s| s.pid);
+        self.tree = members
+            .iter()
+            .map(|s| TreeProc {
+                pid: s.pid.as_raw(),
+                pgid: s.pgrp,
+                sid: s.session,
+                command: {
+                    let c = crate::sys::procfs::cmdline(s.pid);
+                    if c.is_empty() { format!("[{}]", s.comm) } else { c }
+                },
+                left_group: pgid.is_some_and(|g| g.as_raw() != s.pgrp),
+                left_session: sid.is_some_and(|x| x != s.session),
+            })
+            .collect();
+    }
+
+    /// Points the log pane at the selected entry (a new tail when the selection changed).
+    pub fn follow_selected(&mut self, reg: &Registry) {
+        let id = self.current().map(|r| r.id().to_string());
+        if id != self.log.id {
+            self.log.tail = id.as_ref().map(|id| LogTail::new(reg.file(id, COMBINED_LOG)));
+            self.log.id = id;
+            self.dirty = true;
+        }
+    }
+
+    /// Reads new log lines (unless paused or hidden); true if the pane changed.
+    pub fn poll_log(&mut self) -> bool {
+        if !self.show_logs || self.log.paused {
+            return false;
+        }
+        let changed = self.log.tail.as_mut().is_some_and(|t| t.poll());
+        self.dirty |= changed;
+        changed
+    }
+
+    /// The log lines the pane shows: all kept lines, or those matching the search.
+    pub fn visible_log(&self) -> Vec<&LogLine> {
+        let Some(t) = &self.log.tail else { return Vec::new() };
+        match &self.log.search {
+            Some(q) => {
+                let q = q.to_lowercase();
+                t.lines.iter().filter(|l| l.text.to_lowercase().contains(&q)).collect()
+            }
+            None => t.lines.iter().collect(),
+        }
+    }
+
+    /// Handles one key; returns an action for the loop to run.
+    pub fn on_key(&mut self, key: KeyEvent) -> Option<Action> {
+        if key.kind == KeyEventKind::Release {
+            return None;
+        }
+        self.dirty = true;
+        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+            self.quit = true;
+            return None;
+        }
+        if let Some(typed) = &mut self.log.typing {
+            match key.code {
+                KeyCode::Char(c) => typed.push(c),
+                KeyCode::Backspace => {
+                    typed.pop();
+                }
+                KeyCode::Enter => {
+                    let q = std::mem::take(typed);
+                    self.log.search = (!q.is_empty()).then_some(q);
+                    self.log.typing = None;
+                }
+                KeyCode::Esc => self.log.typing = None,
+                _ => {}
+            }
+            return None;
+        }
+        match &self.modal {
+            Some(Modal::ConfirmStop { id, .. }) => {
+                let id = id.clone();
+                match key.code {
+                    KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter => {
+                        let row = self.rows.iter().find(|r| r.id() == id)?;
+                        let entry = row.entry.clone();
+                        self.modal = Some(Modal::Busy(format!("Stopping {}…", entry.label())));
+                        return Some(Action::Stop(entry));
+                    }
+                    KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc | KeyCode::Char('q') => self.modal = None,
+                    _ => {}
+                }
+                return None;
+            }
+            Some(Modal::Busy(_)) => return None,
+            Some(Modal::Result { .. }) => {
+                self.modal = None;
+                return None;
+            }
+            None => {}
+        }
+        self.flash = None;
+        match key.code {
+            KeyCode::Char('q') | KeyCode::Esc => self.quit = true,
+            KeyCode::Down | KeyCode::Char('j') => self.select(self.selected.saturating_add(1)),
+            KeyCode::Up | KeyCode::Char('k') => self.select(self.selected.saturating_sub(1)),
+            KeyCode::Home | KeyCode::Char('g') => self.select(0),
+            KeyCode::End | KeyCode::Char('G') => self.select(usize::MAX),
+            KeyCode::Enter | KeyCode::Right => self.expanded = self.current().map(|r| r.id().to_string()),
+            KeyCode::Left => self.expanded = None,
+            KeyCode::Char('t') => {
+                let id = self.current().map(|r| r.id().to_string());
+                self.expanded = if self.expanded == id { None } else { id };
+            }
+            KeyCode::Char('l') => self.show_logs = !self.show_logs,
+            KeyCode::Char('f') => self.log.paused = !self.log.paused,
+            KeyCode::Char('/') => {
+                self.show_logs = true;
+                self.log.typing = Some(String::new());
+            }
+            KeyCode::Char('s') => {
+                let row = self.current()?;
+                self.modal = Some(Modal::ConfirmStop { id: row.id().to_string(), label: row.entry.label() });
+            }
+            KeyCode::Char('r') => {
+                let row = self.current()?;
+                let entry = row.entry.clone();
+                self.modal = Some(Modal::Busy(format!("Restarting {}…", entry.label())));
+                return Some(Action::Restart(entry));
+            }
+            KeyCode::Char('c') => {
+                let row = self.current()?;
+                if row.live {
+                    self.flash = Some(format!("{} is {}; stop it first (s)", row.entry.label(), row.status));
+                    return None;
+                }
+                let entry = row.entry.clone();
+                self.modal = Some(Modal::Busy(format!("Clearing {}…", entry.label())));
+                return Some(Action::Clear(entry));
+            }
+            _ => self.dirty = false,
+        }
+        if self.expanded.is_some() {
+            self.refresh_tree();
+        }
+        None
+    }
+
+    fn select(&mut self, i: usize) {
+        self.selected = i.min(self.rows.len().saturating_sub(1));
+        if self.expanded.is_some() {
+            self.expanded = self.current().map(|r| r.id().to_string());
+        }
+    }
+
+    /// Shows an action's result lines.
+    pub fn finished(&mut self, title: String, lines: Vec<String>) {
+        self.modal = Some(Modal::Result { title, lines });
+        self.dirty = true;
+    }
+}
+
+/// True if `start` warned about this command: the warning recorded in the entry when there is
+/// one, else the same check `start` makes, on the recorded argv.
+fn started_with_warnings(e: &Entry) -> bool {
+    if let Some(w) = e.extra.get("warnings").and_then(|w| w.as_array()) {
+        return !w.is_empty();
+    }
+    let argv: Vec<OsString> = e.argv.iter().map(OsString::from).collect();
+    !crate::nudge::check(&argv, e.cleanup.is_some()).is_empty()
+}
+
+/// TCP ports the processes listen on. Placeholder until `sheepdog::ports::listening` (the
+/// `agent` branch) is merged.
+fn listening_ports(_pids: &[Pid]) -> Vec<u16> {
+    Vec::new()
+}

@@ -1,0 +1,65 @@
+//! Wakes `top` when an entry changes, instead of polling: inotify on the registry (Linux).
+//!
+//! Watched: `procs/` for entries appearing and disappearing (a new entry is renamed into place
+//! whole; `clear` renames it away), and each `procs/<id>/` for `entry.json` being renamed into
+//! place (every registry write is tmp + rename). The mask has no IN_MODIFY, so a process writing
+//! 10 MB/s to its logs in the same directory does not wake `top` at all. Elsewhere: nothing is
+//! watched and the one-second tick does the work.
+
+use std::path::Path;
+use std::sync::mpsc::Sender;
+
+/// Starts the watcher thread; it calls `notify` for every entry change and ends when `notify`
+/// returns false. Errors (no inotify, too many watches) are returned for the caller to show; the
+/// tick still refreshes.
+#[cfg(target_os = "linux")]
+pub fn spawn<T: Send + 'static>(procs: &Path, tx: Sender<T>, event: fn() -> T) -> std::io::Result<()> {
+    use inotify::{EventMask, Inotify, WatchMask};
+    let mut ino = Inotify::init()?;
+    let dir_mask =
+        WatchMask::MOVED_TO | WatchMask::MOVED_FROM | WatchMask::CREATE | WatchMask::DELETE | WatchMask::ONLYDIR;
+    let entry_mask = WatchMask::MOVED_TO | WatchMask::ONLYDIR;
+    let procs_wd = ino.watches().add(procs, dir_mask)?;
+    if let Ok(rd) = std::fs::read_dir(procs) {
+        for d in rd.flatten() {
+            if !d.file_name().to_string_lossy().starts_with('.') {
+                let _ = ino.watches().add(d.path(), entry_mask);
+            }
+        }
+    }
+    let procs = procs.to_path_buf();
+    std::thread::Builder::new().name("top-watch".into()).spawn(move || {
+        let mut buf = [0u8; 4096];
+        loop {
+            let Ok(events) = ino.read_events_blocking(&mut buf) else { return };
+            let mut changed = false;
+            let mut new_dirs = Vec::new();
+            for ev in events {
+                let name = ev.name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                if ev.wd == procs_wd {
+                    if name.starts_with('.') {
+                        continue;
+                    }
+                    if ev.mask.intersects(EventMask::MOVED_TO | EventMask::CREATE) {
+                        new_dirs.push(procs.join(&name));
+                    }
+                    changed = true;
+                } else if name == "entry.json" {
+                    changed = true;
+                }
+            }
+            for d in new_dirs {
+                let _ = ino.watches().add(d, entry_mask);
+            }
+            if changed && tx.send(event()).is_err() {
+                return;
+            }
+        }
+    })?;
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn spawn<T: Send + 'static>(_procs: &Path, _tx: Sender<T>, _event: fn() -> T) -> std::io::Result<()> {
+    Ok(())
+}
