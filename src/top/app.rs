@@ -412,3 +412,79 @@ fn started_with_warnings(e: &Entry) -> bool {
 fn listening_ports(_pids: &[Pid]) -> Vec<u16> {
     Vec::new()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratatui::crossterm::event::KeyEvent;
+
+    fn key(c: KeyCode) -> KeyEvent {
+        KeyEvent::new(c, KeyModifiers::NONE)
+    }
+
+    fn app() -> App {
+        let mut a = App::new(Scope::default(), false);
+        for (id, live) in [("proc_1", true), ("proc_2", false)] {
+            let entry = Entry { id: id.into(), name: Some(format!("n{id}")), ..Entry::default() };
+            a.rows.push(Row {
+                entry,
+                status: if live { "running" } else { "exited" }.into(),
+                status_text: String::new(),
+                live,
+                failed: false,
+                usage: None,
+                ports: vec![],
+                nudged: false,
+            });
+        }
+        a
+    }
+
+    #[test]
+    fn stop_needs_confirmation() {
+        let mut a = app();
+        assert!(a.on_key(key(KeyCode::Char('s'))).is_none());
+        assert!(matches!(a.modal, Some(Modal::ConfirmStop { .. })));
+        assert!(a.on_key(key(KeyCode::Char('n'))).is_none());
+        assert!(a.modal.is_none());
+        a.on_key(key(KeyCode::Char('s')));
+        match a.on_key(key(KeyCode::Char('y'))) {
+            Some(Action::Stop(e)) => assert_eq!(e.id, "proc_1"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(a.modal, Some(Modal::Busy(_))));
+        a.finished("stop".into(), vec!["Stopped x.".into()]);
+        a.on_key(key(KeyCode::Char('x')));
+        assert!(a.modal.is_none());
+    }
+
+    #[test]
+    fn clear_only_finished_entries_and_navigation() {
+        let mut a = app();
+        assert!(a.on_key(key(KeyCode::Char('c'))).is_none());
+        assert!(a.flash.as_deref().unwrap_or("").contains("stop it first"));
+        a.on_key(key(KeyCode::Char('j')));
+        assert_eq!(a.selected, 1);
+        a.on_key(key(KeyCode::Down));
+        assert_eq!(a.selected, 1);
+        assert!(matches!(a.on_key(key(KeyCode::Char('c'))), Some(Action::Clear(e)) if e.id == "proc_2"));
+        a.modal = None;
+        a.on_key(key(KeyCode::Char('k')));
+        assert_eq!(a.selected, 0);
+        a.on_key(key(KeyCode::Right));
+        assert_eq!(a.expanded.as_deref(), Some("proc_1"));
+        a.on_key(key(KeyCode::Left));
+        assert_eq!(a.expanded, None);
+        a.on_key(key(KeyCode::Char('/')));
+        for c in "err".chars() {
+            a.on_key(key(KeyCode::Char(c)));
+        }
+        assert!(!a.quit, "typing a search must not trigger keys");
+        a.on_key(key(KeyCode::Enter));
+        assert_eq!(a.log.search.as_deref(), Some("err"));
+        a.on_key(key(KeyCode::Char('f')));
+        assert!(a.log.paused);
+        a.on_key(key(KeyCode::Esc));
+        assert!(a.quit);
+    }
+}

@@ -350,3 +350,204 @@ pub fn draw(app: &App, f: &mut Frame) {
         f.render_widget(Paragraph::new(text).block(block), rect);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{Cleanup, Entry};
+    use crate::top::app::{Scope, TreeProc};
+    use crate::top::logtail::{LogLine, LogTail};
+    use crate::usage::Usage;
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+    use ratatui::buffer::Buffer;
+
+    const NOW: u64 = 1_800_000_000_000;
+
+    fn row(id: &str, name: &str, status: &str, text: &str) -> Row {
+        let live = matches!(status, "running" | "orphaned" | "starting");
+        let entry = Entry {
+            id: id.into(),
+            name: Some(name.into()),
+            session_id: Some("s1".into()),
+            pid: Some(4242),
+            started_at: NOW - 65_000,
+            ended_at: (!live).then_some(NOW - 5_000),
+            exit_code: (status == "exited").then_some(1),
+            status: status.into(),
+            ..Entry::default()
+        };
+        Row {
+            entry,
+            status: status.into(),
+            status_text: text.into(),
+            live,
+            failed: matches!(status, "exited" | "killed"),
+            usage: live.then_some(Usage { cpu_percent: 12.5, memory_bytes: 3 << 20, processes: 2 }),
+            ports: if live { vec![8000] } else { vec![] },
+            nudged: false,
+        }
+    }
+
+    fn app(color: bool) -> App {
+        let mut a = App::new(Scope::default(), color);
+        a.now_ms = NOW;
+        let mut web = row("proc_1", "web", "running", "running");
+        web.entry.cleanup = Some(Cleanup { command: "docker rm -f web".into(), timeout_ms: 10_000 });
+        web.nudged = true;
+        a.rows = vec![
+            web,
+            row("proc_2", "worker", "orphaned", "orphaned"),
+            row("proc_3", "tests", "exited", "exited (1)"),
+            row("proc_4", "slow", "timed out", "timed out after 2s"),
+        ];
+        a
+    }
+
+    fn render(app: &App, w: u16, h: u16) -> Buffer {
+        let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+        t.draw(|f| draw(app, f)).unwrap();
+        t.backend().buffer().clone()
+    }
+
+    fn lines(buf: &Buffer) -> Vec<String> {
+        let a = buf.area;
+        (0..a.height).map(|y| (0..a.width).map(|x| buf[(x, y)].symbol()).collect::<String>()).collect()
+    }
+
+    /// Where `needle` first appears below the title and column header.
+    fn find(buf: &Buffer, needle: &str) -> (u16, u16) {
+        for (y, l) in lines(buf).iter().enumerate().skip(2) {
+            if let Some(i) = l.find(needle) {
+                return (l[..i].chars().count() as u16, y as u16);
+            }
+        }
+        panic!("{needle:?} not on screen:\n{}", lines(buf).join("\n"))
+    }
+
+    #[test]
+    fn wide_terminal_shows_every_column() {
+        let buf = render(&app(true), 140, 30);
+        let text = lines(&buf);
+        let header = &text[1];
+        for col in ["NAME", "ID", "SESSION", "STATUS", "PID", "TIME", "CPU%", "MEM", "PORTS", "CLEANUP", "!"] {
+            assert!(header.contains(col), "{col} missing in {header:?}");
+        }
+        let web = text.iter().find(|l| l.starts_with("web")).unwrap();
+        for cell in ["proc_1", "s1", "running", "4242", "1m", "12.5", "3.0M", "8000", "set", "!"] {
+            assert!(web.contains(cell), "{cell} missing in {web:?}");
+        }
+        let tests = text.iter().find(|l| l.starts_with("tests")).unwrap();
+        assert!(tests.contains("exited (1)") && tests.contains("1m"), "{tests:?}");
+        assert!(text[0].contains("2 running") && text[0].contains("2 finished (last hour)"), "{:?}", text[0]);
+        assert!(text.last().unwrap().contains("s stop") && text.last().unwrap().contains("q quit"));
+    }
+
+    #[test]
+    fn narrow_terminal_drops_columns_instead_of_wrapping() {
+        let buf = render(&app(true), 50, 20);
+        let text = lines(&buf);
+        let header = &text[1];
+        assert!(header.starts_with("NAME") && header.contains("STATUS"), "{header:?}");
+        for gone in ["SESSION", "CLEANUP", "PORTS"] {
+            assert!(!header.contains(gone), "{gone} still shown in {header:?}");
+        }
+        // Each entry is one line with its status on it: nothing wrapped onto the next line.
+        let web = text.iter().position(|l| l.starts_with("web")).unwrap();
+        assert!(text[web].contains("running"), "{:?}", text[web]);
+        assert!(text[web + 1].starts_with("worker"), "{:?}", text[web + 1]);
+        // And a width in between keeps more than the narrow one.
+        let mid = lines(&render(&app(true), 80, 20));
+        assert!(mid[1].contains("CPU%") && mid[1].contains("MEM") && !mid[1].contains("SESSION"), "{:?}", mid[1]);
+    }
+
+    #[test]
+    fn statuses_are_coloured_unless_no_color() {
+        let buf = render(&app(true), 140, 30);
+        for (text, color) in [
+            ("running", Color::Green),
+            ("orphaned", Color::Magenta),
+            ("exited (1)", Color::Red),
+            ("timed out", Color::Yellow),
+        ] {
+            let (x, y) = find(&buf, text);
+            assert_eq!(buf[(x, y)].fg, color, "{text}");
+        }
+        let plain = render(&app(false), 140, 30);
+        for text in ["running", "orphaned", "exited (1)", "timed out"] {
+            let (x, y) = find(&plain, text);
+            assert_eq!(plain[(x, y)].fg, Color::Reset, "{text} coloured under NO_COLOR");
+        }
+    }
+
+    #[test]
+    fn log_pane_colours_streams_dims_markers_and_filters_on_search() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("combined.log");
+        std::fs::write(&path, "[sheepdog] started pid 1: x\n[out] hello out\n[err] hello err\n[out] other\n").unwrap();
+        let mut a = app(true);
+        let mut tail = LogTail::new(path);
+        assert!(tail.poll());
+        a.log.tail = Some(tail);
+        let buf = render(&a, 100, 30);
+        let (x, y) = find(&buf, "hello err");
+        assert_eq!(buf[(x, y)].fg, Color::Red);
+        let (x, y) = find(&buf, "started pid 1");
+        assert!(buf[(x, y)].modifier.contains(Modifier::DIM));
+        assert!(lines(&buf).iter().any(|l| l.contains("log: web (proc_1) · following")));
+        a.log.search = Some("HELLO".into());
+        a.log.paused = true;
+        let text = lines(&render(&a, 100, 30));
+        assert!(text.iter().any(|l| l.contains("hello out")));
+        assert!(!text.iter().any(|l| l.contains("other")), "search did not filter");
+        assert!(text.iter().any(|l| l.contains("paused") && l.contains("/HELLO")));
+        assert_eq!(
+            a.visible_log(),
+            vec![
+                &LogLine { kind: LineKind::Out, text: "hello out".into() },
+                &LogLine { kind: LineKind::Err, text: "hello err".into() }
+            ]
+        );
+    }
+
+    #[test]
+    fn expanded_tree_marks_members_that_left() {
+        let mut a = app(true);
+        a.expanded = Some("proc_1".into());
+        a.tree = vec![
+            TreeProc { pid: 10, pgid: 10, sid: 5, command: "sh -c x".into(), left_group: false, left_session: false },
+            TreeProc { pid: 11, pgid: 11, sid: 11, command: "sleep 300".into(), left_group: true, left_session: true },
+            TreeProc { pid: 12, pgid: 12, sid: 5, command: "sleep 200".into(), left_group: true, left_session: false },
+        ];
+        let text = lines(&render(&a, 120, 40));
+        assert!(text.iter().any(|l| l.contains("tree: web (proc_1)")));
+        let l = text.iter().find(|l| l.contains("sleep 300")).unwrap();
+        assert!(l.contains("11") && l.contains("[left the session]"), "{l:?}");
+        let l = text.iter().find(|l| l.contains("sleep 200")).unwrap();
+        assert!(l.contains("[left the group]"), "{l:?}");
+        assert!(!text.iter().find(|l| l.contains("sh -c x")).unwrap().contains("[left"));
+    }
+
+    #[test]
+    fn stop_asks_first_and_shows_its_result_lines() {
+        let mut a = app(true);
+        a.modal = Some(Modal::ConfirmStop { id: "proc_1".into(), label: "web (proc_1)".into() });
+        let text = lines(&render(&a, 100, 30)).join("\n");
+        assert!(text.contains("Stop web (proc_1) and its whole process tree?"), "{text}");
+        a.modal = Some(Modal::Result {
+            title: "stop".into(),
+            lines: vec!["Stopped web (proc_1).".into(), "Cleanup command failed with exit code 1.".into()],
+        });
+        let text = lines(&render(&a, 100, 30)).join("\n");
+        assert!(text.contains("Stopped web (proc_1).") && text.contains("Cleanup command failed with exit code 1."));
+        // Even a tiny terminal draws without panicking.
+        let _ = render(&a, 20, 6);
+    }
+
+    #[test]
+    fn an_empty_registry_says_so() {
+        let a = App::new(Scope::default(), false);
+        let text = lines(&render(&a, 80, 10)).join("\n");
+        assert!(text.contains("nothing running"), "{text}");
+    }
+}
