@@ -17,20 +17,30 @@
 //! - [`usage`]: CPU and memory of a tree, from `/proc`.
 //! - [`top`]: the `sheepdog top` terminal UI (its own binary, `sheepdog-top`).
 //! - [`sys`]: the only place with `unsafe`: signals, pidfds, `/proc`, `poll`.
+//! - [`status`]: the status vocabulary, one enum.
+//! - [`view`]: the one entry view every `--json`, MCP and `top` render.
+//! - [`ports`]: TCP ports a set of processes listens on (`/proc/net/tcp{,6}`).
+//! - [`ready`]: readiness of a started command (port, log line, any listen).
+//! - [`logread`]: reading logs: tail, head, grep, since, cursor, caps, follow.
 //! - [`cli`]: argument parsing and one handler per subcommand.
 
 pub mod cleanup;
 pub mod cli;
 pub mod duration;
 pub mod events;
+pub mod logread;
 pub mod logs;
 pub mod manager;
 pub mod nudge;
+pub mod ports;
+pub mod ready;
 pub mod registry;
 pub mod spawn;
+pub mod status;
 pub mod stop;
 pub mod supervisor;
 pub mod sys;
 pub mod top;
 pub mod tree;
 pub mod usage;
+pub mod view;

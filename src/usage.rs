@@ -177,6 +177,11 @@ mod tests {
     fn a_busy_process_shows_cpu_and_memory() {
         let mut child = std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
         let pid = Pid::new(child.id() as i32).unwrap();
+        // Past the exec: the shell's own figures, not the forking test's.
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while procfs::cmdline(pid) != "sh -c while :; do :; done" && std::time::Instant::now() < end {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let mut s = Sampler::new();
         s.round();
         let first = s.tree(&[pid]);

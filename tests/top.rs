@@ -273,3 +273,40 @@ fn not_a_terminal_points_at_ps_with_status_125() {
     assert!(err.starts_with("sheepdog: ") && err.contains("not") && err.contains("sheepdog ps"), "{err}");
     assert!(out.stdout.is_empty());
 }
+
+#[test]
+fn restart_replaces_the_entry_and_ports_show() {
+    let st = State::new();
+    let server = "import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen()\nprint('port',s.getsockname()[1],flush=True)\ntime.sleep(300)";
+    let e = st.start(&["--name", "srv", "--", "python3", "-c", server]);
+    let id = e["id"].as_str().unwrap().to_string();
+    let log = st.wait_log(&id, "combined.log", "[out] port ");
+    let port: u16 = log.lines().find_map(|l| l.strip_prefix("[out] port ")).unwrap().trim().parse().unwrap();
+    let old = st.tree_pids(&id);
+    let t = Tmux::start(&st, 140, 40, &[]);
+    t.wait("the port on srv's line", SECS(10), |s| line_of(s, "srv").contains(&port.to_string()));
+    t.keys(&["r"]);
+    let s = t.wait_for("Started srv (proc_2)");
+    assert!(s.contains("Stopped srv (proc_1)."), "{s}");
+    assert_eq!(wait_gone(&old, SECS(10)), Vec::<i32>::new(), "the old tree survived the restart");
+    let new = st.entry("proc_2");
+    assert_eq!(new["status"], "running", "{new}");
+    t.keys(&["Escape"]);
+    // The new entry is selected: its log is the one followed.
+    t.wait_for("log: srv (proc_2)");
+}
+
+#[test]
+fn clear_removes_a_finished_entry() {
+    let st = State::new();
+    let e = st.start(&["--name", "done", "--", "true"]);
+    let id = e["id"].as_str().unwrap().to_string();
+    st.ok(&["wait", &id]);
+    let t = Tmux::start(&st, 120, 30, &[]);
+    t.wait("done exited", SECS(10), |s| line_of(s, "done").contains("exited (0)"));
+    t.keys(&["c"]);
+    t.wait_for(&format!("Cleared {id}."));
+    assert!(!st.path().join("procs").join(&id).exists());
+    t.keys(&["Escape"]);
+    t.wait("the entry gone from the list", SECS(10), |s| !s.lines().any(|l| l.starts_with("done")));
+}

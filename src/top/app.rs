@@ -11,10 +11,11 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::logtail::{LogLine, LogTail};
 use crate::logs::COMBINED_LOG;
-use crate::manager;
 use crate::registry::{Entry, Registry, now_ms};
+use crate::status::Status;
 use crate::sys::Pid;
 use crate::usage::{self, Sampler, Usage};
+use crate::{manager, ports, view};
 
 /// Finished entries stay in the list this long after they ended: one hour (`--all`: always).
 pub const FINISHED_SHOWN_MS: u64 = 60 * 60 * 1000;
@@ -35,8 +36,8 @@ pub struct Scope {
 #[derive(Clone, Debug)]
 pub struct Row {
     pub entry: Entry,
-    /// The live status word (`running`, `orphaned`, `exited`, `timed out`, ...).
-    pub status: String,
+    /// The status as the kernel says now (`orphaned` and `lost` derived).
+    pub status: Status,
     /// What the STATUS column shows (`exited (1)`, `timed out after 2s`, `running`).
     pub status_text: String,
     /// Running, starting or orphaned: something of it may be alive.
@@ -127,8 +128,11 @@ pub struct App {
     pub quit: bool,
     /// Whether the key or event changed anything worth a redraw.
     pub dirty: bool,
+    /// After the next refresh, select this entry (a restart's new entry).
+    pub select_after_refresh: Option<String>,
     usage_at: Option<Instant>,
-    usage: HashMap<String, Usage>,
+    /// Per entry: usage and listening ports, as of the last measuring round.
+    usage: HashMap<String, (Usage, Vec<u16>)>,
     nudges: HashMap<String, bool>,
 }
 
@@ -153,6 +157,7 @@ impl App {
             now_ms: now_ms(),
             quit: false,
             dirty: true,
+            select_after_refresh: None,
             usage_at: None,
             usage: HashMap::new(),
             nudges: HashMap::new(),
@@ -167,9 +172,10 @@ impl App {
     /// Re-reads the registry and `/proc`: statuses, usage, ports, the expanded tree, the log.
     pub fn refresh(&mut self, reg: &Registry, sampler: &mut Sampler) {
         self.now_ms = now_ms();
-        let keep = self.current().map(|r| r.id().to_string());
+        let keep = self.select_after_refresh.take().or_else(|| self.current().map(|r| r.id().to_string()));
         let (entries, _) = reg.list();
         let census = OnceCell::new();
+        let sockets = OnceCell::new();
         let measure = self.usage_at.is_none_or(|t| t.elapsed() >= USAGE_WINDOW);
         if measure {
             sampler.round();
@@ -181,7 +187,7 @@ impl App {
                 continue;
             }
             let status = manager::live_status(&e, &census);
-            let live = matches!(status.as_str(), "running" | "starting" | "orphaned");
+            let live = status.is_live();
             let recent = e.ended_at.unwrap_or(e.started_at) + FINISHED_SHOWN_MS >= self.now_ms;
             if !live && !self.scope.all && !recent {
                 continue;
@@ -189,25 +195,21 @@ impl App {
             let (usage, ports) = if live {
                 let members = usage::tree_members(&e);
                 let pids: Vec<Pid> = members.iter().map(|s| s.pid).collect();
-                let u = if measure {
+                if measure {
                     let u = sampler.tree(&pids);
-                    self.usage.insert(e.id.clone(), u);
-                    u
-                } else {
-                    self.usage.get(&e.id).copied().unwrap_or_default()
-                };
-                (Some(u), listening_ports(&pids))
+                    let ports = sockets.get_or_init(ports::listening_sockets);
+                    let p = listening_ports(&pids, ports);
+                    self.usage.insert(e.id.clone(), (u, p));
+                }
+                let (u, p) = self.usage.get(&e.id).cloned().unwrap_or_default();
+                (Some(u), p)
             } else {
                 (None, Vec::new())
             };
             let nudged = *self.nudges.entry(e.id.clone()).or_insert_with(|| started_with_warnings(&e));
-            let status_text =
-                if live { status.clone() } else { e.status_text.clone().unwrap_or_else(|| status.clone()) };
-            let failed = match status.as_str() {
-                "exited" => e.exit_code != Some(0),
-                "killed" | "lost" => true,
-                _ => false,
-            };
+            // Live: the word, as `ps` shows it; finished: the recorded line (`exited (1)`).
+            let status_text = if live { status_word(status).to_string() } else { view::status_text(&e, status) };
+            let failed = status.is_failure() || (status == Status::Exited && e.exit_code.is_some_and(|c| c != 0));
             rows.push(Row { entry: e, status, status_text, live, failed, usage, ports, nudged });
         }
         // Running ones first (oldest first), then the finished ones, most recently ended first.
@@ -368,7 +370,8 @@ impl App {
             KeyCode::Char('c') => {
                 let row = self.current()?;
                 if row.live {
-                    self.flash = Some(format!("{} is {}; stop it first (s)", row.entry.label(), row.status));
+                    let status = status_word(row.status);
+                    self.flash = Some(format!("{} is {status}; stop it first (s)", row.entry.label()));
                     return None;
                 }
                 let entry = row.entry.clone();
@@ -407,10 +410,22 @@ fn started_with_warnings(e: &Entry) -> bool {
     !crate::nudge::check(&argv, e.cleanup.is_some()).is_empty()
 }
 
-/// TCP ports the processes listen on. Placeholder until `sheepdog::ports::listening` (the
-/// `agent` branch) is merged.
-fn listening_ports(_pids: &[Pid]) -> Vec<u16> {
-    Vec::new()
+/// The TCP ports `pids` listen on, given the namespace's listening sockets (read once per
+/// round for all entries, as [`ports::listening`] would read them once per entry).
+fn listening_ports(pids: &[Pid], sockets: &HashMap<u64, u16>) -> Vec<u16> {
+    let mut out: Vec<u16> =
+        pids.iter().flat_map(|p| ports::socket_inodes(*p)).filter_map(|i| sockets.get(&i).copied()).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The status as one word for the list: `running`, `timed out`, ... (the JSON token, spaced).
+pub fn status_word(s: Status) -> &'static str {
+    match s {
+        Status::TimedOut => "timed out",
+        s => s.as_str(),
+    }
 }
 
 #[cfg(test)]
@@ -428,7 +443,7 @@ mod tests {
             let entry = Entry { id: id.into(), name: Some(format!("n{id}")), ..Entry::default() };
             a.rows.push(Row {
                 entry,
-                status: if live { "running" } else { "exited" }.into(),
+                status: if live { Status::Running } else { Status::Exited },
                 status_text: String::new(),
                 live,
                 failed: false,

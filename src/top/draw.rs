@@ -12,6 +12,7 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 
 use super::app::{App, Modal, Row};
 use super::logtail::LineKind;
+use crate::status::Status;
 
 /// The footer: every key `top` knows.
 pub const KEYS: &str = "↑↓/jk move  ⏎/→ tree  s stop  r restart  c clear  l logs  t tree  / search  f pause  q quit";
@@ -179,10 +180,10 @@ fn status_style(app: &App, row: &Row) -> Style {
     if !app.color {
         return Style::default();
     }
-    match row.status.as_str() {
-        "running" | "starting" => Style::default().fg(Color::Green),
-        "orphaned" => Style::default().fg(Color::Magenta).add_modifier(Modifier::BOLD),
-        "timed out" => Style::default().fg(Color::Yellow),
+    match row.status {
+        Status::Running | Status::Starting => Style::default().fg(Color::Green),
+        Status::Orphaned => Style::default().fg(Color::Magenta).add_modifier(Modifier::BOLD),
+        Status::TimedOut => Style::default().fg(Color::Yellow),
         _ if row.failed => Style::default().fg(Color::Red),
         _ => Style::default().fg(Color::DarkGray),
     }
@@ -365,7 +366,7 @@ mod tests {
     const NOW: u64 = 1_800_000_000_000;
 
     fn row(id: &str, name: &str, status: &str, text: &str) -> Row {
-        let live = matches!(status, "running" | "orphaned" | "starting");
+        let live = Status::from(status).is_live();
         let entry = Entry {
             id: id.into(),
             name: Some(name.into()),
@@ -374,12 +375,12 @@ mod tests {
             started_at: NOW - 65_000,
             ended_at: (!live).then_some(NOW - 5_000),
             exit_code: (status == "exited").then_some(1),
-            status: status.into(),
+            status: Status::from(status),
             ..Entry::default()
         };
         Row {
             entry,
-            status: status.into(),
+            status: Status::from(status),
             status_text: text.into(),
             live,
             failed: matches!(status, "exited" | "killed"),
@@ -399,7 +400,7 @@ mod tests {
             web,
             row("proc_2", "worker", "orphaned", "orphaned"),
             row("proc_3", "tests", "exited", "exited (1)"),
-            row("proc_4", "slow", "timed out", "timed out after 2s"),
+            row("proc_4", "slow", "timedOut", "timed out after 2s"),
         ];
         a
     }

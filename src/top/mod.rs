@@ -54,8 +54,8 @@ enum Event {
     Registry,
     /// SIGTERM, SIGINT or SIGHUP.
     Signal(Signal),
-    /// An action finished: title and result lines.
-    Done(String, Vec<String>),
+    /// An action finished: title, result lines, and an entry to select (a restart's new one).
+    Done(String, Vec<String>, Option<String>),
 }
 
 /// `sheepdog-top` / `sheepdog top` arguments.
@@ -101,6 +101,19 @@ pub fn run(args: TopArgs) -> i32 {
             "sheepdog: top needs a terminal, and stdout is not one; for a one-time listing use 'sheepdog ps' (or 'sheepdog ps --json')"
         );
         return EXIT_NOT_A_TERMINAL;
+    }
+    // Every supervisor a restart starts is the small `sheepdog` binary next to this one, never
+    // this terminal UI.
+    match std::env::current_exe().map(|p| p.with_file_name("sheepdog")) {
+        Ok(p) if p.is_file() => manager::set_supervisor_exe(p),
+        Ok(p) => {
+            eprintln!("sheepdog: {} not found; install sheepdog and sheepdog-top side by side", p.display());
+            return crate::cli::EXIT_USAGE;
+        }
+        Err(e) => {
+            eprintln!("sheepdog: unable to find this executable: {e}");
+            return crate::cli::EXIT_USAGE;
+        }
     }
     let reg = match Registry::open(args.state_dir) {
         Ok(r) => r,
@@ -205,8 +218,9 @@ fn event_loop(terminal: &mut term::Term, reg: &Registry, scope: Scope, signals: 
                 Event::InputGone => return 0,
                 Event::Registry => refresh = true,
                 Event::Signal(s) => return 128 + s.as_raw(),
-                Event::Done(title, lines) => {
+                Event::Done(title, lines, select) => {
                     app.finished(title, lines);
+                    app.select_after_refresh = select;
                     refresh = true;
                 }
             }
@@ -230,18 +244,22 @@ fn event_loop(terminal: &mut term::Term, reg: &Registry, scope: Scope, signals: 
 fn run_action(action: Action, reg: &Registry, tx: Sender<Event>) {
     let reg = reg.clone();
     let _ = std::thread::Builder::new().name("top-action".into()).spawn(move || {
-        let (title, lines) = match action {
-            Action::Stop(e) => ("stop".to_string(), stop_lines(&reg, &e)),
+        let (title, lines, select) = match action {
+            Action::Stop(e) => ("stop", stop_lines(&reg, &e), None),
             Action::Clear(e) => (
-                "clear".to_string(),
+                "clear",
                 match manager::clear(&reg, &e) {
                     Ok(()) => vec![format!("Cleared {}.", e.id)],
                     Err(err) => vec![err.to_string()],
                 },
+                None,
             ),
-            Action::Restart(e) => ("restart".to_string(), restart_lines(&reg, &e)),
+            Action::Restart(e) => {
+                let (lines, new) = restart_lines(&reg, &e);
+                ("restart", lines, new)
+            }
         };
-        let _ = tx.send(Event::Done(title, lines));
+        let _ = tx.send(Event::Done(title.to_string(), lines, select));
     });
 }
 
@@ -251,10 +269,8 @@ pub fn stop_lines(reg: &Registry, e: &crate::registry::Entry) -> Vec<String> {
         Ok(o) => {
             let mut lines = vec![format!("Stopped {}.", o.entry.label())];
             if o.already_finished {
-                lines.push(format!(
-                    "It had already finished: {}.",
-                    o.entry.status_text.as_deref().unwrap_or(&o.entry.status)
-                ));
+                lines
+                    .push(format!("It had already finished: {}.", &crate::view::status_text(&o.entry, o.entry.status)));
             }
             if !o.tree_gone {
                 lines.push("The process tree was NOT confirmed gone.".into());
@@ -282,7 +298,34 @@ pub fn cleanup_lines(e: &crate::registry::Entry) -> Vec<String> {
     lines
 }
 
-/// Restart: placeholder until `manager::restart` (the `agent` branch) is merged.
-fn restart_lines(_reg: &Registry, e: &crate::registry::Entry) -> Vec<String> {
-    vec![format!("restart of {} is not available in this build yet", e.label())]
+/// `manager::restart`'s result: the stop's lines, then the new entry.
+pub fn restart_lines(reg: &Registry, e: &crate::registry::Entry) -> (Vec<String>, Option<String>) {
+    match manager::restart(reg, e, None) {
+        Ok(r) => {
+            let mut lines = vec![format!("Stopped {}.", r.stopped.entry.label())];
+            lines.extend(cleanup_lines(&r.stopped.entry));
+            lines.push(format!(
+                "Started {}{}.",
+                r.entry.label(),
+                r.entry.pid.map(|p| format!(", pid {p}")).unwrap_or_default()
+            ));
+            use crate::ready::ReadyOutcome;
+            match &r.ready {
+                Some(ReadyOutcome::Ready { after_ms, matched, .. }) => lines.push(format!(
+                    "Ready after {after_ms} ms{}.",
+                    matched.as_ref().map(|m| format!(": {m}")).unwrap_or_default()
+                )),
+                Some(ReadyOutcome::Exited { entry, .. }) => lines.push(format!(
+                    "It finished before it was ready: {}.",
+                    crate::view::status_text(entry, entry.status)
+                )),
+                Some(ReadyOutcome::TimedOut { after_ms }) => {
+                    lines.push(format!("Not ready after {after_ms} ms; it keeps running."))
+                }
+                None => {}
+            }
+            (lines, Some(r.entry.id))
+        }
+        Err(err) => (vec![format!("unable to restart {}: {err}", e.label())], None),
+    }
 }
