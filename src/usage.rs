@@ -40,6 +40,8 @@ pub struct ProcTimes {
     pub rss_pages: u64,
     /// A zombie or dead process (nothing to count).
     pub zombie: bool,
+    /// Field 20: threads (each may have forked children of its own).
+    pub threads: u64,
 }
 
 /// Parses the fields [`ProcTimes`] needs from one `/proc/<pid>/stat` line (fields counted from
@@ -54,15 +56,84 @@ pub fn parse_times(line: &str) -> Option<ProcTimes> {
         start_time: num(22)?,
         rss_pages: num(24).unwrap_or(0),
         zombie: state == 'Z' || state == 'X',
+        threads: num(20).unwrap_or(1),
     })
 }
 
 /// Reads one process's times; `None` if it is gone (or outside Linux).
 pub fn times(pid: Pid) -> Option<ProcTimes> {
+    read_proc(pid).map(|p| p.times)
+}
+
+/// One process as one read of `/proc/<pid>/stat` gives it: who it is (group, session, name) and
+/// what it costs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proc {
+    pub stat: Stat,
+    pub times: ProcTimes,
+}
+
+/// Reads a small `/proc` file whole, without the size and position lookups (`statx`, `lseek`)
+/// that `read_to_string` makes first (`/proc` files report size 0 anyway): one open, one read
+/// when the file fits the 4 KiB buffer (a seq_file hands out whole records, so a short read is
+/// the end), one close.
+fn read_small(path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) if n < buf.len() && out.is_empty() => return String::from_utf8(buf[..n].to_vec()).ok(),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Reads `/proc/<pid>/stat` once; `None` if the process is gone (or outside Linux).
+pub fn read_proc(pid: Pid) -> Option<Proc> {
     if !cfg!(target_os = "linux") {
         return None;
     }
-    parse_times(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    let line = read_small(&format!("/proc/{pid}/stat"))?;
+    Some(Proc { stat: procfs::parse_stat(&line)?, times: parse_times(&line)? })
+}
+
+/// The children of a process already read: a single-threaded one lists them all in
+/// `/proc/<pid>/task/<pid>/children` (one read); otherwise every thread's list is read
+/// ([`procfs::children`]).
+fn children_of(p: &Proc) -> Vec<Pid> {
+    if p.times.threads > 1 || !cfg!(target_os = "linux") {
+        return procfs::children(p.stat.pid);
+    }
+    let pid = p.stat.pid;
+    read_small(&format!("/proc/{pid}/task/{pid}/children"))
+        .map(|t| t.split_whitespace().filter_map(|s| s.parse().ok()).filter_map(Pid::new).collect())
+        .unwrap_or_default()
+}
+
+/// Every live (non-zombie) descendant of `root`, one `stat` read each.
+pub fn descendants(root: Pid) -> Vec<Proc> {
+    read_proc(root).map(|r| descendants_of(&r)).unwrap_or_default()
+}
+
+/// Every live (non-zombie) descendant of a process already read (not itself).
+pub fn descendants_of(root: &Proc) -> Vec<Proc> {
+    let mut out = Vec::new();
+    let mut queue = children_of(root);
+    while let Some(pid) = queue.pop() {
+        if let Some(p) = read_proc(pid) {
+            queue.extend(children_of(&p));
+            if !p.times.zombie {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 /// Remembers CPU times between rounds. Call [`Sampler::round`] once per refresh, then
@@ -108,17 +179,23 @@ impl Sampler {
 
     /// The usage of the processes `pids` (one tree) in this round.
     pub fn tree(&mut self, pids: &[Pid]) -> Usage {
+        let procs: Vec<Proc> = pids.iter().filter_map(|p| read_proc(*p)).collect();
+        self.usage(&procs)
+    }
+
+    /// The usage of processes already read (one tree) in this round.
+    pub fn usage(&mut self, procs: &[Proc]) -> Usage {
         let elapsed = self.last_at.map(|t| self.now.duration_since(t).as_secs_f64()).unwrap_or(0.0);
         let mut u = Usage::default();
         let mut ticks = 0u64;
-        for pid in pids {
-            let Some(t) = times(*pid) else { continue };
+        for p in procs {
+            let t = p.times;
             if t.zombie {
                 continue;
             }
             u.processes += 1;
             u.memory_bytes += t.rss_pages * self.page;
-            let key = (pid.as_raw(), t.start_time);
+            let key = (p.stat.pid.as_raw(), t.start_time);
             if let Some(before) = self.last.get(&key) {
                 ticks += t.cpu_ticks.saturating_sub(*before);
             }
@@ -135,16 +212,21 @@ impl Sampler {
 /// supervisor lives, every descendant of it (it is a subreaper, so processes that changed group
 /// or session are still there); after that, the recorded tree (provider by identity,
 /// descendants, tagged processes). Empty for finished entries and other boots.
-pub fn tree_members(e: &Entry) -> Vec<Stat> {
+pub fn tree_members(e: &Entry) -> Vec<Proc> {
     if e.is_finished() || !e.this_boot() {
         return Vec::new();
     }
-    if e.supervisor_alive() {
-        let Some(sup) = e.supervisor_pid.and_then(Pid::new) else { return Vec::new() };
-        return procfs::descendants(sup).into_iter().filter(|s| !s.is_zombie()).collect();
+    tree_members_known(e, e.supervisor_alive())
+}
+
+/// [`tree_members`] for a caller that has already checked the boot and whether the supervisor
+/// is alive (one look for many uses).
+pub fn tree_members_known(e: &Entry, supervisor_alive: bool) -> Vec<Proc> {
+    if supervisor_alive {
+        return e.supervisor_pid.and_then(Pid::new).map(descendants).unwrap_or_default();
     }
     let live = crate::manager::recorded_tree(e).map(|t| t.live()).unwrap_or_default();
-    live.iter().filter_map(|m| procfs::stat(m.pid).ok()).filter(|s| !s.is_zombie()).collect()
+    live.iter().filter_map(|m| read_proc(m.pid)).filter(|p| !p.times.zombie).collect()
 }
 
 /// The provider's process group and session, against which [`tree_members`] that left are
@@ -170,7 +252,7 @@ mod tests {
     fn parses_times_from_a_stat_line() {
         let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 70 30 0 0 20 0 1 0 987654 1000 25 10";
         let t = parse_times(line).unwrap();
-        assert_eq!(t, ProcTimes { cpu_ticks: 100, start_time: 987654, rss_pages: 25, zombie: false });
+        assert_eq!(t, ProcTimes { cpu_ticks: 100, start_time: 987654, rss_pages: 25, zombie: false, threads: 1 });
     }
 
     #[test]

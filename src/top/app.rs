@@ -11,9 +11,9 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::logtail::{LogLine, LogTail};
 use crate::logs::COMBINED_LOG;
-use crate::registry::{Entry, Registry, now_ms};
+use crate::registry::{Entry, Registry, RegistryError, now_ms};
 use crate::status::Status;
-use crate::sys::Pid;
+use crate::sys::{Pid, procfs};
 use crate::usage::{self, Sampler, Usage};
 use crate::{manager, ports, view};
 
@@ -22,6 +22,13 @@ pub const FINISHED_SHOWN_MS: u64 = 60 * 60 * 1000;
 /// CPU % is measured over at least this long: 900 ms. A refresh that a registry change triggers
 /// sooner keeps the previous figures (clock ticks are 10 ms: shorter windows would be noise).
 pub const USAGE_WINDOW: Duration = Duration::from_millis(900);
+/// Listening ports are looked up this often: 3 s (each look reads every tree process's fd
+/// links; a server's ports rarely change, and 100 entries every second would cost more than the
+/// rest of `top` together).
+pub const PORTS_EVERY: Duration = Duration::from_secs(3);
+/// The whole registry is re-listed this often even when the watcher reports nothing: 10 s (a
+/// safety net for a missed event; changes arrive through the watcher at once).
+pub const RELIST_EVERY: Duration = Duration::from_secs(10);
 
 /// Which entries to show.
 #[derive(Clone, Debug, Default)]
@@ -130,6 +137,14 @@ pub struct App {
     pub dirty: bool,
     /// After the next refresh, select this entry (a restart's new entry).
     pub select_after_refresh: Option<String>,
+    /// False when the registry is not watched: every refresh re-lists it.
+    pub watching: bool,
+    /// Every entry, by id, as last read.
+    entries: HashMap<String, Entry>,
+    listed_at: Option<Instant>,
+    ports_at: Option<Instant>,
+    /// This boot's id, read once.
+    boot_id: String,
     usage_at: Option<Instant>,
     /// Per entry: usage and listening ports, as of the last measuring round.
     usage: HashMap<String, (Usage, Vec<u16>)>,
@@ -158,6 +173,11 @@ impl App {
             quit: false,
             dirty: true,
             select_after_refresh: None,
+            watching: false,
+            entries: HashMap::new(),
+            listed_at: None,
+            ports_at: None,
+            boot_id: procfs::boot_id(),
             usage_at: None,
             usage: HashMap::new(),
             nudges: HashMap::new(),
@@ -169,11 +189,36 @@ impl App {
         self.rows.get(self.selected)
     }
 
-    /// Re-reads the registry and `/proc`: statuses, usage, ports, the expanded tree, the log.
+    /// Re-reads the whole registry and `/proc`: statuses, usage, ports, the tree, the log.
     pub fn refresh(&mut self, reg: &Registry, sampler: &mut Sampler) {
+        self.refresh_changed(reg, sampler, None);
+    }
+
+    /// Re-reads `/proc` and, of the registry, only the entries in `changed` (from the watcher),
+    /// or all of them when `changed` is `None`, nothing is watched, or the last full listing is
+    /// [`RELIST_EVERY`] old. Statuses, usage, ports, the expanded tree and the log follow.
+    pub fn refresh_changed(&mut self, reg: &Registry, sampler: &mut Sampler, changed: Option<&[String]>) {
         self.now_ms = now_ms();
         let keep = self.select_after_refresh.take().or_else(|| self.current().map(|r| r.id().to_string()));
-        let (entries, _) = reg.list();
+        let full = changed.is_none() || !self.watching || self.listed_at.is_none_or(|t| t.elapsed() >= RELIST_EVERY);
+        if full {
+            let (entries, _) = reg.list();
+            self.entries = entries.into_iter().map(|e| (e.id.clone(), e)).collect();
+            self.listed_at = Some(Instant::now());
+        } else {
+            for id in changed.unwrap_or_default() {
+                match reg.read(id) {
+                    Ok(e) => {
+                        self.entries.insert(id.clone(), e);
+                    }
+                    Err(RegistryError::NotFound(_)) => {
+                        self.entries.remove(id);
+                    }
+                    // Half-written or corrupt: the next full listing sets it aside.
+                    Err(_) => {}
+                }
+            }
+        }
         let census = OnceCell::new();
         let sockets = OnceCell::new();
         let measure = self.usage_at.is_none_or(|t| t.elapsed() >= USAGE_WINDOW);
@@ -181,25 +226,46 @@ impl App {
             sampler.round();
             self.usage_at = Some(Instant::now());
         }
+        let look_ports = measure && self.ports_at.is_none_or(|t| t.elapsed() >= PORTS_EVERY);
+        if look_ports {
+            self.ports_at = Some(Instant::now());
+        }
+        let entries: Vec<Entry> = self.entries.values().cloned().collect();
         let mut rows = Vec::new();
         for e in entries {
             if self.scope.session.as_ref().is_some_and(|s| e.session_id.as_ref() != Some(s)) {
                 continue;
             }
-            let status = manager::live_status(&e, &census);
+            // The common case in one `stat` read: the recorded supervisor is still that process.
+            // Anything else is the library's call (orphaned, lost, starting).
+            let supervisor = if e.is_finished() || e.boot_id != self.boot_id {
+                None
+            } else {
+                e.supervisor_pid
+                    .and_then(Pid::new)
+                    .and_then(usage::read_proc)
+                    .filter(|p| !p.times.zombie && Some(p.times.start_time) == e.supervisor_start_time)
+            };
+            let supervisor_alive = supervisor.is_some();
+            let status = if e.is_finished() || supervisor_alive { e.status } else { manager::live_status(&e, &census) };
             let live = status.is_live();
             let recent = e.ended_at.unwrap_or(e.started_at) + FINISHED_SHOWN_MS >= self.now_ms;
             if !live && !self.scope.all && !recent {
                 continue;
             }
             let (usage, ports) = if live {
-                let members = usage::tree_members(&e);
-                let pids: Vec<Pid> = members.iter().map(|s| s.pid).collect();
                 if measure {
-                    let u = sampler.tree(&pids);
-                    let ports = sockets.get_or_init(ports::listening_sockets);
-                    let p = listening_ports(&pids, ports);
-                    self.usage.insert(e.id.clone(), (u, p));
+                    let members = match &supervisor {
+                        Some(root) => usage::descendants_of(root),
+                        None => usage::tree_members_known(&e, false),
+                    };
+                    let u = sampler.usage(&members);
+                    let slot = self.usage.entry(e.id.clone()).or_default();
+                    slot.0 = u;
+                    if look_ports {
+                        let pids: Vec<Pid> = members.iter().map(|p| p.stat.pid).collect();
+                        slot.1 = listening_ports(&pids, &sockets);
+                    }
                 }
                 let (u, p) = self.usage.get(&e.id).cloned().unwrap_or_default();
                 (Some(u), p)
@@ -240,7 +306,7 @@ impl App {
         let Some(id) = &self.expanded else { return };
         let Some(row) = self.rows.iter().find(|r| r.id() == id) else { return };
         let (pgid, sid) = usage::provider_group_and_session(&row.entry);
-        let mut members = usage::tree_members(&row.entry);
+        let mut members: Vec<procfs::Stat> = usage::tree_members(&row.entry).into_iter().map(|p| p.stat).collect();
         members.sort_by_key(|s| s.pid);
         self.tree = members
             .iter()
@@ -249,7 +315,7 @@ impl App {
                 pgid: s.pgrp,
                 sid: s.session,
                 command: {
-                    let c = crate::sys::procfs::cmdline(s.pid);
+                    let c = procfs::cmdline(s.pid);
                     if c.is_empty() { format!("[{}]", s.comm) } else { c }
                 },
                 left_group: pgid.is_some_and(|g| g.as_raw() != s.pgrp),
@@ -410,11 +476,17 @@ fn started_with_warnings(e: &Entry) -> bool {
     !crate::nudge::check(&argv, e.cleanup.is_some()).is_empty()
 }
 
-/// The TCP ports `pids` listen on, given the namespace's listening sockets (read once per
-/// round for all entries, as [`ports::listening`] would read them once per entry).
-fn listening_ports(pids: &[Pid], sockets: &HashMap<u64, u16>) -> Vec<u16> {
-    let mut out: Vec<u16> =
-        pids.iter().flat_map(|p| ports::socket_inodes(*p)).filter_map(|i| sockets.get(&i).copied()).collect();
+/// The TCP ports `pids` listen on. The namespace's listening sockets are read at most once per
+/// round, and only once some process holds a socket: reading `/proc/net/tcp` walks the
+/// kernel's whole established-connection hash table, empty or not, which cost more than all
+/// the rest of a round with 100 entries (perf: `established_get_first`).
+fn listening_ports(pids: &[Pid], sockets: &OnceCell<HashMap<u64, u16>>) -> Vec<u16> {
+    let inodes: Vec<u64> = pids.iter().flat_map(|p| ports::socket_inodes(*p)).collect();
+    if inodes.is_empty() {
+        return Vec::new();
+    }
+    let sockets = sockets.get_or_init(ports::listening_sockets);
+    let mut out: Vec<u16> = inodes.iter().filter_map(|i| sockets.get(i).copied()).collect();
     out.sort_unstable();
     out.dedup();
     out

@@ -50,8 +50,8 @@ enum Event {
     Resize,
     /// The terminal's input ended or failed.
     InputGone,
-    /// An entry was created, changed or removed.
-    Registry,
+    /// These entries were created, changed or removed.
+    Registry(Vec<String>),
     /// SIGTERM, SIGINT or SIGHUP.
     Signal(Signal),
     /// An action finished: title, result lines, and an entry to select (a restart's new one).
@@ -174,7 +174,7 @@ fn spawn_sources(tx: &Sender<Event>, reg: &Registry, signals: SignalPipe) -> Opt
             }
         }
     });
-    watch::spawn(&reg.root().join("procs"), tx.clone(), || Event::Registry)
+    watch::spawn(&reg.root().join("procs"), tx.clone(), Event::Registry)
         .err()
         .map(|e| format!("not watching the registry ({e}); refreshing every second"))
 }
@@ -183,6 +183,7 @@ fn event_loop(terminal: &mut term::Term, reg: &Registry, scope: Scope, signals: 
     let (tx, rx) = mpsc::channel();
     let mut app = App::new(scope, app::colors_wanted());
     app.flash = spawn_sources(&tx, reg, signals);
+    app.watching = app.flash.is_none() && cfg!(target_os = "linux");
     let mut sampler = Sampler::new();
     app.refresh(reg, &mut sampler);
     let mut next_tick = Instant::now() + TICK;
@@ -202,6 +203,7 @@ fn event_loop(terminal: &mut term::Term, reg: &Registry, scope: Scope, signals: 
             Err(RecvTimeoutError::Disconnected) => return 0,
         };
         let mut refresh = false;
+        let mut changed: Vec<String> = Vec::new();
         // Handle everything already queued before drawing once.
         for ev in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
             match ev {
@@ -216,12 +218,17 @@ fn event_loop(terminal: &mut term::Term, reg: &Registry, scope: Scope, signals: 
                 }
                 Event::Resize => app.dirty = true,
                 Event::InputGone => return 0,
-                Event::Registry => refresh = true,
+                Event::Registry(ids) => {
+                    changed.extend(ids);
+                    refresh = true;
+                }
                 Event::Signal(s) => return 128 + s.as_raw(),
                 Event::Done(title, lines, select) => {
                     app.finished(title, lines);
+                    // A restart's new entry, and the changed ones, come through the watcher too;
+                    // a full listing makes sure the result and the list agree.
                     app.select_after_refresh = select;
-                    refresh = true;
+                    app.refresh(reg, &mut sampler);
                 }
             }
             if app.quit {
@@ -230,7 +237,9 @@ fn event_loop(terminal: &mut term::Term, reg: &Registry, scope: Scope, signals: 
         }
         let now = Instant::now();
         if refresh || now >= next_tick {
-            app.refresh(reg, &mut sampler);
+            changed.sort();
+            changed.dedup();
+            app.refresh_changed(reg, &mut sampler, Some(&changed));
             next_tick = Instant::now() + TICK;
         }
         if now >= next_log {

@@ -9,21 +9,26 @@
 use std::path::Path;
 use std::sync::mpsc::Sender;
 
-/// Starts the watcher thread; it calls `notify` for every entry change and ends when `notify`
-/// returns false. Errors (no inotify, too many watches) are returned for the caller to show; the
-/// tick still refreshes.
+/// Starts the watcher thread; it sends `event(ids)` with the ids of the entries that changed
+/// (created, rewritten, removed) and ends when the receiver is gone. Errors (no inotify, too many
+/// watches) are returned for the caller to show; the tick still refreshes.
 #[cfg(target_os = "linux")]
-pub fn spawn<T: Send + 'static>(procs: &Path, tx: Sender<T>, event: fn() -> T) -> std::io::Result<()> {
+pub fn spawn<T: Send + 'static>(procs: &Path, tx: Sender<T>, event: fn(Vec<String>) -> T) -> std::io::Result<()> {
     use inotify::{EventMask, Inotify, WatchMask};
     let mut ino = Inotify::init()?;
     let dir_mask =
         WatchMask::MOVED_TO | WatchMask::MOVED_FROM | WatchMask::CREATE | WatchMask::DELETE | WatchMask::ONLYDIR;
     let entry_mask = WatchMask::MOVED_TO | WatchMask::ONLYDIR;
     let procs_wd = ino.watches().add(procs, dir_mask)?;
+    // Which entry each watch is on.
+    let mut ids = std::collections::HashMap::new();
     if let Ok(rd) = std::fs::read_dir(procs) {
         for d in rd.flatten() {
-            if !d.file_name().to_string_lossy().starts_with('.') {
-                let _ = ino.watches().add(d.path(), entry_mask);
+            let id = d.file_name().to_string_lossy().into_owned();
+            if !id.starts_with('.')
+                && let Ok(wd) = ino.watches().add(d.path(), entry_mask)
+            {
+                ids.insert(wd, id);
             }
         }
     }
@@ -32,7 +37,7 @@ pub fn spawn<T: Send + 'static>(procs: &Path, tx: Sender<T>, event: fn() -> T) -
         let mut buf = [0u8; 4096];
         loop {
             let Ok(events) = ino.read_events_blocking(&mut buf) else { return };
-            let mut changed = false;
+            let mut changed: Vec<String> = Vec::new();
             let mut new_dirs = Vec::new();
             for ev in events {
                 let name = ev.name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -41,17 +46,23 @@ pub fn spawn<T: Send + 'static>(procs: &Path, tx: Sender<T>, event: fn() -> T) -
                         continue;
                     }
                     if ev.mask.intersects(EventMask::MOVED_TO | EventMask::CREATE) {
-                        new_dirs.push(procs.join(&name));
+                        new_dirs.push(name.clone());
                     }
-                    changed = true;
-                } else if name == "entry.json" {
-                    changed = true;
+                    changed.push(name);
+                } else if ev.mask.contains(EventMask::IGNORED) {
+                    ids.remove(&ev.wd);
+                } else if name == "entry.json"
+                    && let Some(id) = ids.get(&ev.wd)
+                {
+                    changed.push(id.clone());
                 }
             }
-            for d in new_dirs {
-                let _ = ino.watches().add(d, entry_mask);
+            for id in new_dirs {
+                if let Ok(wd) = ino.watches().add(procs.join(&id), entry_mask) {
+                    ids.insert(wd, id);
+                }
             }
-            if changed && tx.send(event()).is_err() {
+            if !changed.is_empty() && tx.send(event(changed)).is_err() {
                 return;
             }
         }
@@ -60,6 +71,6 @@ pub fn spawn<T: Send + 'static>(procs: &Path, tx: Sender<T>, event: fn() -> T) -
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn spawn<T: Send + 'static>(_procs: &Path, _tx: Sender<T>, _event: fn() -> T) -> std::io::Result<()> {
+pub fn spawn<T: Send + 'static>(_procs: &Path, _tx: Sender<T>, _event: fn(Vec<String>) -> T) -> std::io::Result<()> {
     Ok(())
 }
