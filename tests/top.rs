@@ -251,6 +251,30 @@ fn sigterm_restores_the_terminal() {
 }
 
 #[test]
+fn a_panic_restores_the_terminal() {
+    let st = State::new();
+    let t = Tmux::start(&st, 100, 30, &[("SHEEPDOG_TOP_TEST_PANIC", "1")]);
+    let s = t.wait_for("top exited 101");
+    assert_eq!(t.display("#{alternate_on}"), "0", "still on the alternate screen after a panic");
+    assert!(s.contains("BEFORE-TOP") && s.contains("panicking to test"), "{s}");
+}
+
+#[test]
+fn resizing_redraws_for_the_new_width() {
+    let st = State::new();
+    st.start(&["--name", "web", "--session", "s1", "--", "sleep", "300"]);
+    let t = Tmux::start(&st, 140, 30, &[]);
+    t.wait("all columns", SECS(10), |s| s.lines().nth(1).is_some_and(|h| h.contains("SESSION")));
+    assert!(t.tmux(&["resize-window", "-x", "50", "-y", "20"]).status().unwrap().success());
+    let s = t.wait("columns dropped", SECS(10), |s| {
+        s.lines().nth(1).is_some_and(|h| h.starts_with("NAME") && !h.contains("SESSION"))
+    });
+    assert!(line_of(&s, "web").contains("running"), "{s}");
+    assert!(t.tmux(&["resize-window", "-x", "140", "-y", "30"]).status().unwrap().success());
+    t.wait("columns back", SECS(10), |s| s.lines().nth(1).is_some_and(|h| h.contains("SESSION")));
+}
+
+#[test]
 fn narrow_terminal_drops_columns_and_no_color_is_honoured() {
     let st = State::new();
     st.start(&["--name", "web", "--session", "s1", "--", "sleep", "300"]);

@@ -40,6 +40,10 @@ pub const TICK: Duration = Duration::from_secs(1);
 /// nothing was written; a bounded read when something was.
 pub const LOG_TICK: Duration = Duration::from_millis(250);
 
+/// In debug builds, `top` panics after its first screen when this is set: how the tests check
+/// that a panic restores the terminal. Release builds ignore it.
+pub const TEST_PANIC_ENV: &str = "SHEEPDOG_TOP_TEST_PANIC";
+
 /// Exit status when stdout is not a terminal: 125, as for any bad input.
 pub const EXIT_NOT_A_TERMINAL: i32 = 125;
 
@@ -188,12 +192,17 @@ fn event_loop(terminal: &mut term::Term, reg: &Registry, scope: Scope, signals: 
     app.refresh(reg, &mut sampler);
     let mut next_tick = Instant::now() + TICK;
     let mut next_log = Instant::now() + LOG_TICK;
+    // Tests of the panic path (debug builds only): panic once the first screen is drawn.
+    let panic_for_test = cfg!(debug_assertions) && std::env::var_os(TEST_PANIC_ENV).is_some();
     loop {
         if app.dirty {
             if terminal.draw(|f| draw::draw(&app, f)).is_err() {
                 return 1;
             }
             app.dirty = false;
+            if panic_for_test {
+                panic!("{TEST_PANIC_ENV} is set: panicking to test that the terminal is restored");
+            }
         }
         let log_on = app.show_logs && !app.log.paused;
         let wake = if log_on { next_tick.min(next_log) } else { next_tick };

@@ -74,3 +74,33 @@ pub fn spawn<T: Send + 'static>(procs: &Path, tx: Sender<T>, event: fn(Vec<Strin
 pub fn spawn<T: Send + 'static>(_procs: &Path, _tx: Sender<T>, _event: fn(Vec<String>) -> T) -> std::io::Result<()> {
     Ok(())
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+
+    use crate::registry::write_atomic;
+
+    #[test]
+    fn reports_entry_writes_and_new_entries_but_not_log_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let procs = dir.path().join("procs");
+        std::fs::create_dir_all(procs.join("proc_1")).unwrap();
+        let (tx, rx) = channel();
+        super::spawn(&procs, tx, |ids| ids).unwrap();
+        // A log write (the supervisor appending output) wakes nothing.
+        std::fs::write(procs.join("proc_1/combined.log"), b"[out] hi\n").unwrap();
+        std::fs::OpenOptions::new().append(true).open(procs.join("proc_1/combined.log")).unwrap();
+        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "a log write woke top");
+        // An entry write (tmp + rename) names the entry.
+        write_atomic(&procs.join("proc_1/entry.json"), b"{}").unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), vec!["proc_1".to_string()]);
+        // A new entry, renamed into place whole, is named and then watched too.
+        std::fs::create_dir(procs.join(".new-proc_2")).unwrap();
+        std::fs::rename(procs.join(".new-proc_2"), procs.join("proc_2")).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), vec!["proc_2".to_string()]);
+        write_atomic(&procs.join("proc_2/entry.json"), b"{}").unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), vec!["proc_2".to_string()]);
+    }
+}
