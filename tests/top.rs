@@ -282,9 +282,18 @@ fn narrow_terminal_drops_columns_and_no_color_is_honoured() {
     let s = t.wait("web running", SECS(10), |s| line_of(s, "web").contains("running"));
     let header = s.lines().nth(1).unwrap_or("");
     assert!(header.starts_with("NAME") && !header.contains("SESSION"), "{s}");
-    let out = t.tmux(&["capture-pane", "-p", "-e"]).output().unwrap();
-    let raw = String::from_utf8_lossy(&out.stdout);
-    assert!(!raw.contains("\x1b[32m") && !raw.contains("\x1b[31m"), "colours despite NO_COLOR: {raw:?}");
+    // Colours as tmux re-encodes them (`38;5;N` foregrounds): none under NO_COLOR...
+    let colours = |t: &Tmux| {
+        let out = t.tmux(&["capture-pane", "-p", "-e"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let raw = colours(&t);
+    assert!(!raw.contains("38;5;") && !raw.contains("\x1b[32m"), "colours despite NO_COLOR: {raw:?}");
+    // ... and a green `running` without it.
+    let coloured = Tmux::start(&st, 50, 20, &[]);
+    coloured.wait("web running", SECS(10), |s| line_of(s, "web").contains("running"));
+    let raw = colours(&coloured);
+    assert!(raw.contains("\x1b[38;5;2mrunning"), "no green status: {raw:?}");
 }
 
 #[test]
