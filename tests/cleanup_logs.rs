@@ -1,5 +1,7 @@
 //! Cleanup hooks, update after start, capped logs, `logs --follow`, and nudges: real processes,
 //! real files.
+// Linux only: these tests read /proc and rely on the subreaper; macOS is checked by clippy alone.
+#![cfg(target_os = "linux")]
 
 mod common;
 

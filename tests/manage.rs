@@ -1,6 +1,8 @@
 //! Managed background processes and the registry: start, ps, logs, stop, wait, reap, clear,
 //! with real detached supervisors, real trees and real files. Each test has its own state dir;
 //! its `State` guard kills whatever the entries started, by recorded identity.
+// Linux only: these tests read /proc and rely on the subreaper; macOS is checked by clippy alone.
+#![cfg(target_os = "linux")]
 
 mod common;
 

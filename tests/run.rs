@@ -1,5 +1,7 @@
 //! `sheepdog run`, driven as a host would: real process trees, real signals, checked with the
 //! kernel. Every test tracks what it spawned in a `Guard` that kills by recorded identity.
+// Linux only: these tests read /proc and rely on the subreaper; macOS is checked by clippy alone.
+#![cfg(target_os = "linux")]
 
 mod common;
 

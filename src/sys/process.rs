@@ -271,11 +271,12 @@ impl PollFd {
     }
     /// The peer is gone (`POLLHUP`, `POLLRDHUP`, `POLLERR` or `POLLNVAL`).
     pub fn hung_up(&self) -> bool {
-        let mut mask = libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;
+        let base = libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;
+        // POLLRDHUP exists only on Linux: a socket peer that shut down writing.
         #[cfg(target_os = "linux")]
-        {
-            mask |= libc::POLLRDHUP;
-        }
+        let mask = base | libc::POLLRDHUP;
+        #[cfg(not(target_os = "linux"))]
+        let mask = base;
         self.revents & mask != 0
     }
 }
