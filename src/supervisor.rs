@@ -117,7 +117,18 @@ impl Outcome {
     /// - owner death, stdin EOF or the timeout stopped it: the provider's code, or 128 + the
     ///   signal that ended it;
     /// - the provider exited on its own: its code, or die by its signal.
+    ///
+    /// As PID 1 of a PID namespace a process cannot die by a signal it raises at itself (the
+    /// kernel drops it), so there "die by S" is exit code 128 + S: what the process really exits
+    /// with, and what `exited`'s `status` reports.
     pub fn exit(&self) -> Exit {
+        match self.exit_by_signal() {
+            Exit::Signal(s) if process::getpid().as_raw() == 1 => Exit::Code(128 + s.as_raw()),
+            exit => exit,
+        }
+    }
+
+    fn exit_by_signal(&self) -> Exit {
         let Some(status) = self.provider.filter(|_| self.tree_gone) else {
             return Exit::Code(EXIT_UNFINISHED);
         };

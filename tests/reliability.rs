@@ -62,3 +62,40 @@ print(p.stdout.decode().strip())
     );
     assert_eq!(out.trim(), "closed", "the provider inherited an fd above 2");
 }
+
+#[test]
+fn as_pid_1_the_exited_event_reports_the_status_sheepdog_really_exits_with() {
+    if std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        eprintln!("SKIPPED: unshare --pid --fork --mount-proc is refused here");
+        return;
+    }
+    let guard = Guard::new();
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc", bin(), "run", "--events-fd", "1", "--", "sleep", "100"])
+        .stdin(Stdio::null());
+    let (mut child, lines) = spawn_lines(cmd, &guard);
+    let spawned = lines.next(SECS(10));
+    assert!(spawned.contains("\"spawned\""), "{spawned}");
+    let init = sheepdog::sys::procfs::children(pid(child.id() as i32));
+    assert_eq!(init.len(), 1);
+    let init = init[0].as_raw();
+    guard.track(init);
+    sheepdog::sys::procfs::descendants(pid(init)).iter().for_each(|s| guard.track(s.pid.as_raw()));
+    signal(init, libc::SIGTERM);
+    let exited = loop {
+        let l = lines.next(SECS(10));
+        if l.contains("\"exited\"") {
+            break l;
+        }
+    };
+    let v: serde_json::Value = serde_json::from_str(&exited).unwrap();
+    let st = wait_child(&mut child, SECS(10));
+    assert_eq!(st.code(), Some(143), "as PID 1 sheepdog exits 128+15");
+    assert_eq!(v["status"], 143, "the exited event must say what sheepdog exits with: {exited}");
+}
