@@ -35,24 +35,39 @@ pub const OUTPUT_TAIL: usize = 20;
 /// earlier run). `ran_by` is recorded: `supervisor`, `stop` or `reap`.
 pub fn run_once(reg: &Registry, id: &str, ran_by: &str) -> Option<CleanupResult> {
     let mut claimed = false;
-    let me = process::getpid();
-    let my_start = crate::sys::procfs::start_time(me);
-    let entry = reg
-        .update(id, |e| {
-            if e.cleanup.is_some() && e.cleanup_started_at.is_none() && e.this_boot() {
-                e.cleanup_started_at = Some(registry::now_ms());
-                e.cleanup_runner_pid = Some(me.as_raw());
-                e.cleanup_runner_start_time = my_start;
-                claimed = true;
-            }
-        })
-        .ok()?;
+    let entry = reg.update(id, |e| claimed = claim(e)).ok()?;
     if !claimed {
         return wait_for_runner(reg, entry);
     }
-    let result = execute(reg, &entry, ran_by);
-    let _ = reg.update(id, |e| e.cleanup_result = Some(result.clone()));
-    Some(result)
+    Some(run_claimed(reg, &entry, ran_by))
+}
+
+/// Claims the entry's pending cleanup for this process, inside a registry update (so a result
+/// and the claim can be written together): records the claim time and this process's identity.
+/// Returns false when there is nothing to claim (no cleanup, already claimed, a previous boot).
+pub fn claim(e: &mut Entry) -> bool {
+    if !e.cleanup_pending() {
+        return false;
+    }
+    let me = process::getpid();
+    e.cleanup_started_at = Some(registry::now_ms());
+    e.cleanup_runner_pid = Some(me.as_raw());
+    e.cleanup_runner_start_time = crate::sys::procfs::start_time(me);
+    true
+}
+
+/// Runs a cleanup this process has [`claim`]ed and records its result.
+pub fn run_claimed(reg: &Registry, entry: &Entry, ran_by: &str) -> CleanupResult {
+    let result = execute(reg, entry, ran_by);
+    let _ = reg.update(&entry.id, |e| e.cleanup_result = Some(result.clone()));
+    result
+}
+
+/// The result of a cleanup another process has claimed: waits while its runner lives (at most
+/// the cleanup's own bound), then returns what it recorded (`None`: no cleanup, or the runner
+/// died without a result).
+pub fn await_result(reg: &Registry, entry: Entry) -> Option<CleanupResult> {
+    wait_for_runner(reg, entry)
 }
 
 /// Another process claimed the cleanup: while it lives, wait for its result (re-reading the

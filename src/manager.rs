@@ -24,7 +24,7 @@ use crate::spawn::{SpawnOptions, Spawned};
 use crate::stop::{self, StopPolicy, Trigger};
 use crate::supervisor::{self, Observer, OnStdinEof, Options, Outcome, Owner};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
-use crate::sys::signal::{pipe_cloexec, set_nonblocking};
+use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
 use crate::sys::{Pgid, Pid, Signal, WaitStatus, procfs};
 use crate::tree::{Census, ID_ENV, TAG_ENV, Tree};
 
@@ -55,7 +55,19 @@ pub enum ManagerError {
     },
     #[error("{0}")]
     Refused(String),
+    /// The stop itself worked (nothing of the tree is alive) but the registry could not record
+    /// it (a full disk): status [`EXIT_NOT_RECORDED`].
+    #[error("the tree of {label} is gone, but its result could not be recorded: {source}")]
+    NotRecorded {
+        label: String,
+        #[source]
+        source: RegistryError,
+    },
 }
+
+/// Status of a stop that stopped the tree but could not record the result or run the cleanup
+/// (the state dir's disk is full): 74, `EX_IOERR` from sysexits.h.
+pub const EXIT_NOT_RECORDED: i32 = 74;
 
 impl ManagerError {
     /// 126/127 for a command that could not start, 125 for bad input and sheepdog's own
@@ -64,6 +76,7 @@ impl ManagerError {
         match self {
             ManagerError::Start { code, .. } => *code,
             ManagerError::Refused(_) => 1,
+            ManagerError::NotRecorded { .. } => EXIT_NOT_RECORDED,
             _ => 125,
         }
     }
@@ -151,6 +164,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         argv,
         cwd: cwd.to_string_lossy().into_owned(),
         owner_pid: req.owner.map(|p| p.as_raw()),
+        owner_start_time: req.owner.and_then(procfs::start_time),
         // Until the supervisor records itself, the entry is `starting` and this process is its
         // starter: checked for life (reap and ps leave the entry alone), never signalled.
         starter_pid: Some(me.as_raw()),
@@ -279,13 +293,20 @@ pub fn run_supervisor(reg: &Registry, id: &str, cwd: PathBuf, argv: Vec<OsString
         logs,
         pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
     };
-    let outcome = match supervisor::supervise(opts, &mut managed) {
+    let outcome = match supervisor::install_signals().and_then(|signals| {
+        let outcome = supervisor::supervise_with(&signals, opts, &mut managed)?;
+        managed.drain(DRAIN_AFTER_EXIT);
+        managed.logs.flush_partials();
+        managed.finish(&outcome);
+        if outcome.trigger.is_none() {
+            managed.linger(&signals);
+        }
+        Ok(outcome)
+    }) {
         Ok(o) => o,
         Err(e) => return fail(e.exit_code(), e.to_string()),
     };
-    managed.drain(DRAIN_AFTER_EXIT);
-    managed.logs.flush_partials();
-    managed.finish(&outcome);
+    let _ = outcome;
     0
 }
 
@@ -343,7 +364,8 @@ impl Managed<'_> {
 
     fn finish(&mut self, outcome: &Outcome) {
         let mut text = String::new();
-        let _ = self.reg.update(&self.id, |e| {
+        let mut claimed = false;
+        let recorded = self.reg.update(&self.id, |e| {
             let (status, t) = result_status(outcome, e.timeout_ms);
             text = t;
             e.status = status.to_string();
@@ -356,12 +378,44 @@ impl Managed<'_> {
             e.stop_reason = outcome.trigger.map(|t| t.name().to_string());
             e.tree_gone = Some(outcome.tree_gone);
             e.ended_at = Some(registry::now_ms());
+            // A stop (not the command's own exit) is two steps: the tree, then the cleanup. The
+            // claim goes in the same write as the result, so nobody who reads a stopped entry
+            // (`wait`, `clear`) can see its cleanup as not yet triggered.
+            if outcome.trigger.is_some() {
+                claimed = crate::cleanup::claim(e);
+            }
         });
         self.logs.marker(&format!("exited: {text}"));
-        // A stop (not the command's own exit) is two steps: the tree, then the cleanup.
-        if outcome.trigger.is_some() {
-            crate::cleanup::run_once(self.reg, &self.id, "supervisor");
+        if let (true, Ok(entry)) = (claimed, recorded) {
+            crate::cleanup::run_claimed(self.reg, &entry, "supervisor");
         }
+    }
+
+    /// The command exited on its own, but its cleanup is still pending (a `docker run -d`
+    /// wrapper exits at once; its container runs on). While an owner or a turn timeout is set,
+    /// stay, idle, watching them, and run the cleanup when either fires or when asked to stop
+    /// (SIGTERM); leave as soon as nothing is pending any more (it ran elsewhere, was removed by
+    /// `update`, or the entry was cleared: `sheepdog` sends SIGUSR1 after such changes).
+    fn linger(&mut self, signals: &SignalPipe) {
+        let Ok(e) = self.reg.read(&self.id) else { return };
+        if !e.cleanup_pending() || (e.owner_pid.is_none() && e.timeout_ms.is_none()) {
+            return;
+        }
+        let owner = e.owner_pid.and_then(Pid::new).map(|p| (p, e.owner_start_time));
+        let until =
+            e.timeout_at_ms().map(|at| Instant::now() + Duration::from_millis(at.saturating_sub(registry::now_ms())));
+        self.logs.marker("waiting: the cleanup is pending; it runs on stop, owner exit or the turn timeout");
+        let (reg, id) = (self.reg, self.id.clone());
+        let mut still_needed = || reg.read(&id).is_ok_and(|e| e.cleanup_pending());
+        let Some(trigger) = supervisor::await_trigger(signals, owner, until, &mut still_needed) else { return };
+        let why = match trigger {
+            Trigger::Signal(s) => format!("{s} (stop requested)"),
+            Trigger::OwnerDied => "the owner exited".into(),
+            Trigger::Timeout => "the turn timeout expired".into(),
+            t => t.name().into(),
+        };
+        self.logs.marker(&format!("cleanup triggered: {why}"));
+        crate::cleanup::run_once(self.reg, &self.id, "supervisor");
     }
 }
 
@@ -505,9 +559,11 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
     let id = entry.id.clone();
     let entry = &settle_start(reg, entry)?;
     if entry.is_finished() {
-        // The wrapper may have exited while its work goes on: the cleanup is still due.
+        // The wrapper may have exited while its work goes on: the cleanup is still due. A
+        // supervisor that stayed to watch for it is told to re-read its entry and leave.
         if entry.this_boot() {
             crate::cleanup::run_once(reg, &id, "stop");
+            notify_supervisor(entry);
         }
         let e = reg.read(&id)?;
         return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true });
@@ -520,10 +576,15 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
     // A supervisor already stopping keeps the grace it started with: wait for the longer.
     let before = Duration::from_millis(entry.stop.max_stop_ms);
     if let Some(g) = term_grace {
-        entry = reg.update(&id, |e| {
+        let set = |e: &mut Entry| {
             e.stop.term_grace_ms = g.as_millis() as u64;
             e.stop.max_stop_ms = e.stop.stdin_grace_ms + e.stop.term_grace_ms + e.stop.kill_wait_ms;
-        })?;
+        };
+        // A registry that cannot be written (a full disk) must not keep the tree from stopping.
+        match reg.update(&id, set) {
+            Ok(e) => entry = e,
+            Err(_) => set(&mut entry),
+        }
     }
     let mut past_a_stuck_supervisor = false;
     if let Some(sup) = verified_supervisor(&entry) {
@@ -558,7 +619,7 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
             if report.gone { "gone" } else { "NOT confirmed gone" }
         ),
     );
-    let e = reg.update(&id, |e| {
+    let recorded = reg.update(&id, |e| {
         if e.is_finished() {
             return;
         }
@@ -571,7 +632,12 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         e.stop_reason = Some("stop".into());
         e.tree_gone = Some(report.gone);
         e.ended_at = Some(registry::now_ms());
-    })?;
+    });
+    let e = match recorded {
+        Ok(e) => e,
+        Err(source) if report.gone => return Err(ManagerError::NotRecorded { label: entry.label(), source }),
+        Err(source) => return Err(source.into()),
+    };
     let e = match crate::cleanup::run_once(reg, &id, "stop") {
         Some(_) => reg.read(&id)?,
         None => e,
@@ -632,6 +698,17 @@ fn verified_supervisor(e: &Entry) -> Option<PidFd> {
     registry::identity_alive(e.supervisor_pid, e.supervisor_start_time).then_some(fd)
 }
 
+/// Tells an entry's supervisor that stayed after its command exited (a cleanup pending) to
+/// re-read its entry: SIGUSR1 through a verified pidfd. Only for finished entries: while the
+/// command runs, SIGUSR1 is forwarded to it.
+pub fn notify_supervisor(e: &Entry) {
+    if e.is_finished()
+        && let Some(sup) = verified_supervisor(e)
+    {
+        let _ = sup.send(Signal::USR1);
+    }
+}
+
 /// Blocks until the pidfd's process exits or `timeout` passes. Returns true if it exited.
 fn wait_pidfd(fd: &PidFd, timeout: Option<Duration>) -> bool {
     let end = timeout.map(|t| Instant::now() + t);
@@ -659,42 +736,63 @@ pub enum Waited {
     NoResult(Entry),
 }
 
-/// Blocks until the entry's process exits, waiting on its supervisor's pidfd (not by polling the
-/// registry), then reads the recorded result.
+/// How often `wait` re-reads an entry while its supervisor lives: 50 ms. A supervisor whose
+/// command exited may stay on (its cleanup pending), so its exit alone does not say "done".
+const WAIT_TICK: Duration = Duration::from_millis(50);
+
+/// Blocks until the entry's process has exited and any cleanup that has been triggered has
+/// finished (a pending cleanup that nothing triggered does not hold it), then returns the
+/// entry with its result. Wakes on the supervisor's pidfd, re-reading the entry every
+/// [`WAIT_TICK`]; if the supervisor was killed, waits on what is left of the recorded tree.
 pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<Waited, ManagerError> {
     let entry = &settle_start(reg, entry)?;
-    if entry.is_finished() {
-        return Ok(Waited::Finished(entry.clone()));
-    }
     let end = timeout.map(|t| Instant::now() + t);
-    if let Some(sup) = verified_supervisor(entry)
-        && !wait_pidfd(&sup, timeout)
-    {
-        return Ok(Waited::TimedOut);
-    }
-    let e = reg.read(&entry.id)?;
-    if e.is_finished() {
-        return Ok(Waited::Finished(e));
-    }
-    // The supervisor is gone without a result (it was killed, maybe while we waited): wait for
-    // what is left of the tree itself.
-    if let Some(tree) = recorded_tree(&e).filter(|_| e.this_boot()) {
-        while !tree.is_gone() {
-            let left = end.map(|x| x.saturating_duration_since(Instant::now()));
-            if left == Some(Duration::ZERO) {
-                return Ok(Waited::TimedOut);
+    let left = || end.map(|x| x.saturating_duration_since(Instant::now()));
+    loop {
+        let e = reg.read(&entry.id)?;
+        if e.is_finished() {
+            if e.cleanup_running() {
+                if left() == Some(Duration::ZERO) {
+                    return Ok(Waited::TimedOut);
+                }
+                std::thread::sleep(left().unwrap_or(WAIT_TICK).min(Duration::from_millis(20)));
+                continue;
             }
-            tree.wait_any_exit(left.unwrap_or(Duration::from_secs(1)).min(Duration::from_millis(100)));
+            return Ok(Waited::Finished(e));
         }
+        if left() == Some(Duration::ZERO) {
+            return Ok(Waited::TimedOut);
+        }
+        if let Some(sup) = verified_supervisor(&e) {
+            wait_pidfd(&sup, Some(left().unwrap_or(WAIT_TICK).min(WAIT_TICK)));
+            continue;
+        }
+        // The supervisor is gone without a result (it was killed, maybe while we waited): wait
+        // for what is left of the tree itself.
+        if let Some(tree) = recorded_tree(&e).filter(|_| e.this_boot()) {
+            while !tree.is_gone() {
+                let l = left();
+                if l == Some(Duration::ZERO) {
+                    return Ok(Waited::TimedOut);
+                }
+                tree.wait_any_exit(l.unwrap_or(Duration::from_secs(1)).min(Duration::from_millis(100)));
+            }
+        }
+        let e = reg.read(&entry.id)?;
+        return Ok(if e.is_finished() { Waited::Finished(e) } else { Waited::NoResult(e) });
     }
-    let e = reg.read(&entry.id)?;
-    Ok(if e.is_finished() { Waited::Finished(e) } else { Waited::NoResult(e) })
 }
 
 /// The exit status `wait` reports for a finished entry: the process's code, or 128 + the signal
 /// that ended it; `None` when neither is known (the supervisor was killed, and the entry was
 /// then stopped, reaped or recorded lost from outside: nobody saw the process's own status).
+///
+/// An entry stopped by its turn timeout reports 124, as GNU `timeout` does, whatever the process
+/// itself exited with (one that traps SIGTERM and exits 0 still timed out).
 pub fn exit_status_of(e: &Entry) -> Option<i32> {
+    if e.status == "timed out" {
+        return Some(crate::supervisor::EXIT_UNFINISHED);
+    }
     if let Some(c) = e.exit_code {
         return Some(c);
     }
@@ -707,12 +805,17 @@ pub fn exit_status_of(e: &Entry) -> Option<i32> {
 pub struct ReapAction {
     pub id: String,
     pub name: Option<String>,
-    /// `reaped` (a live orphaned tree was stopped) or `lost` (nothing alive, no result).
+    /// `reaped` (a live orphaned tree was stopped), `lost` (nothing alive, no result) or
+    /// `cleanup` (a finished entry's pending cleanup ran: its owner is gone or its turn timeout
+    /// passed, and no supervisor was left to notice).
     pub action: String,
     /// Processes that received SIGTERM.
     pub signalled: usize,
     pub tree_gone: bool,
     pub reason: String,
+    /// The cleanup's failure line when it ran and failed (`Cleanup command failed with exit
+    /// code 1.`), else null.
+    pub cleanup_error: Option<String>,
 }
 
 /// Recovery after a crash of anything: entries from a previous boot are dead and never
@@ -731,6 +834,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             signalled,
             tree_gone,
             reason: reason.into(),
+            cleanup_error: None,
         };
         if !e.this_boot() {
             if !dry_run {
@@ -796,6 +900,31 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             &format!("supervisor gone, {}", plural(live, "process", "processes")),
         ));
     }
+    // Finished entries whose cleanup is still pending and due: their owner died or their turn
+    // timeout passed while no supervisor was watching (it was killed while it waited).
+    for e in entries.iter().filter(|e| e.is_finished() && e.cleanup_pending() && !e.supervisor_alive()) {
+        let reason = if e.owner_gone() {
+            "the owner exited"
+        } else if e.timeout_at_ms().is_some_and(|at| at <= registry::now_ms()) {
+            "the turn timeout passed"
+        } else {
+            continue;
+        };
+        let mut cleanup_error = None;
+        if !dry_run {
+            crate::cleanup::run_once(reg, &e.id, "reap");
+            cleanup_error = reg.read(&e.id).ok().and_then(|x| crate::cleanup::failure_line(&x));
+        }
+        actions.push(ReapAction {
+            id: e.id.clone(),
+            name: Some(e.display_name()),
+            action: "cleanup".into(),
+            signalled: 0,
+            tree_gone: true,
+            reason: reason.into(),
+            cleanup_error,
+        });
+    }
     (actions, aside)
 }
 
@@ -803,9 +932,11 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {} alive", if n == 1 { one } else { many })
 }
 
-/// Removes a finished entry and its logs. Refuses one that still runs.
-pub fn clear(reg: &Registry, e: &Entry) -> Result<(), ManagerError> {
-    if e.cleanup_running() || (e.is_finished() && e.supervisor_alive()) {
+/// Removes a finished entry and its logs. Refuses one that still runs, one whose cleanup is
+/// running, and one whose cleanup is pending (it has not run: `stop` runs it) unless `force`
+/// drops it. A supervisor that stayed for the pending cleanup is told, and leaves.
+pub fn clear(reg: &Registry, e: &Entry, force: bool) -> Result<(), ManagerError> {
+    if e.cleanup_running() {
         return Err(ManagerError::Refused(format!(
             "{} is still finishing (its cleanup command is running); try again when it is done",
             e.label()
@@ -819,6 +950,18 @@ pub fn clear(reg: &Registry, e: &Entry) -> Result<(), ManagerError> {
             e.id
         )));
     }
+    if e.cleanup_pending() && !force {
+        return Err(ManagerError::Refused(format!(
+            "{} has a cleanup command that has not run; 'sheepdog stop {}' runs it, 'sheepdog clear --force {}' drops it",
+            e.label(),
+            e.id,
+            e.id
+        )));
+    }
+    let lingering = verified_supervisor(e);
     reg.remove(&e.id)?;
+    if let Some(sup) = lingering {
+        let _ = sup.send(Signal::USR1);
+    }
     Ok(())
 }

@@ -100,6 +100,14 @@ impl CleanupResult {
     }
 }
 
+/// A process the supervisor saw in an entry's tree: pid and start time (clock ticks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedMember {
+    pub pid: i32,
+    pub start_time: u64,
+}
+
 /// One managed process, as stored in `procs/<id>/entry.json`. Field names are camelCase for
 /// hosts written in TypeScript.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -118,6 +126,10 @@ pub struct Entry {
     pub argv: Vec<String>,
     pub cwd: String,
     pub owner_pid: Option<i32>,
+    /// The owner's start time (clock ticks) when the entry was made: with the pid, its identity,
+    /// so `reap` can tell that the owner died even after its pid was reused.
+    #[serde(default)]
+    pub owner_start_time: Option<u64>,
     /// The `sheepdog start` process that created the entry, while the entry is `starting`:
     /// never signalled, only checked for life, so a `start` in progress is not mistaken for a
     /// crash.
@@ -129,6 +141,17 @@ pub struct Entry {
     pub start_time: Option<u64>,
     pub supervisor_start_time: Option<u64>,
     pub uid: u32,
+    /// The provider's session id (for a managed entry, the supervisor's own session). A process
+    /// in the recorded group *and* session, of the same uid, started no earlier than the
+    /// provider, is the entry's even after the provider is gone: the group and session numbers
+    /// could only have been reused if every one of their members had died first.
+    #[serde(default)]
+    pub sid: Option<i32>,
+    /// Descendants the supervisor saw while it ran (subreaper tier), by identity: `reap` and
+    /// `stop` find them without a tag, so members that cleared their environment (`env -i`,
+    /// `su -`, `sudo`) are still caught. Dead ones are pruned on each write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<RecordedMember>,
     /// The random token in the provider's `SHEEPDOG_TAG`, by which `reap` recognises its
     /// descendants after the supervisor is gone.
     pub tag: String,
@@ -213,6 +236,30 @@ impl Entry {
             && self.cleanup_result.is_none()
             && self.this_boot()
             && identity_alive(self.cleanup_runner_pid, self.cleanup_runner_start_time)
+    }
+
+    /// True while a cleanup is set, has not been claimed, and could still run (this boot): a
+    /// stop, owner death, the turn timeout or `reap` will run it; `clear` refuses to drop it.
+    pub fn cleanup_pending(&self) -> bool {
+        self.cleanup.is_some() && self.cleanup_started_at.is_none() && self.this_boot()
+    }
+
+    /// True if the entry has an owner and it is no longer that process (identity-checked when
+    /// its start time was recorded).
+    pub fn owner_gone(&self) -> bool {
+        let Some(pid) = self.owner_pid.and_then(Pid::new) else { return false };
+        if !self.this_boot() {
+            return true;
+        }
+        match self.owner_start_time {
+            Some(t) => procfs::start_time(pid) != Some(t),
+            None => !procfs::is_alive(pid),
+        }
+    }
+
+    /// Unix ms at which the turn timeout (`--timeout`) expires, if one is set.
+    pub fn timeout_at_ms(&self) -> Option<u64> {
+        self.timeout_ms.map(|t| self.started_at.saturating_add(t))
     }
 
     /// True if the recorded provider is still that process and alive.

@@ -241,9 +241,22 @@ impl OwnerWatch {
 ///
 /// Errors: [`Error`]; on error nothing was spawned.
 pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
+    let signals = install_signals()?;
+    supervise_with(&signals, opts, observer)
+}
+
+/// Installs the supervisor's signal handlers (SIGTERM, SIGINT, SIGHUP, SIGCHLD and the
+/// forwarded ones) and returns the self-pipe its loop polls. Errors: [`Error::Io`].
+pub fn install_signals() -> Result<SignalPipe, Error> {
     let mut handled = vec![Signal::TERM, Signal::INT, Signal::HUP, Signal::CHLD];
     handled.extend(Signal::FORWARDED);
-    let signals = SignalPipe::install(&handled).map_err(io_err("install signal handlers"))?;
+    SignalPipe::install(&handled).map_err(io_err("install signal handlers"))
+}
+
+/// [`supervise`] with handlers the caller installed ([`install_signals`]) and keeps after the
+/// tree is gone: a managed supervisor goes on listening for a stop while a cleanup is pending
+/// ([`await_trigger`]).
+pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
     let mut owner = opts.owner.map(OwnerWatch::open).transpose()?;
     #[cfg(target_os = "linux")]
     process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
@@ -361,6 +374,73 @@ pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, 
         tree_gone: machine.phase() == Phase::Gone,
         escalated: machine.escalated(),
     })
+}
+
+/// Waits, with nothing left to supervise, for a reason to stop: SIGTERM/SIGINT/SIGHUP, the
+/// death of `owner` (identity-checked against `owner_start` clock ticks, through a pidfd), or
+/// the `until` deadline (the turn timeout). Any other signal (SIGUSR1: "your entry changed")
+/// asks `still_needed`; when it says no, returns `None`. Used by a managed supervisor whose
+/// command exited on its own while a cleanup is still pending (DESIGN.md: "a cleanup belongs to
+/// the entry"). Children it still inherits are reaped on the way.
+pub fn await_trigger(
+    signals: &SignalPipe,
+    owner: Option<(Pid, Option<u64>)>,
+    until: Option<Instant>,
+    still_needed: &mut dyn FnMut() -> bool,
+) -> Option<Trigger> {
+    let owner_now = |p: Pid, t: Option<u64>| match t {
+        Some(t) => procfs::start_time(p) == Some(t),
+        None => procfs::is_alive(p),
+    };
+    let pidfd = match owner {
+        Some((p, t)) => {
+            let fd = PidFd::open(p).ok();
+            if !owner_now(p, t) {
+                return Some(Trigger::OwnerDied);
+            }
+            fd
+        }
+        None => None,
+    };
+    if !still_needed() {
+        return None;
+    }
+    loop {
+        let now = Instant::now();
+        if until.is_some_and(|u| now >= u) {
+            return Some(Trigger::Timeout);
+        }
+        let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
+        if let Some(fd) = &pidfd {
+            fds.push(PollFd::new(fd.as_raw_fd(), POLL_IN));
+        }
+        let mut deadline = until;
+        if owner.is_some() && pidfd.is_none() {
+            deadline = earliest(deadline, Some(now + OWNER_POLL));
+        }
+        if process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).is_err() {
+            return None;
+        }
+        let mut recheck = false;
+        for sig in signals.drain() {
+            match sig {
+                Signal::TERM | Signal::INT | Signal::HUP => return Some(Trigger::Signal(sig)),
+                Signal::CHLD => while process::reap_any().is_some() {},
+                _ => recheck = true,
+            }
+        }
+        let owner_died = match owner {
+            Some(_) if fds.len() > 1 => fds[1].ready(),
+            Some((p, t)) => !owner_now(p, t),
+            None => false,
+        };
+        if owner_died {
+            return Some(Trigger::OwnerDied);
+        }
+        if recheck && !still_needed() {
+            return None;
+        }
+    }
 }
 
 fn begin(machine: &mut StopMachine, trigger: Trigger, tree: &Tree, observer: &mut dyn Observer) {

@@ -138,7 +138,8 @@ fn cleanup_runs_for_a_wrapper_that_already_exited_while_its_work_goes_on() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(st.entry(&id)["status"], "exited");
     assert!(container.try_wait().unwrap().is_none(), "nothing touched the container yet");
-    assert_eq!(st.ok(&["stop", "db"]), "Stopped db (proc_1).\n");
+    // Issue 8: a stop of an entry that had already ended says so (the cleanup still runs).
+    assert_eq!(st.ok(&["stop", "db"]), "db (proc_1) had already exited (0).\n");
     let st_ = container.wait().unwrap();
     assert!(!st_.success(), "the cleanup ended the container");
 }
@@ -204,7 +205,11 @@ fn no_cleanup_when_the_command_exits_on_its_own_and_none_on_clear() {
     let mark = st.path().join("cleaned");
     let id = id_of(&st.start(&["--cleanup", &format!("touch {}", mark.display()), "--", "true"]));
     let _ = st.run(&["wait", &id]);
-    assert_eq!(st.ok(&["clear", &id]), format!("Cleared {id}.\n"));
+    assert!(!mark.exists(), "the command's own exit does not run the cleanup");
+    // Issue 8: clear never silently drops a cleanup that never ran; --force does, without running it.
+    let refused = st.run(&["clear", &id]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(st.ok(&["clear", "--force", &id]), format!("Cleared {id}.\n"));
     assert!(!mark.exists(), "clear must not run the cleanup");
 }
 

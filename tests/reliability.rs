@@ -99,3 +99,199 @@ fn as_pid_1_the_exited_event_reports_the_status_sheepdog_really_exits_with() {
     assert_eq!(st.code(), Some(143), "as PID 1 sheepdog exits 128+15");
     assert_eq!(v["status"], 143, "the exited event must say what sheepdog exits with: {exited}");
 }
+
+fn id_of(v: &serde_json::Value) -> String {
+    v["id"].as_str().expect("id").to_string()
+}
+
+/// Polls `cond` every 10 ms until it holds; panics with `what` after `timeout`.
+fn until(timeout: std::time::Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + timeout;
+    while !cond() {
+        assert!(std::time::Instant::now() < end, "{what} did not happen within {timeout:?}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// A wrapper like `docker run -d`: it reports starting a "daemon" (a sleeper the test owns,
+/// standing for work outside the tree) and exits 0 at once. Its cleanup kills the daemon and
+/// appends a line to `count` (so "exactly once" can be counted).
+fn wrapper_with_cleanup(st: &State, daemon: u32, extra: &[&str]) -> String {
+    let count = st.path().join("cleanups");
+    let cleanup = format!("echo ran >> {}; kill {daemon}", count.display());
+    let mut args = vec!["--cleanup", &cleanup];
+    args.extend_from_slice(extra);
+    let echo = format!("echo started daemon {daemon}");
+    args.extend_from_slice(&["--", "sh", "-c", &echo]);
+    let id = id_of(&st.start(&args));
+    let out = st.run(&["wait", &id]);
+    assert_eq!(out.status.code(), Some(0), "the wrapper exits 0 at once");
+    id
+}
+
+fn cleanups_run(st: &State) -> usize {
+    std::fs::read_to_string(st.path().join("cleanups")).unwrap_or_default().lines().count()
+}
+
+#[test]
+fn owner_death_runs_the_pending_cleanup_of_a_wrapper_that_already_exited_exactly_once() {
+    let st = State::new();
+    let guard = Guard::new();
+    let mut owner = guard.sleeper();
+    let mut daemon = guard.sleeper();
+    let id = wrapper_with_cleanup(&st, daemon.id(), &["--owner", &owner.id().to_string()]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(daemon.try_wait().unwrap().is_none(), "nothing ran the cleanup yet");
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    until(SECS(10), "the cleanup after owner death", || daemon.try_wait().unwrap().is_some());
+    until(SECS(10), "the cleanup result", || !st.entry(&id)["cleanupResult"].is_null());
+    let e = st.entry(&id);
+    assert_eq!(e["status"], "exited", "the command's own result is kept");
+    assert_eq!(e["cleanupResult"]["exitCode"], 0);
+    // Later triggers find it done: it never runs twice.
+    let _ = st.run(&["stop", &id]);
+    let _ = st.run(&["reap"]);
+    assert_eq!(cleanups_run(&st), 1);
+}
+
+#[test]
+fn the_turn_timeout_runs_the_pending_cleanup_of_a_wrapper_that_already_exited() {
+    let st = State::new();
+    let guard = Guard::new();
+    let mut daemon = guard.sleeper();
+    let id = wrapper_with_cleanup(&st, daemon.id(), &["--timeout", "2s"]);
+    assert!(daemon.try_wait().unwrap().is_none());
+    until(SECS(10), "the cleanup at the turn timeout", || daemon.try_wait().unwrap().is_some());
+    until(SECS(10), "the cleanup result", || !st.entry(&id)["cleanupResult"].is_null());
+    assert_eq!(cleanups_run(&st), 1);
+}
+
+#[test]
+fn stop_by_session_and_all_run_the_pending_cleanups_of_exited_entries() {
+    let st = State::new();
+    let guard = Guard::new();
+    let mut d1 = guard.sleeper();
+    let mut d2 = guard.sleeper();
+    let id1 = wrapper_with_cleanup(&st, d1.id(), &["--session", "turn-1", "--name", "one"]);
+    let id2 = wrapper_with_cleanup(&st, d2.id(), &["--name", "two"]);
+    let out = st.run(&["stop", "--session", "turn-1"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("one ({id1}) had already exited (0).\n"));
+    until(SECS(5), "session stop's cleanup", || d1.try_wait().unwrap().is_some());
+    assert!(d2.try_wait().unwrap().is_none(), "another session's cleanup is not touched");
+    let out = st.run(&["stop", "--all"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("two ({id2}) had already exited (0).\n"));
+    until(SECS(5), "stop --all's cleanup", || d2.try_wait().unwrap().is_some());
+    assert_eq!(cleanups_run(&st), 2);
+}
+
+#[test]
+fn clear_refuses_a_pending_cleanup_and_force_drops_it_without_running_it() {
+    let st = State::new();
+    let guard = Guard::new();
+    let mut owner = guard.sleeper();
+    let mut daemon = guard.sleeper();
+    let id = wrapper_with_cleanup(&st, daemon.id(), &["--owner", &owner.id().to_string()]);
+    for args in [vec!["clear", id.as_str()], vec!["clear", "--finished"]] {
+        let out = st.run(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("sheepdog stop") && err.contains("clear --force"), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+    assert_eq!(st.entries().len(), 1, "nothing was dropped");
+    let sup = st.entry(&id)["supervisorPid"].as_i64().unwrap() as i32;
+    assert_eq!(st.ok(&["clear", "--force", &id]), format!("Cleared {id}.\n"));
+    // The supervisor that stayed for the cleanup leaves; the owner's death later runs nothing.
+    assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(daemon.try_wait().unwrap().is_none(), "a dropped cleanup never runs");
+    assert_eq!(cleanups_run(&st), 0);
+}
+
+#[test]
+fn wait_holds_until_a_triggered_cleanup_finished_and_carries_its_result() {
+    let st = State::new();
+    let id = id_of(&st.start(&["--cleanup", "sleep 1; echo cleaned", "--", "sleep", "100"]));
+    let mut stop = st.cmd(&["stop", &id]).stdout(Stdio::null()).spawn().unwrap();
+    st.wait_log(&id, "combined.log", "cleanup started");
+    let out = st.run(&["wait", "--json", &id]);
+    assert!(out.status.code().is_some());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(v["cleanupResult"]["exitCode"], 0, "{v}");
+    assert_eq!(v["cleanupResult"]["output"][0], "cleaned");
+    wait_child(&mut stop, SECS(20));
+}
+
+#[test]
+fn reap_runs_a_pending_cleanup_whose_owner_died_while_no_supervisor_watched() {
+    let st = State::new();
+    let guard = Guard::new();
+    let mut owner = guard.sleeper();
+    let mut daemon = guard.sleeper();
+    let id = wrapper_with_cleanup(&st, daemon.id(), &["--owner", &owner.id().to_string(), "--name", "db"]);
+    let sup = st.entry(&id)["supervisorPid"].as_i64().unwrap() as i32;
+    guard.track(sup);
+    signal(sup, libc::SIGKILL);
+    assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
+    let dry = st.ok(&["reap", "--dry-run"]);
+    assert_eq!(dry, "", "the owner lives: nothing is due yet");
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    assert_eq!(st.ok(&["reap"]), format!("Ran the cleanup of db ({id}): the owner exited.\n"));
+    until(SECS(5), "reap's cleanup", || daemon.try_wait().unwrap().is_some());
+    assert_eq!(st.entry(&id)["cleanupResult"]["ranBy"], "reap");
+    assert_eq!(st.ok(&["reap"]), "", "once");
+    assert_eq!(cleanups_run(&st), 1);
+}
+
+#[test]
+fn stop_of_an_entry_that_had_already_ended_says_what_happened() {
+    let st = State::new();
+    let id = id_of(&st.start(&["--name", "web", "--", "sh", "-c", "exit 3"]));
+    let _ = st.run(&["wait", &id]);
+    let out = st.run(&["stop", "web"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("web ({id}) had already exited (3).\n"));
+}
+
+#[test]
+fn stop_of_a_session_that_matches_nothing_says_so_with_status_1() {
+    let st = State::new();
+    let out = st.run(&["stop", "--session", "NOSUCH"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing matched") && err.contains("NOSUCH"), "{err}");
+}
+
+#[test]
+fn wait_on_an_entry_stopped_by_its_turn_timeout_returns_124_even_if_it_exited_0() {
+    let st = State::new();
+    let trap = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nprint('up', flush=True)\ntime.sleep(100)\n";
+    let id = id_of(&st.start(&["--timeout", "1s", "--", "python3", "-c", trap]));
+    let out = st.run(&["wait", &id]);
+    assert_eq!(out.status.code(), Some(124));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("timed out"), "{out:?}");
+    assert_eq!(st.entry(&id)["exitCode"], 0, "the process itself exited 0");
+}
+
+#[test]
+fn wait_json_prints_exactly_one_document_when_the_status_is_unknown() {
+    let st = State::new();
+    let id = id_of(&st.start(&["--", "sleep", "100"]));
+    let e = st.entry(&id);
+    let sup = e["supervisorPid"].as_i64().unwrap() as i32;
+    signal(sup, libc::SIGKILL);
+    assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
+    let _ = st.ok(&["reap"]);
+    let out = st.run(&["wait", "--json", &id]);
+    assert_eq!(out.status.code(), Some(125));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut docs = serde_json::Deserializer::from_str(&text).into_iter::<serde_json::Value>();
+    let first = docs.next().expect("a document").expect("valid JSON");
+    assert!(docs.next().is_none(), "exactly one JSON document: {text}");
+    assert_eq!(first["error"]["exitCode"], 125, "{first}");
+}

@@ -465,14 +465,27 @@ fn resolve(reg: &Registry, keys: &[String]) -> Result<Vec<Entry>, CliError> {
 
 pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let reg = open(dir)?;
+    // A selection takes what still runs and what ended with its cleanup still pending: a
+    // cleanup belongs to its entry, and every stop runs it.
+    let stoppable = |e: &Entry| !e.is_finished() || e.cleanup_pending();
     let targets: Vec<Entry> = if let Some(s) = &a.session {
         let (entries, aside) = reg.list();
         warn_set_aside(&aside);
-        entries.into_iter().filter(|e| e.session_id.as_ref() == Some(s) && !e.is_finished()).collect()
+        let targets: Vec<Entry> =
+            entries.into_iter().filter(|e| e.session_id.as_ref() == Some(s) && stoppable(e)).collect();
+        if targets.is_empty() {
+            return Err(CliError::new(
+                1,
+                format!(
+                    "stop: nothing matched --session {s} (no entry of that session is running or has a pending cleanup)"
+                ),
+            ));
+        }
+        targets
     } else if a.all {
         let (entries, aside) = reg.list();
         warn_set_aside(&aside);
-        entries.into_iter().filter(|e| !e.is_finished()).collect()
+        entries.into_iter().filter(stoppable).collect()
     } else if a.targets.is_empty() {
         return Err(CliError::usage("stop: name an id or name, --session ID or --all"));
     } else {
@@ -503,7 +516,11 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                     }
                     list.push(v);
                 } else {
-                    println!("Stopped {}.", o.entry.label());
+                    if o.already_finished {
+                        println!("{}", already_ended_line(&o.entry));
+                    } else {
+                        println!("Stopped {}.", o.entry.label());
+                    }
                     if let Some(line) = &cleanup_failed {
                         println!("{line}");
                     }
@@ -513,6 +530,10 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                 } else if cleanup_failed.is_some() {
                     code = code.max(1);
                 }
+            }
+            Err(err @ ManagerError::NotRecorded { .. }) => {
+                eprintln!("sheepdog: {err}");
+                code = code.max(err.exit_code());
             }
             Err(err) => {
                 eprintln!("sheepdog: unable to stop {}: {err}", e.label());
@@ -524,6 +545,18 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         println!("{}", json!({ "stopped": list }));
     }
     Ok(code)
+}
+
+/// What `stop` prints for an entry that had already ended before it: `web (proc_5) had already
+/// exited (3).` — never `Stopped ...`, which is kept for a real stop.
+fn already_ended_line(e: &Entry) -> String {
+    let text = e.status_text.clone().unwrap_or_else(|| e.status.clone());
+    let what = match e.status.as_str() {
+        "exited" | "timed out" => text,
+        "killed" | "stopped" | "reaped" => format!("been {text}"),
+        _ => format!("ended: {text}"),
+    };
+    format!("{} had already {what}.", e.label())
 }
 
 /// The cleanup's result for a stop's JSON: command, exit code or signal, timed out, duration in
@@ -613,6 +646,9 @@ pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<
             format!("the cleanup of {} started before this update; the change had no effect", e.label()),
         ));
     }
+    // A supervisor that stayed for a pending cleanup re-reads its entry (it leaves if none is
+    // pending any more).
+    manager::notify_supervisor(&e);
     if json {
         println!("{}", entry_json(&reg, &e, &manager::live_status(&e, &Default::default())));
     } else {
@@ -637,18 +673,20 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let e = reg.find(&a.target)?;
     match manager::wait(&reg, &e, a.timeout)? {
         Waited::Finished(e) => {
-            if json {
-                println!("{}", entry_json(&reg, &e, &e.status));
-            } else {
-                println!("{}", e.status_text.clone().unwrap_or_else(|| e.status.clone()));
-            }
-            manager::exit_status_of(&e).ok_or_else(|| {
+            // Exactly one JSON document: the entry, or (status unknown) the error alone.
+            let code = manager::exit_status_of(&e).ok_or_else(|| {
                 CliError::usage(format!(
                     "wait: {} is {}; its exit status is unknown (its supervisor was killed)",
                     e.label(),
                     e.status
                 ))
-            })
+            })?;
+            if json {
+                println!("{}", entry_json(&reg, &e, &e.status));
+            } else {
+                println!("{}", e.status_text.clone().unwrap_or_else(|| e.status.clone()));
+            }
+            Ok(code)
         }
         Waited::TimedOut => Err(CliError::new(
             124,
@@ -677,19 +715,27 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let reg = open(dir)?;
     let (actions, aside) = manager::reap(&reg, a.dry_run);
     warn_set_aside(&aside);
+    let code = if actions.iter().any(|x| x.cleanup_error.is_some()) { 1 } else { 0 };
     if json {
         println!("{}", json!({ "dryRun": a.dry_run, "actions": actions }));
-        return Ok(0);
+        return Ok(code);
     }
     let would = if a.dry_run { "Would reap" } else { "Reaped" };
     for x in &actions {
         let label = format!("{} ({})", x.name.as_deref().unwrap_or(&x.id), x.id);
         match x.action.as_str() {
             "reaped" => println!("{would} {label}: {}.", x.reason),
+            "cleanup" => {
+                let ran = if a.dry_run { "Would run" } else { "Ran" };
+                println!("{ran} the cleanup of {label}: {}.", x.reason);
+            }
             _ => println!("{} {label}: {}.", if a.dry_run { "Would record as lost" } else { "Lost" }, x.reason),
         }
+        if let Some(line) = &x.cleanup_error {
+            println!("{line}");
+        }
     }
-    Ok(0)
+    Ok(code)
 }
 
 /// `sheepdog clear`.
@@ -701,6 +747,10 @@ pub struct ClearArgs {
     /// Every finished entry.
     #[arg(long, conflicts_with = "targets")]
     finished: bool,
+    /// Also remove entries whose cleanup command has not run, dropping it (without `--force`
+    /// they are refused: `stop` runs the cleanup).
+    #[arg(long)]
+    force: bool,
 }
 
 pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
@@ -721,7 +771,7 @@ pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     let mut code = 0;
     let mut cleared = Vec::new();
     for e in &targets {
-        match manager::clear(&reg, e) {
+        match manager::clear(&reg, e, a.force) {
             Ok(()) => cleared.push(e.id.clone()),
             Err(err) => {
                 eprintln!("sheepdog: {err}");

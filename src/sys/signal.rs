@@ -53,6 +53,8 @@ impl Signal {
     pub const TERM: Signal = Signal(libc::SIGTERM);
     pub const CHLD: Signal = Signal(libc::SIGCHLD);
     pub const CONT: Signal = Signal(libc::SIGCONT);
+    /// To a managed supervisor whose command has exited: "your entry changed, re-read it".
+    pub const USR1: Signal = Signal(libc::SIGUSR1);
 
     /// Signals a supervisor passes on to the provider's process group instead of dying of them
     /// (tini forwards every catchable signal): SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGALRM,
@@ -200,6 +202,14 @@ impl SignalPipe {
             }
         }
         (1..MAX_SIGNAL).filter(|n| PENDING[*n as usize].swap(false, Ordering::SeqCst)).map(Signal).collect()
+    }
+}
+
+impl Drop for SignalPipe {
+    /// The handlers stay installed (a signal must never kill a supervisor that is still writing
+    /// its result), but stop writing to a pipe whose fd number may soon name another file.
+    fn drop(&mut self) {
+        WAKE_FD.store(-1, Ordering::SeqCst);
     }
 }
 
