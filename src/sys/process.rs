@@ -432,7 +432,7 @@ pub(crate) fn close_inherited_on_exec() {
     unsafe {
         let mut lim = libc::rlimit { rlim_cur: 1024, rlim_max: 1024 };
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        let max = (lim.rlim_cur as u64).min(65536) as libc::c_int;
+        let max = lim.rlim_cur.min(65536) as libc::c_int;
         for fd in 3..max {
             let flags = libc::fcntl(fd, libc::F_GETFD);
             if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
