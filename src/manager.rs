@@ -26,7 +26,7 @@ use crate::supervisor::{self, Observer, OnStdinEof, Options, Outcome, Owner};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
 use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
 use crate::sys::{Pgid, Pid, Signal, WaitStatus, procfs};
-use crate::tree::{Census, ID_ENV, TAG_ENV, Tree};
+use crate::tree::{Census, ID_ENV, Member, TAG_ENV, Tree};
 
 /// How long `stop` waits past an entry's recorded `maxStopMs` before it acts past the
 /// supervisor: 1000 ms, for the supervisor's own registry write and exit.
@@ -292,6 +292,7 @@ pub fn run_supervisor(reg: &Registry, id: &str, cwd: PathBuf, argv: Vec<OsString
         id: id.to_string(),
         logs,
         pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
+        seen: Default::default(),
     };
     let outcome = match supervisor::install_signals().and_then(|signals| {
         let outcome = supervisor::supervise_with(&signals, opts, &mut managed)?;
@@ -317,7 +318,14 @@ struct Managed<'a> {
     logs: LogSet,
     /// Open read ends of the provider's stdout and stderr.
     pipes: Vec<(File, Stream)>,
+    /// Descendants last recorded in the entry: (pid, start time).
+    seen: std::collections::HashSet<(i32, u64)>,
 }
+
+/// At most this many descendants are recorded in an entry: 4096 (the oldest first). A tree
+/// larger than that is still stopped whole by its supervisor; only `reap` after a supervisor
+/// SIGKILL relies on the record, and then also on the tag and the group.
+pub const MAX_RECORDED_MEMBERS: usize = 4096;
 
 impl Managed<'_> {
     /// Reads what is available on `fd`; closes it at EOF.
@@ -436,12 +444,14 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (&'static str, S
 
 impl Observer for Managed<'_> {
     fn spawned(&mut self, spawned: &Spawned, _policy: &StopPolicy) {
-        let start_time = procfs::start_time(spawned.pid);
+        let stat = procfs::stat(spawned.pid).ok();
+        let start_time = stat.as_ref().map(|s| s.start_time);
         let mut stopped_meanwhile = false;
         let entry = self.reg.update(&self.id, |e| {
             e.pid = Some(spawned.pid.as_raw());
             e.pgid = Some(spawned.pgid.as_raw());
             e.start_time = start_time;
+            e.sid = stat.as_ref().map(|s| s.session);
             if e.status == "starting" {
                 e.status = "running".into();
             }
@@ -477,6 +487,28 @@ impl Observer for Managed<'_> {
         self.logs.marker(&format!("escalated: SIGKILL to {remaining} processes still alive after the term grace"));
     }
 
+    fn wants_members(&self) -> bool {
+        true
+    }
+
+    fn members(&mut self, members: &[Member]) {
+        let now: std::collections::HashSet<(i32, u64)> =
+            members.iter().filter_map(|m| Some((m.pid.as_raw(), m.start_time?))).collect();
+        if now.is_subset(&self.seen) {
+            return;
+        }
+        // Write only when someone new appeared; the list then holds who is alive now.
+        self.seen = now;
+        let mut list: Vec<registry::RecordedMember> = self
+            .seen
+            .iter()
+            .map(|(pid, start_time)| registry::RecordedMember { pid: *pid, start_time: *start_time })
+            .collect();
+        list.sort_by_key(|m| (m.start_time, m.pid));
+        list.truncate(MAX_RECORDED_MEMBERS);
+        let _ = self.reg.update(&self.id, |e| e.members = list);
+    }
+
     fn fds(&self) -> Vec<RawFd> {
         self.pipes.iter().map(|(p, _)| p.as_raw_fd()).collect()
     }
@@ -510,18 +542,25 @@ pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
     if !e.this_boot() {
         return false;
     }
-    e.provider_alive() || (!e.tag.is_empty() && census.get_or_init(Census::take).tagged_alive(&e.tag, e.uid, start))
+    if e.provider_alive() {
+        return true;
+    }
+    let census = census.get_or_init(Census::take);
+    (!e.tag.is_empty() && census.tagged_alive(&e.tag, e.uid, start))
+        || e.members.iter().any(|m| census.is_alive(m.pid, m.start_time))
+        || (e.pgid.zip(e.sid).is_some_and(|(pgid, sid)| census.group_alive(pgid, sid, e.uid, start)))
 }
 
 /// The tree of an entry as seen without its supervisor; `None` if it never spawned.
 pub fn recorded_tree(e: &Entry) -> Option<Tree> {
     let pid = Pid::new(e.pid?)?;
     let pgid = Pgid::new(e.pgid.unwrap_or(pid.as_raw()))?;
-    if e.tag.is_empty() {
-        // Without a tag only the provider itself (by full identity) and its descendants count.
-        return Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, "\0untagged"));
-    }
-    Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, &e.tag))
+    // Without a tag only the provider itself (by full identity), what was recorded and their
+    // descendants count.
+    let tag = if e.tag.is_empty() { "\0untagged" } else { &e.tag };
+    let members =
+        e.members.iter().filter_map(|m| Some(Member { pid: Pid::new(m.pid)?, start_time: Some(m.start_time) }));
+    Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, tag).with_evidence(members.collect(), e.sid))
 }
 
 /// Live processes of a running or orphaned entry: (pid, pgid, session, command).

@@ -18,11 +18,18 @@ use crate::stop::{Phase, Step, StopMachine, StopPolicy, Trigger};
 use crate::sys::process::{self, FdKind, POLL_HUP_ONLY, POLL_IN, PidFd, PollFd};
 use crate::sys::signal::SignalPipe;
 use crate::sys::{Pid, Signal, WaitStatus, procfs};
-use crate::tree::Tree;
+use crate::tree::{Member, Tree};
 
 /// Without pidfds (non-Linux, or Linux before 5.3) the owner is checked this often: 100 ms.
 /// Everywhere pidfds exist, owner death is an event and this is unused.
 pub const OWNER_POLL: Duration = Duration::from_millis(100);
+
+/// How soon after the spawn (and after each reaped child) the descendants are first handed to
+/// [`Observer::members`]: 10 ms; each later look waits twice as long, up to [`MEMBER_SCAN_MAX`].
+/// Forks send no event, so only looking finds them; most are made right after a start.
+pub const MEMBER_SCAN_MIN: Duration = Duration::from_millis(10);
+/// The longest wait between two looks at the descendants for [`Observer::members`]: 1000 ms.
+pub const MEMBER_SCAN_MAX: Duration = Duration::from_millis(1000);
 
 /// Whom the supervisor answers to: when the owner dies, the tree is stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +81,14 @@ pub trait Observer {
     /// A child that is not the provider was reaped (an inherited orphan, or a helper the
     /// observer spawned itself).
     fn reaped(&mut self, _pid: Pid, _status: WaitStatus) {}
+    /// True if the observer wants [`Observer::members`] calls (a managed supervisor does).
+    fn wants_members(&self) -> bool {
+        false
+    }
+    /// The live descendants of the provider, now and then while it runs: soon after the spawn
+    /// and after each reaped child, then less often (see [`MEMBER_SCAN_MIN`]). A managed
+    /// supervisor records them, so `reap` finds members that cleared their environment.
+    fn members(&mut self, _members: &[Member]) {}
     /// Extra fds to poll for readability.
     fn fds(&self) -> Vec<RawFd> {
         Vec::new()
@@ -272,6 +287,8 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
     let mut machine = StopMachine::new(opts.policy);
     let mut provider: Option<WaitStatus> = None;
     let timeout_at = opts.timeout.map(|d| started + d);
+    let mut scan_every = MEMBER_SCAN_MIN;
+    let mut next_scan = observer.wants_members().then_some(started + scan_every);
 
     let mut watch_stdin = false;
     if opts.on_stdin_eof == OnStdinEof::Stop {
@@ -299,7 +316,7 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
 
         let mut deadline = machine.deadline(now);
         if !machine.stopping() {
-            deadline = earliest(deadline, timeout_at);
+            deadline = earliest(earliest(deadline, timeout_at), next_scan);
         }
         if owner.as_ref().is_some_and(|o| o.pidfd.is_none()) {
             deadline = earliest(deadline, Some(now + OWNER_POLL));
@@ -314,7 +331,9 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
                 begin(&mut machine, Trigger::Signal(sig), &tree, observer);
             }
         }
+        let mut reaped_any = false;
         while let Some((pid, status)) = process::reap_any() {
+            reaped_any = true;
             if pid == spawned.pid {
                 provider = Some(status);
                 tree.leader_reaped();
@@ -341,6 +360,15 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
             }
         }
         let now = Instant::now();
+        if let Some(t) = next_scan
+            && !machine.stopping()
+            && provider.is_none()
+            && (now >= t || reaped_any)
+        {
+            observer.members(&tree.live_descendants());
+            scan_every = if reaped_any { MEMBER_SCAN_MIN } else { (scan_every * 2).min(MEMBER_SCAN_MAX) };
+            next_scan = Some(now + scan_every);
+        }
         if timeout_at.is_some_and(|t| now >= t) && !machine.stopping() {
             begin(&mut machine, Trigger::Timeout, &tree, observer);
         }

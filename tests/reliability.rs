@@ -295,3 +295,98 @@ fn wait_json_prints_exactly_one_document_when_the_status_is_unknown() {
     assert!(docs.next().is_none(), "exactly one JSON document: {text}");
     assert_eq!(first["error"]["exitCode"], 125, "{first}");
 }
+
+/// Reads a pid a test's command wrote to `file` in the state dir.
+fn pid_file(st: &State, file: &str) -> i32 {
+    let path = st.path().join(file);
+    let mut text = String::new();
+    until(SECS(10), &format!("{file} written"), || {
+        text = std::fs::read_to_string(&path).unwrap_or_default();
+        text.ends_with('\n')
+    });
+    text.trim().parse().expect("a pid")
+}
+
+#[test]
+fn reap_stops_a_member_that_cleared_its_environment_in_the_provider_group_after_the_supervisor_died() {
+    // Born after the supervisor's SIGKILL, so nobody recorded it and it carries no tag: only the
+    // recorded group (and session) says it is the entry's.
+    let st = State::new();
+    let guard = Guard::new();
+    let go = st.path().join("go");
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.02; done; (env -i sh -c 'echo $$ > {pf}; exec sleep 3333' &); exec sleep 601",
+        go = go.display(),
+        pf = st.path().join("member").display()
+    );
+    let v = st.start(&["--name", "x", "--", "sh", "-c", &script]);
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    guard.track(sup);
+    signal(sup, libc::SIGKILL);
+    assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
+    std::fs::write(&go, "").unwrap();
+    let member = pid_file(&st, "member");
+    guard.track(member);
+    // The provider dies too: only the group member is left.
+    let provider = v["pid"].as_i64().unwrap() as i32;
+    guard.track(provider);
+    until(SECS(5), "the provider's exec", || sheepdog::sys::procfs::cmdline(pid(provider)).contains("601"));
+    signal(provider, libc::SIGKILL);
+    assert_eq!(wait_gone(&[provider], SECS(5)), Vec::<i32>::new());
+    assert_eq!(st.entry(&id_of(&v))["status"], "orphaned", "a member of the recorded group is alive");
+    let out = st.ok(&["reap"]);
+    assert!(out.starts_with("Reaped x ("), "{out}");
+    assert_eq!(wait_gone(&[member], SECS(5)), Vec::<i32>::new(), "the env -i member survived reap");
+    assert_eq!(st.entry(&id_of(&v))["treeGone"], true);
+}
+
+#[test]
+fn reap_stops_a_member_that_cleared_its_environment_in_its_own_session_by_its_recorded_identity() {
+    let st = State::new();
+    let guard = Guard::new();
+    let script = format!(
+        "(setsid env -i sh -c 'echo $$ > {pf}; exec sleep 3334' &); exec sleep 602",
+        pf = st.path().join("member").display()
+    );
+    let v = st.start(&["--name", "y", "--", "sh", "-c", &script]);
+    let id = id_of(&v);
+    let member = pid_file(&st, "member");
+    guard.track(member);
+    // The supervisor records the descendants it sees; wait until it has seen this one.
+    let entry_file = st.path().join("procs").join(&id).join("entry.json");
+    until(SECS(10), "the member recorded", || {
+        std::fs::read_to_string(&entry_file).unwrap_or_default().contains(&format!("\"pid\": {member}"))
+    });
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    guard.track(sup);
+    signal(sup, libc::SIGKILL);
+    assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
+    // The provider dies too: only the recorded member is left, with neither tag nor group.
+    let provider = v["pid"].as_i64().unwrap() as i32;
+    guard.track(provider);
+    signal(provider, libc::SIGKILL);
+    assert_eq!(wait_gone(&[provider], SECS(5)), Vec::<i32>::new());
+    assert_eq!(st.entry(&id)["status"], "orphaned", "a recorded member is alive");
+    let _ = st.ok(&["reap"]);
+    assert_eq!(wait_gone(&[member], SECS(5)), Vec::<i32>::new(), "the setsid env -i member survived reap");
+    assert_eq!(st.entry(&id)["treeGone"], true);
+}
+
+#[test]
+fn stop_past_a_stopped_supervisor_also_stops_members_that_cleared_their_environment() {
+    let st = State::new();
+    let guard = Guard::new();
+    let script = format!(
+        "(env -i sh -c 'echo $$ > {pf}; exec sleep 3335' &); exec sleep 603",
+        pf = st.path().join("member").display()
+    );
+    let v = st.start(&["--term-grace", "200ms", "--kill-wait", "500ms", "--", "sh", "-c", &script]);
+    let member = pid_file(&st, "member");
+    guard.track(member);
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    guard.track(sup);
+    signal(sup, libc::SIGSTOP);
+    let out = st.run(&["stop", &id_of(&v)]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(wait_gone(&[member], SECS(5)), Vec::<i32>::new(), "stop said gone while a member lived");
+}
