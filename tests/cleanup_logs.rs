@@ -321,9 +321,20 @@ fn start_nudges_for_detached_work_without_a_cleanup() {
     let (o, e) = out_text(&out);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(e.lines().count(), 1, "one warning: {e}");
-    assert!(e.starts_with("sheepdog: warning: ") && e.contains("--cleanup"), "{e}");
+    // Issue 8: a nohup'ed job stays in the tree and is stopped when the command exits; the
+    // warning says so (not "stopping it will not end that work").
+    assert!(e.starts_with("sheepdog: warning: ") && e.contains("foreground") && !e.contains("will not end"), "{e}");
     let v: Value = serde_json::from_str(o.trim()).unwrap();
     assert_eq!(v["warnings"].as_array().unwrap().len(), 1);
+    assert_eq!(v["warnings"][0]["kind"], "stoppedOnExit");
+    assert_eq!(v["warnings"][0]["matched"], "nohup, &");
+    assert!(v["warnings"][0]["message"].as_str().unwrap().contains("foreground"));
+    let out = st.run(&["start", "--json", "--", "sh", "-c", "exit 0; docker run -d x"]);
+    let (o, e) = out_text(&out);
+    assert!(e.contains("--cleanup") && e.contains("will not end"), "{e}");
+    let v: Value = serde_json::from_str(o.trim()).unwrap();
+    assert_eq!(v["warnings"][0]["kind"], "outsideTree");
+    assert_eq!(v["warnings"][0]["matched"], "docker run -d");
     // The nohup'ed sleep is part of the tree while the supervisor lives; stop it.
     let _ = st.run(&["stop", "--all"]);
     let out = st.run(&["start", "--", "sh", "-c", "echo 'docker run -d x'"]);
