@@ -294,20 +294,21 @@ pub fn run_supervisor(reg: &Registry, id: &str, cwd: PathBuf, argv: Vec<OsString
         pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
         seen: Default::default(),
     };
-    let outcome = match supervisor::install_signals().and_then(|signals| {
-        let outcome = supervisor::supervise_with(&signals, opts, &mut managed)?;
-        managed.drain(DRAIN_AFTER_EXIT);
-        managed.logs.flush_partials();
-        managed.finish(&outcome);
-        if outcome.trigger.is_none() {
-            managed.linger(&signals);
-        }
-        Ok(outcome)
-    }) {
+    // The handlers outlive the tree: a stop that arrives while a cleanup is pending is heard.
+    let signals = match supervisor::install_signals() {
+        Ok(s) => s,
+        Err(e) => return fail(e.exit_code(), e.to_string()),
+    };
+    let outcome = match supervisor::supervise_with(&signals, opts, &mut managed) {
         Ok(o) => o,
         Err(e) => return fail(e.exit_code(), e.to_string()),
     };
-    let _ = outcome;
+    managed.drain(DRAIN_AFTER_EXIT);
+    managed.logs.flush_partials();
+    managed.finish(&outcome);
+    if outcome.trigger.is_none() {
+        managed.linger(&signals);
+    }
     0
 }
 
