@@ -488,3 +488,71 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
         (a, b) => a.or(b),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// README.md's exit-status table of `sheepdog run`, row by row.
+    #[test]
+    fn exit_status_follows_the_readme_table() {
+        let pid = Pid::new(4242).unwrap();
+        let spawned = Spawned { pid, pgid: pid.as_group() };
+        let outcome = |provider: Option<WaitStatus>, trigger: Option<Trigger>, tree_gone: bool| Outcome {
+            spawned,
+            provider,
+            trigger,
+            tree_gone,
+            escalated: false,
+        };
+        let kill = Signal::KILL;
+        let term = Signal::TERM;
+        let rows: &[(&str, Outcome, Exit)] = &[
+            ("CMD exited with code N", outcome(Some(WaitStatus::Exited(3)), None, true), Exit::Code(3)),
+            (
+                "CMD killed by signal S, no stop",
+                outcome(Some(WaitStatus::Signaled(kill)), None, true),
+                Exit::Signal(kill),
+            ),
+            (
+                "CMD exited, what it left was cleaned up",
+                outcome(Some(WaitStatus::Exited(0)), Some(Trigger::ProviderExited), true),
+                Exit::Code(0),
+            ),
+            (
+                "signal S stopped sheepdog",
+                outcome(Some(WaitStatus::Signaled(term)), Some(Trigger::Signal(term)), true),
+                Exit::Signal(term),
+            ),
+            (
+                "owner death: CMD's code if it exited",
+                outcome(Some(WaitStatus::Exited(0)), Some(Trigger::OwnerDied), true),
+                Exit::Code(0),
+            ),
+            (
+                "owner death: else 128 + the signal",
+                outcome(Some(WaitStatus::Signaled(term)), Some(Trigger::OwnerDied), true),
+                Exit::Code(128 + libc::SIGTERM),
+            ),
+            (
+                "stdin EOF: 128 + the signal",
+                outcome(Some(WaitStatus::Signaled(kill)), Some(Trigger::StdinEof), true),
+                Exit::Code(128 + libc::SIGKILL),
+            ),
+            (
+                "the kernel did not finish the kill",
+                outcome(Some(WaitStatus::Signaled(kill)), Some(Trigger::Signal(term)), false),
+                Exit::Code(124),
+            ),
+            ("the provider could not be reaped", outcome(None, Some(Trigger::OwnerDied), false), Exit::Code(124)),
+        ];
+        for (row, o, want) in rows {
+            assert_eq!(o.exit(), *want, "{row}");
+        }
+        let e = |raw| std::io::Error::from_raw_os_error(raw);
+        let program = "x".to_string();
+        assert_eq!(SpawnError::NotFound { program: program.clone(), source: e(libc::ENOENT) }.exit_code(), 127);
+        assert_eq!(SpawnError::NotExecutable { program, source: e(libc::EACCES) }.exit_code(), 126);
+        assert_eq!(Error::OwnerGone(pid).exit_code(), 125, "sheepdog's own error");
+    }
+}

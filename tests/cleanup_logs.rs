@@ -344,7 +344,7 @@ fn start_nudges_for_detached_work_without_a_cleanup() {
 }
 
 #[test]
-fn regression_attack2_1_2_rotation_keeps_lines_whole_and_follow_loses_nothing() {
+fn rotation_keeps_lines_whole_and_follow_loses_nothing() {
     let st = State::new();
     let writer =
         "import time\nfor i in range(20000):\n    print('line %06d' % i)\n    if i % 100 == 0: time.sleep(0.01)";
@@ -362,7 +362,7 @@ fn regression_attack2_1_2_rotation_keeps_lines_whole_and_follow_loses_nothing() 
 }
 
 #[test]
-fn regression_attack2_3_4_follow_shows_the_cleanup_and_ends_when_its_reader_goes_away() {
+fn follow_shows_the_cleanup_and_ends_when_its_reader_goes_away() {
     let st = State::new();
     let id = id_of(&st.start(&["--cleanup", "sleep 0.5; echo cleaned-up", "--", "sleep", "100"]));
     let follower = st.cmd(&["logs", "--follow", &id]).stdout(Stdio::piped()).spawn().unwrap();

@@ -489,7 +489,7 @@ fn messages_keep_the_name_id_shape_without_a_name_and_json_errors_go_to_stdout()
 }
 
 #[test]
-fn regression_attack_1_a_stop_during_start_waits_for_the_supervisor_and_never_signals_start() {
+fn a_stop_during_start_waits_for_the_supervisor_and_never_signals_start() {
     for _ in 0..5 {
         let st = State::new();
         let start =
@@ -510,7 +510,7 @@ fn regression_attack_1_a_stop_during_start_waits_for_the_supervisor_and_never_si
 }
 
 #[test]
-fn regression_attack_4_names_shaped_like_ids_are_refused() {
+fn names_shaped_like_ids_are_refused() {
     let st = State::new();
     for bad in ["proc_11", "proc_1", ""] {
         let out = st.run(&["start", "--name", bad, "--", "true"]);
@@ -523,7 +523,7 @@ fn regression_attack_4_names_shaped_like_ids_are_refused() {
 }
 
 #[test]
-fn regression_attack_5_and_6_cleanup_in_progress_cannot_be_cleared_and_a_killed_one_is_not_success() {
+fn cleanup_in_progress_cannot_be_cleared_and_a_killed_one_is_not_success() {
     let st = State::new();
     let v = st.start(&["--name", "c", "--cleanup", "sleep 1", "--", "sleep", "1000"]);
     let id = id_of(&v);
@@ -545,7 +545,7 @@ fn regression_attack_5_and_6_cleanup_in_progress_cannot_be_cleared_and_a_killed_
 }
 
 #[test]
-fn regression_attack_7_stop_with_a_shorter_grace_does_not_kill_a_supervisor_already_stopping() {
+fn stop_with_a_shorter_grace_does_not_kill_a_supervisor_already_stopping() {
     let st = State::new();
     let id = id_of(&st.start(&[
         "--name",
@@ -568,7 +568,7 @@ fn regression_attack_7_stop_with_a_shorter_grace_does_not_kill_a_supervisor_alre
 }
 
 #[test]
-fn regression_attack_1b_wait_during_start_waits_for_the_command() {
+fn wait_during_start_waits_for_the_command() {
     let st = State::new();
     let start = st.cmd(&["start", "--", "sh", "-c", "sleep 0.3; exit 4"]).stdout(Stdio::piped()).spawn().unwrap();
     st.wait_entry_dir("proc_1");
@@ -578,7 +578,7 @@ fn regression_attack_1b_wait_during_start_waits_for_the_command() {
 }
 
 #[test]
-fn regression_attack2_5_6_wait_outlives_a_killed_supervisor_and_never_reports_an_unknown_status_as_0() {
+fn wait_outlives_a_killed_supervisor_and_never_reports_an_unknown_status_as_0() {
     let st = State::new();
     let v = st.start(&["--", "sleep", "100"]);
     let id = id_of(&v);
@@ -600,7 +600,7 @@ fn regression_attack2_5_6_wait_outlives_a_killed_supervisor_and_never_reports_an
 }
 
 #[test]
-fn regression_attack2_7_8_update_refuses_what_would_have_no_effect_and_keeps_names_unique() {
+fn update_refuses_what_would_have_no_effect_and_keeps_names_unique() {
     let st = State::new();
     let id = id_of(&st.start(&["--cleanup", "true", "--", "sleep", "100"]));
     let _ = st.ok(&["stop", &id]);

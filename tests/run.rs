@@ -654,7 +654,7 @@ print('result', code, round((time.monotonic() - t) * 1000), flush=True)
 }
 
 #[test]
-fn regression_attack_2_children_sheepdog_had_before_its_exec_are_not_the_providers() {
+fn children_sheepdog_had_before_its_exec_are_not_the_providers() {
     // A shell that execs sheepdog can leave a job behind (or a `>(reader)` for --events-fd):
     // it is not the provider's, so it is neither stopped nor waited for.
     let guard = Guard::new();
@@ -670,7 +670,7 @@ fn regression_attack_2_children_sheepdog_had_before_its_exec_are_not_the_provide
 }
 
 #[test]
-fn regression_attack_3_events_fd_shared_with_stdout_does_not_make_the_providers_writes_fail() {
+fn events_fd_shared_with_stdout_does_not_make_the_providers_writes_fail() {
     let script = format!("{} run --events-fd 1 -- head -c 1000000 /dev/zero | (sleep 0.5; wc -c)", bin());
     let out = std::process::Command::new("sh").args(["-c", &script]).output().unwrap();
     let n: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
@@ -679,7 +679,7 @@ fn regression_attack_3_events_fd_shared_with_stdout_does_not_make_the_providers_
 }
 
 #[test]
-fn regression_attack2_9_other_signals_are_forwarded_to_the_group_not_fatal_to_the_supervisor() {
+fn other_signals_are_forwarded_to_the_group_not_fatal_to_the_supervisor() {
     let guard = Guard::new();
     let (mut child, lines) =
         spawn_run(&["--", "sh", "-c", "trap 'echo got-usr1' USR1; echo ready; while :; do sleep 0.05; done"], &guard);
