@@ -86,11 +86,22 @@ fn reap_after_the_supervisor_is_sigkilled_stops_the_orphaned_tree_and_records_it
     let v = st.start(&["--name", "web", "--", "sh", "-c", SPLIT_TREE]);
     let id = id_of(&v);
     st.wait_log(&id, "stdout.log", "child");
-    let tree = st.tree_pids(&id);
-    assert!(tree.len() >= 2, "{tree:?}");
     let pgid = v["pgid"].as_i64().unwrap() as i32;
-    let left_group: Vec<i32> =
-        tree.iter().copied().filter(|p| sheepdog::sys::procfs::stat(pid(*p)).is_ok_and(|s| s.pgrp != pgid)).collect();
+    // `echo child` may run before the background `setsid` has left the group: wait for it.
+    let end = Instant::now() + SECS(10);
+    let (tree, left_group) = loop {
+        let tree = st.tree_pids(&id);
+        let left_group: Vec<i32> = tree
+            .iter()
+            .copied()
+            .filter(|p| sheepdog::sys::procfs::stat(pid(*p)).is_ok_and(|s| s.pgrp != pgid && s.comm == "sleep"))
+            .collect();
+        if left_group.len() == 1 || Instant::now() >= end {
+            break (tree, left_group);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(tree.len() >= 2, "{tree:?}");
     assert_eq!(left_group.len(), 1, "one descendant left the group: {tree:?}");
 
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
