@@ -293,10 +293,9 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
     let reached_end =
         segs.last().is_none_or(|s| end_cursor.ino == s.ino && end_cursor.offset == s.start + s.data.len() as u64);
     // Filters.
-    let since_sec = q.since_ms.map(|m| m / 1000);
     let selected: Vec<&Line> = lines
         .iter()
-        .filter(|l| since_sec.is_none_or(|s| l.ms.is_none_or(|ms| ms / 1000 >= s)))
+        .filter(|l| q.since_ms.is_none_or(|s| l.ms.is_none_or(|ms| ms >= s)))
         .filter(|l| {
             q.grep
                 .as_ref()

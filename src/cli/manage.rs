@@ -878,7 +878,17 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let (actions, aside) = manager::reap(&reg, a.dry_run);
     warn_set_aside(&aside);
     if json {
-        println!("{}", json!({ "dryRun": a.dry_run, "actions": actions }));
+        let list: Vec<Value> = actions
+            .iter()
+            .map(|x| {
+                let mut v = json!(x);
+                if let (Value::Object(m), Ok(e)) = (&mut v, reg.read(&x.id)) {
+                    m.insert("entry".into(), entry_json(&reg, &e, manager::live_status(&e, &Default::default())));
+                }
+                v
+            })
+            .collect();
+        println!("{}", json!({ "dryRun": a.dry_run, "actions": list }));
         return Ok(0);
     }
     let would = if a.dry_run { "Would reap" } else { "Reaped" };
@@ -919,7 +929,7 @@ pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     let mut cleared = Vec::new();
     for e in &targets {
         match manager::clear(&reg, e) {
-            Ok(()) => cleared.push(e.id.clone()),
+            Ok(()) => cleared.push(e.clone()),
             Err(err) => {
                 eprintln!("sheepdog: {err}");
                 code = code.max(err.exit_code());
@@ -927,10 +937,11 @@ pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         }
     }
     if json {
-        println!("{}", json!({ "cleared": cleared }));
+        let views: Vec<Value> = cleared.iter().map(|e| entry_json(&reg, e, e.status)).collect();
+        println!("{}", json!({ "cleared": views }));
     } else {
-        for id in &cleared {
-            println!("Cleared {id}.");
+        for e in &cleared {
+            println!("Cleared {}.", e.id);
         }
     }
     Ok(code)
