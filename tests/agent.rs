@@ -154,7 +154,7 @@ fn restart_on_the_same_port_works_every_time_and_links_the_entries() {
 fn session_and_owner_come_from_the_environment_and_flags_win() {
     let st = State::new();
     let g = Guard::new();
-    let owner = g.sleeper();
+    let mut owner = g.sleeper();
     let out = st
         .cmd(&["start", "--json", "--", "sleep", "100"])
         .env("SHEEPDOG_SESSION", "turn-7")
@@ -172,6 +172,7 @@ fn session_and_owner_come_from_the_environment_and_flags_win() {
     assert_eq!(one_doc(&out)["sessionId"], "other");
     // The owner from the environment is honoured: its death stops the entry.
     signal(owner.id() as i32, 9);
+    let _ = owner.wait();
     let out = st.run(&["wait", "proc_1", "--timeout", "10s"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("owner"), "{:?}", text(&out));
     let _ = st.run(&["stop", "--all"]);
