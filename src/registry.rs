@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::ready::ReadySpec;
+use crate::status::Status;
 use crate::sys::procfs;
 use crate::sys::{Pid, process};
 
@@ -47,6 +49,8 @@ pub enum RegistryError {
     NotOwner { path: PathBuf, owner: u32, me: u32 },
     #[error("no entry with id or name '{0}'")]
     NotFound(String),
+    #[error("the name '{name}' is ambiguous: {candidates}; use an id")]
+    Ambiguous { name: String, candidates: String },
     #[error("the name '{name}' is already used by running entry {id}")]
     NameInUse { name: String, id: String },
     #[error("corrupt entry {path}: {reason}")]
@@ -171,9 +175,10 @@ pub struct Entry {
     pub timeout_ms: Option<u64>,
     /// Per-file log cap in bytes; `None`: the default (64 MiB).
     pub log_max_bytes: Option<u64>,
-    /// `starting`, `running`, `exited`, `killed`, `stopped`, `timed out`, `reaped`, `lost`.
-    /// `ps` derives `orphaned` (and `lost`) from the kernel for entries still marked running.
-    pub status: String,
+    /// `starting`, `running`, `exited`, `killed`, `stopped`, `timedOut`, `reaped`, `lost`
+    /// (older entries stored `timed out`; read the same). `ps` derives `orphaned` (and `lost`)
+    /// from the kernel for entries still marked running.
+    pub status: Status,
     /// The human form: `exited (0)`, `killed (SIGKILL)`, `timed out after 2s`, ...
     pub status_text: Option<String>,
     pub exit_code: Option<i32>,
@@ -183,18 +188,23 @@ pub struct Entry {
     pub tree_gone: Option<bool>,
     /// Unix ms.
     pub ended_at: Option<u64>,
+    /// The readiness options it was started with (`--ready-port`, `--ready-log`,
+    /// `--ready-listen`, `--ready-timeout`), kept for `restart`.
+    pub ready: Option<ReadySpec>,
+    /// The entry this one replaced (`restart`, `start --replace`).
+    pub restart_of: Option<String>,
     /// Fields this version does not know, carried through every rewrite.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Statuses after which nothing of the entry runs.
-pub const FINISHED: &[&str] = &["exited", "killed", "stopped", "timed out", "reaped", "lost"];
+/// Statuses after which nothing of the entry runs (tokens of [`Status`]).
+pub const FINISHED: &[&str] = &["exited", "killed", "stopped", "timedOut", "reaped", "lost"];
 
 impl Entry {
     /// True once a result is recorded.
     pub fn is_finished(&self) -> bool {
-        FINISHED.contains(&self.status.as_str())
+        self.status.is_finished()
     }
 
     /// `NAME (ID)` for messages. Without a name, the command's program name stands in
@@ -350,6 +360,38 @@ impl Registry {
         Ok(reg)
     }
 
+    /// Opens the state dir only if it exists: read-only commands (`ps`, `logs`, `wait`) never
+    /// create it or its parents. `Ok(None)`: there is no state (nothing was ever started here).
+    /// Errors: as [`Registry::open`] for an existing dir.
+    pub fn open_existing(explicit: Option<PathBuf>) -> Result<Option<Registry>, RegistryError> {
+        let root = state_dir(explicit)?;
+        let meta = match fs::metadata(&root) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_at(&root)(e)),
+        };
+        let me = process::getuid();
+        if meta.uid() != me {
+            return Err(RegistryError::NotOwner { path: root, owner: meta.uid(), me });
+        }
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o022 != 0 {
+            return Err(RegistryError::Insecure { path: root, mode });
+        }
+        Ok(Some(Registry { root }))
+    }
+
+    /// Gives back the id of an entry that was created and removed because its start failed, if
+    /// no later id was handed out meanwhile: failed starts do not use up ids.
+    pub fn release_id(&self, id: &str) {
+        let Ok(_lock) = self.global_lock() else { return };
+        let seq_path = self.root.join("seq");
+        let last: u64 = fs::read_to_string(&seq_path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+        if id_number(id) == last && !self.dir(id).exists() {
+            let _ = write_atomic(&seq_path, format!("{}\n", last - 1).as_bytes());
+        }
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -474,7 +516,9 @@ impl Registry {
         SetAside { path, reason, moved_to: moved.then_some(dest) }
     }
 
-    /// Finds an entry by id, or by name (the newest with that name: a running one first).
+    /// Finds an entry by id, or by name. A name means the live entry with that name (running,
+    /// starting or orphaned: names are unique among those), else the newest finished one. Two
+    /// live entries with one name (only possible across a crash) are `Ambiguous`, listed.
     pub fn find(&self, key: &str) -> Result<Entry, RegistryError> {
         if !key.contains('/') && !key.starts_with('.') {
             match self.read(key) {
@@ -485,6 +529,14 @@ impl Registry {
         }
         let (entries, _) = self.list();
         let mut named: Vec<Entry> = entries.into_iter().filter(|e| e.name.as_deref() == Some(key)).collect();
+        let live: Vec<&Entry> = named
+            .iter()
+            .filter(|e| !e.is_finished() && (e.supervisor_alive() || e.provider_alive() || e.starter_alive()))
+            .collect();
+        if live.len() > 1 {
+            let candidates = live.iter().map(|e| format!("{} ({})", e.id, e.status)).collect::<Vec<_>>().join(", ");
+            return Err(RegistryError::Ambiguous { name: key.to_string(), candidates });
+        }
         named.sort_by_key(|e| (!e.is_finished(), e.started_at));
         named.pop().ok_or_else(|| RegistryError::NotFound(key.to_string()))
     }

@@ -290,7 +290,7 @@ fn timeout_stops_and_records_timed_out_after_dur() {
     // Issue 8: a turn timeout is 124, as GNU timeout reports it (not the process's own 128+15).
     assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
     let e = st.entry(&id);
-    assert_eq!(e["status"], "timed out");
+    assert_eq!(e["status"], "timedOut");
     assert_eq!(e["statusText"], "timed out after 500ms");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "timed out after 500ms");
 }
@@ -476,12 +476,12 @@ fn a_state_dir_that_others_can_write_is_refused() {
 fn the_state_dir_is_created_private_from_the_environment() {
     let base = tempfile::tempdir().unwrap();
     let dir = base.path().join("nested/state");
-    let out = sheepdog().args(["ps"]).env("SHEEPDOG_STATE_DIR", &dir).output().unwrap();
+    let out = sheepdog().args(["reap"]).env("SHEEPDOG_STATE_DIR", &dir).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
     let xdg = base.path().join("xdg");
-    let out = sheepdog().args(["ps"]).env_remove("SHEEPDOG_STATE_DIR").env("XDG_STATE_HOME", &xdg).output().unwrap();
+    let out = sheepdog().args(["reap"]).env_remove("SHEEPDOG_STATE_DIR").env("XDG_STATE_HOME", &xdg).output().unwrap();
     assert!(out.status.success());
     assert!(xdg.join("sheepdog/procs").is_dir());
 }
@@ -574,7 +574,7 @@ fn stop_with_a_shorter_grace_does_not_kill_a_supervisor_already_stopping() {
     let out = st.run(&["stop", "tg", "--term-grace", "100ms"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let e = st.entry(&id);
-    assert_eq!(e["status"], "timed out", "{e}");
+    assert_eq!(e["status"], "timedOut", "{e}");
     assert_eq!(e["statusText"], "timed out after 300ms");
 }
 
