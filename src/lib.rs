@@ -1,6 +1,6 @@
 //! sheepdog: a process supervisor for AI coding agents and the processes they start.
 //!
-//! Module map (see DESIGN.md for the why):
+//! Module map (ARCHITECTURE.md has the why and the dependency rules):
 //!
 //! - [`supervisor`]: the event loop of one supervisor (`sheepdog run`, and each managed
 //!   process's detached supervisor).

@@ -1,5 +1,5 @@
 //! Entries on disk: the crash-safe registry that every managed supervisor writes into, so that
-//! after any crash `reap` can find what still runs (DESIGN.md, "Registry").
+//! after any crash `reap` can find what still runs (ARCHITECTURE.md, "The registry and identity").
 //!
 //! Layout under the state dir (mode 0700, refused if another user can write it):
 //!

@@ -115,7 +115,7 @@ pub struct Outcome {
     pub escalated: bool,
 }
 
-/// How the supervisor itself should end, as DESIGN.md's exit-status table says.
+/// How the supervisor itself should end, as README.md's exit-status table says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
     Code(i32),
@@ -408,8 +408,8 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
 /// death of `owner` (identity-checked against `owner_start` clock ticks, through a pidfd), or
 /// the `until` deadline (the turn timeout). Any other signal (SIGUSR1: "your entry changed")
 /// asks `still_needed`; when it says no, returns `None`. Used by a managed supervisor whose
-/// command exited on its own while a cleanup is still pending (DESIGN.md: "a cleanup belongs to
-/// the entry"). Children it still inherits are reaped on the way.
+/// command exited on its own while a cleanup is still pending (ARCHITECTURE.md: "a cleanup belongs
+/// to the entry"). Children it still inherits are reaped on the way.
 pub fn await_trigger(
     signals: &SignalPipe,
     owner: Option<(Pid, Option<u64>)>,

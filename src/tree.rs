@@ -1,6 +1,6 @@
 //! Which processes belong to a provider, whether any is alive, and signalling them safely.
 //!
-//! Two views of a tree, one per situation (DESIGN.md, "the one invariant"):
+//! Two views of a tree, one per situation (ARCHITECTURE.md, "How all of it is tracked"):
 //!
 //! - [`Tree::supervised`]: seen from the live supervisor. On Linux the supervisor is a child
 //!   subreaper, so every descendant of the provider, whatever group or session it moved to, stays
