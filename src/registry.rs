@@ -332,6 +332,19 @@ pub fn state_dir(explicit: Option<PathBuf>) -> Result<PathBuf, RegistryError> {
     env("HOME").map(|h| h.join(".local/state/sheepdog")).ok_or(RegistryError::NoStateDir)
 }
 
+/// Refuses a state dir that belongs to another user or that others can write.
+fn check_private(root: &Path, meta: &fs::Metadata) -> Result<(), RegistryError> {
+    let me = process::getuid();
+    if meta.uid() != me {
+        return Err(RegistryError::NotOwner { path: root.to_path_buf(), owner: meta.uid(), me });
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(RegistryError::Insecure { path: root.to_path_buf(), mode });
+    }
+    Ok(())
+}
+
 fn mkdir_private(path: &Path) -> Result<(), RegistryError> {
     match fs::DirBuilder::new().recursive(true).mode(0o700).create(path) {
         Ok(()) => Ok(()),
@@ -347,14 +360,7 @@ impl Registry {
         let root = state_dir(explicit)?;
         mkdir_private(&root)?;
         let meta = fs::metadata(&root).map_err(io_at(&root))?;
-        let me = process::getuid();
-        if meta.uid() != me {
-            return Err(RegistryError::NotOwner { path: root, owner: meta.uid(), me });
-        }
-        let mode = meta.permissions().mode() & 0o7777;
-        if mode & 0o022 != 0 {
-            return Err(RegistryError::Insecure { path: root, mode });
-        }
+        check_private(&root, &meta)?;
         let reg = Registry { root };
         mkdir_private(&reg.procs())?;
         Ok(reg)
@@ -370,14 +376,7 @@ impl Registry {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_at(&root)(e)),
         };
-        let me = process::getuid();
-        if meta.uid() != me {
-            return Err(RegistryError::NotOwner { path: root, owner: meta.uid(), me });
-        }
-        let mode = meta.permissions().mode() & 0o7777;
-        if mode & 0o022 != 0 {
-            return Err(RegistryError::Insecure { path: root, mode });
-        }
+        check_private(&root, &meta)?;
         Ok(Some(Registry { root }))
     }
 

@@ -65,14 +65,7 @@ print(p.stdout.decode().strip())
 
 #[test]
 fn as_pid_1_the_exited_event_reports_the_status_sheepdog_really_exits_with() {
-    if std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| !s.success())
-        .unwrap_or(true)
-    {
-        eprintln!("SKIPPED: unshare --pid --fork --mount-proc is refused here");
+    if unshare_refused(&["--pid", "--fork", "--mount-proc"]) {
         return;
     }
     let guard = Guard::new();
@@ -396,14 +389,7 @@ fn stop_past_a_stopped_supervisor_also_stops_members_that_cleared_their_environm
 #[test]
 fn on_a_full_disk_stop_still_stops_the_tree_and_says_the_result_was_not_recorded() {
     // A private mount namespace with a 1 MiB tmpfs as the state dir, filled to the last byte.
-    if std::process::Command::new("unshare")
-        .args(["-m", "true"])
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| !s.success())
-        .unwrap_or(true)
-    {
-        eprintln!("SKIPPED: unshare -m (a private mount namespace for a small tmpfs) is refused here");
+    if unshare_refused(&["-m"]) {
         return;
     }
     let src = r#"

@@ -519,14 +519,7 @@ fn command_not_found_is_127_and_not_executable_is_126_with_the_os_reason() {
 
 #[test]
 fn as_pid_1_of_a_pid_namespace_it_reaps_orphans_and_turns_sigterm_into_the_stop() {
-    if std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| !s.success())
-        .unwrap_or(true)
-    {
-        eprintln!("SKIPPED: unshare --pid --fork --mount-proc is refused here");
+    if unshare_refused(&["--pid", "--fork", "--mount-proc"]) {
         return;
     }
     let src = r#"
