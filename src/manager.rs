@@ -23,6 +23,7 @@ use crate::ready::{ReadyOutcome, ReadySpec};
 use crate::registry::{self, Cleanup, Entry, Registry, RegistryError, StopTimings};
 use crate::spawn::{SpawnOptions, Spawned};
 use crate::status::Status;
+use crate::status::{CleanupRunner, ReapKind, StopReason};
 use crate::stop::{self, StopPolicy, Trigger};
 use crate::supervisor::{self, Observer, OnStdinEof, Options, Outcome, Owner};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
@@ -240,7 +241,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     }
     let _ = reg.update(&id, |e| {
         if !e.is_finished() {
-            e.status = "lost".into();
+            e.status = Status::Lost;
             e.status_text = Some("lost (the supervisor exited before the command started)".into());
             e.ended_at = Some(registry::now_ms());
         }
@@ -395,7 +396,7 @@ impl Managed<'_> {
                 Some(WaitStatus::Signaled(s)) => e.signal = Some(s.name()),
                 None => {}
             }
-            e.stop_reason = outcome.trigger.map(|t| t.name().to_string());
+            e.stop_reason = outcome.trigger.map(StopReason::from);
             e.tree_gone = Some(outcome.tree_gone);
             e.ended_at = Some(registry::now_ms());
             // A stop (not the command's own exit) is two steps: the tree, then the cleanup. The
@@ -407,7 +408,7 @@ impl Managed<'_> {
         });
         self.logs.marker(&format!("exited: {text}"));
         if let (true, Ok(entry)) = (claimed, recorded) {
-            crate::cleanup::run_claimed(self.reg, &entry, "supervisor");
+            crate::cleanup::run_claimed(self.reg, &entry, CleanupRunner::Supervisor);
         }
     }
 
@@ -435,7 +436,7 @@ impl Managed<'_> {
             t => t.name().into(),
         };
         self.logs.marker(&format!("cleanup triggered: {why}"));
-        crate::cleanup::run_once(self.reg, &self.id, "supervisor");
+        crate::cleanup::run_once(self.reg, &self.id, CleanupRunner::Supervisor);
     }
 }
 
@@ -464,8 +465,8 @@ impl Observer for Managed<'_> {
             e.pgid = Some(spawned.pgid.as_raw());
             e.start_time = start_time;
             e.sid = stat.as_ref().map(|s| s.session);
-            if e.status == "starting" {
-                e.status = "running".into();
+            if e.status == Status::Starting {
+                e.status = Status::Running;
             }
             stopped_meanwhile = e.is_finished();
         });
@@ -613,7 +614,7 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         // The wrapper may have exited while its work goes on: the cleanup is still due. A
         // supervisor that stayed to watch for it is told to re-read its entry and leave.
         if entry.this_boot() {
-            crate::cleanup::run_once(reg, &id, "stop");
+            crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
             notify_supervisor(entry);
         }
         let e = reg.read(&id)?;
@@ -645,7 +646,7 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         let now = reg.read(&id)?;
         if now.is_finished() {
             // The supervisor ran the cleanup; if it died before doing so, run it here.
-            crate::cleanup::run_once(reg, &id, "stop");
+            crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
             let now = reg.read(&id)?;
             return Ok(StopOutcome { tree_gone: now.tree_gone.unwrap_or(true), entry: now, already_finished: false });
         }
@@ -674,13 +675,13 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         if e.is_finished() {
             return;
         }
-        e.status = "stopped".into();
+        e.status = Status::Stopped;
         e.status_text = Some(if report.gone {
             format!("stopped (by sheepdog stop; {why})")
         } else {
             "stopped (the tree was not confirmed gone)".into()
         });
-        e.stop_reason = Some("stop".into());
+        e.stop_reason = Some(StopReason::Stop);
         e.tree_gone = Some(report.gone);
         e.ended_at = Some(registry::now_ms());
     });
@@ -689,7 +690,7 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         Err(source) if report.gone => return Err(ManagerError::NotRecorded { label: entry.label(), source }),
         Err(source) => return Err(source.into()),
     };
-    let e = match crate::cleanup::run_once(reg, &id, "stop") {
+    let e = match crate::cleanup::run_once(reg, &id, CleanupRunner::Stop) {
         Some(_) => reg.read(&id)?,
         None => e,
     };
@@ -715,7 +716,7 @@ const START_SETTLE_MAX: Duration = Duration::from_secs(10);
 fn settle_start(reg: &Registry, entry: &Entry) -> Result<Entry, ManagerError> {
     let end = Instant::now() + START_SETTLE_MAX;
     let mut e = entry.clone();
-    while e.status == "starting" && (e.starter_alive() || e.supervisor_alive()) && Instant::now() < end {
+    while e.status == Status::Starting && (e.starter_alive() || e.supervisor_alive()) && Instant::now() < end {
         std::thread::sleep(START_SETTLE_TICK);
         e = match reg.read(&e.id) {
             Ok(x) => x,
@@ -731,7 +732,7 @@ fn record_lost(reg: &Registry, id: &str, text: &str) -> Result<Entry, ManagerErr
     logs::append_marker(&reg.dir(id), text);
     Ok(reg.update(id, |e| {
         if !e.is_finished() {
-            e.status = "lost".into();
+            e.status = Status::Lost;
             e.status_text = Some(text.into());
             e.ended_at = Some(registry::now_ms());
         }
@@ -841,7 +842,7 @@ pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<
 /// An entry stopped by its turn timeout reports 124, as GNU `timeout` does, whatever the process
 /// itself exited with (one that traps SIGTERM and exits 0 still timed out).
 pub fn exit_status_of(e: &Entry) -> Option<i32> {
-    if e.status == "timed out" {
+    if e.status == Status::TimedOut {
         return Some(crate::supervisor::EXIT_UNFINISHED);
     }
     if let Some(c) = e.exit_code {
@@ -859,7 +860,7 @@ pub struct ReapAction {
     /// `reaped` (a live orphaned tree was stopped), `lost` (nothing alive, no result) or
     /// `cleanup` (a finished entry's pending cleanup ran: its owner is gone or its turn timeout
     /// passed, and no supervisor was left to notice).
-    pub action: String,
+    pub action: ReapKind,
     /// Processes that received SIGTERM.
     pub signalled: usize,
     pub tree_gone: bool,
@@ -878,10 +879,10 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
     let census = OnceCell::new();
     let mut actions = Vec::new();
     for e in entries.iter().filter(|e| !e.is_finished()) {
-        let action = |what: &str, signalled, tree_gone, reason: &str| ReapAction {
+        let action = |what: ReapKind, signalled, tree_gone, reason: &str| ReapAction {
             id: e.id.clone(),
             name: Some(e.display_name()),
-            action: what.into(),
+            action: what,
             signalled,
             tree_gone,
             reason: reason.into(),
@@ -891,7 +892,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             if !dry_run {
                 let _ = record_lost(reg, &e.id, "lost (recorded during a previous boot; nothing was signalled)");
             }
-            actions.push(action("lost", 0, true, "previous boot"));
+            actions.push(action(ReapKind::Lost, 0, true, "previous boot"));
             continue;
         }
         if e.supervisor_alive() || e.starter_alive() {
@@ -910,14 +911,14 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             }
             if !dry_run {
                 let _ = record_lost(reg, &e.id, "lost (the supervisor is gone and nothing of the tree is alive)");
-                crate::cleanup::run_once(reg, &e.id, "reap");
+                crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
             }
-            actions.push(action("lost", 0, true, "supervisor gone, nothing alive"));
+            actions.push(action(ReapKind::Lost, 0, true, "supervisor gone, nothing alive"));
             continue;
         };
         if dry_run {
             actions.push(action(
-                "reaped",
+                ReapKind::Reaped,
                 0,
                 false,
                 &format!("supervisor gone, {}", plural(live, "process", "processes")),
@@ -937,15 +938,15 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             if x.is_finished() {
                 return;
             }
-            x.status = "reaped".into();
+            x.status = Status::Reaped;
             x.status_text = Some("reaped".into());
-            x.stop_reason = Some("reap".into());
+            x.stop_reason = Some(StopReason::Reap);
             x.tree_gone = Some(report.gone);
             x.ended_at = Some(registry::now_ms());
         });
-        crate::cleanup::run_once(reg, &e.id, "reap");
+        crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
         actions.push(action(
-            "reaped",
+            ReapKind::Reaped,
             report.signalled,
             report.gone,
             &format!("supervisor gone, {}", plural(live, "process", "processes")),
@@ -963,13 +964,13 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
         };
         let mut cleanup_error = None;
         if !dry_run {
-            crate::cleanup::run_once(reg, &e.id, "reap");
+            crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
             cleanup_error = reg.read(&e.id).ok().and_then(|x| crate::cleanup::failure_line(&x));
         }
         actions.push(ReapAction {
             id: e.id.clone(),
             name: Some(e.display_name()),
-            action: "cleanup".into(),
+            action: ReapKind::Cleanup,
             signalled: 0,
             tree_gone: true,
             reason: reason.into(),

@@ -94,7 +94,7 @@ pub struct CleanupResult {
     /// The last 20 lines of its output (stdout and stderr together).
     pub output: Vec<String>,
     /// Who ran it: `supervisor`, `stop` or `reap`.
-    pub ran_by: String,
+    pub ran_by: crate::status::CleanupRunner,
 }
 
 impl CleanupResult {
@@ -184,7 +184,7 @@ pub struct Entry {
     pub exit_code: Option<i32>,
     pub signal: Option<String>,
     /// What began the stop: `signal` (sheepdog stop), `owner`, `timeout`, `reap`, ...
-    pub stop_reason: Option<String>,
+    pub stop_reason: Option<crate::status::StopReason>,
     pub tree_gone: Option<bool>,
     /// Unix ms.
     pub ended_at: Option<u64>,
@@ -237,7 +237,9 @@ impl Entry {
 
     /// True while the entry is `starting` and its `sheepdog start` process still lives.
     pub fn starter_alive(&self) -> bool {
-        self.status == "starting" && self.this_boot() && identity_alive(self.starter_pid, self.starter_start_time)
+        self.status == crate::status::Status::Starting
+            && self.this_boot()
+            && identity_alive(self.starter_pid, self.starter_start_time)
     }
 
     /// True while a claimed cleanup has no result and its runner still lives.

@@ -12,6 +12,7 @@ use crate::logread::{self, Cursor, LogQuery, LogStream};
 use crate::manager::{self, ManagerError, StartRequest, Waited};
 use crate::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome, ReadySpec};
 use crate::registry::{Cleanup, Entry, Registry, RegistryError};
+use crate::status::ReapKind;
 use crate::status::Status;
 use crate::stop::StopPolicy;
 use crate::view;
@@ -931,13 +932,15 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let would = if a.dry_run { "Would reap" } else { "Reaped" };
     for x in &actions {
         let label = format!("{} ({})", x.name.as_deref().unwrap_or(&x.id), x.id);
-        match x.action.as_str() {
-            "reaped" => println!("{would} {label}: {}.", x.reason),
-            "cleanup" => {
+        match x.action {
+            ReapKind::Reaped => println!("{would} {label}: {}.", x.reason),
+            ReapKind::Cleanup => {
                 let ran = if a.dry_run { "Would run" } else { "Ran" };
                 println!("{ran} the cleanup of {label}: {}.", x.reason);
             }
-            _ => println!("{} {label}: {}.", if a.dry_run { "Would record as lost" } else { "Lost" }, x.reason),
+            ReapKind::Lost => {
+                println!("{} {label}: {}.", if a.dry_run { "Would record as lost" } else { "Lost" }, x.reason)
+            }
         }
         if let Some(line) = &x.cleanup_error {
             println!("{line}");
