@@ -333,7 +333,7 @@ pub struct PsArgs {
     session: Option<String>,
     /// Only entries with this status (running, exited, killed, stopped, timedOut, orphaned,
     /// reaped, lost, starting), finished or not, of any age.
-    #[arg(long, value_name = "STATUS")]
+    #[arg(long, value_name = "STATUS", value_parser = |s: &str| s.parse::<Status>())]
     status: Option<Status>,
     /// List each entry's live processes (pid, pgid, sid = Unix session id, command).
     #[arg(long)]
@@ -591,7 +591,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let reg = open(dir)?;
     // A selection takes what still runs and what ended with its cleanup still pending: a
     // cleanup belongs to its entry, and every stop runs it.
-    let stoppable = |e: &Entry| !e.is_finished() || e.cleanup_pending();
+    let stoppable = |e: &Entry| !e.is_finished() || e.cleanup_pending() || e.cleanup_running();
     let targets: Vec<Entry> = if let Some(s) = &a.session {
         let (entries, aside) = reg.list();
         warn_set_aside(&aside);
