@@ -5,6 +5,7 @@
 //! - [`supervisor`]: the event loop of one supervisor (`sheepdog run`, and each managed
 //!   process's detached supervisor).
 //! - [`stop`]: [`stop::StopPolicy`] and the one stop sequence, as a small state machine.
+//! - [`cgroup`]: the cgroup v2 tier: the probe, a tree's cgroup, usage, limits, `doctor`.
 //! - [`tree`]: which processes belong to a provider, "all gone", identity-checked signals.
 //! - [`spawn`]: a command into its own process group, with the pre-exec steps.
 //! - [`registry`]: entries on disk, crash-safe writes, identity.
@@ -17,6 +18,7 @@
 //! - [`sys`]: the only place with `unsafe`: signals, pidfds, `/proc`, `poll`.
 //! - [`cli`]: argument parsing and one handler per subcommand.
 
+pub mod cgroup;
 pub mod cleanup;
 pub mod cli;
 pub mod duration;

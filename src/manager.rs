@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::cgroup;
 use crate::duration;
 use crate::logs::{self, LogSet, Stream};
 use crate::registry::{self, Cleanup, Entry, Registry, RegistryError, StopTimings};
@@ -87,6 +88,10 @@ pub struct StartRequest {
     pub cleanup: Option<Cleanup>,
     /// Per-file log cap in bytes.
     pub log_max: Option<u64>,
+    /// The containment tier asked for (`--containment`, `$SHEEPDOG_CONTAINMENT`) and limits;
+    /// the detached supervisor probes, and a refusal fails the start with status 125.
+    pub containment: cgroup::Mode,
+    pub limits: cgroup::Limits,
     pub argv: Vec<OsString>,
 }
 
@@ -179,7 +184,10 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     let mut cmd = Command::new(exe);
     cmd.arg("--state-dir")
         .arg(reg.root())
-        .args(["supervise-entry", "--id", &id, "--cwd"])
+        .args(["supervise-entry", "--id", &id, "--containment", req.containment.name()])
+        .args(req.limits.memory_max.map(|m| format!("--memory-max={m}")))
+        .args(req.limits.pids_max.map(|p| format!("--pids-max={p}")))
+        .arg("--cwd")
         .arg(&cwd)
         .arg("--")
         .args(&req.argv)
@@ -232,7 +240,13 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
 /// The body of the detached supervisor (`sheepdog supervise-entry`): runs the entry's command
 /// to the end and records the result. Reports readiness on stdout (`ok`, or `err CODE MESSAGE`)
 /// and then points stdout at /dev/null. Returns the supervisor's exit status.
-pub fn run_supervisor(reg: &Registry, id: &str, cwd: PathBuf, argv: Vec<OsString>) -> i32 {
+pub fn run_supervisor(
+    reg: &Registry,
+    id: &str,
+    cwd: PathBuf,
+    argv: Vec<OsString>,
+    containment: cgroup::Request,
+) -> i32 {
     let fail = |code: i32, message: String| {
         let _ = reg.remove(id);
         println!("err {code} {message}");
@@ -272,6 +286,7 @@ pub fn run_supervisor(reg: &Registry, id: &str, cwd: PathBuf, argv: Vec<OsString
         on_stdin_eof: OnStdinEof::Ignore,
         policy: policy(&entry.stop),
         timeout: entry.timeout_ms.map(Duration::from_millis),
+        containment: cgroup::Request { label: id.to_string(), ..containment },
     };
     let mut managed = Managed {
         reg,
@@ -356,6 +371,9 @@ impl Managed<'_> {
             e.stop_reason = outcome.trigger.map(|t| t.name().to_string());
             e.tree_gone = Some(outcome.tree_gone);
             e.ended_at = Some(registry::now_ms());
+            if outcome.cgroup_left {
+                e.cgroup_leftover = Some(true);
+            }
         });
         self.logs.marker(&format!("exited: {text}"));
         // A stop (not the command's own exit) is two steps: the tree, then the cleanup.
@@ -381,6 +399,10 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (&'static str, S
 }
 
 impl Observer for Managed<'_> {
+    fn contained(&mut self, record: &cgroup::Record) {
+        let _ = self.reg.update(&self.id, |e| record_containment(e, record));
+    }
+
     fn spawned(&mut self, spawned: &Spawned, _policy: &StopPolicy) {
         let start_time = procfs::start_time(spawned.pid);
         let mut stopped_meanwhile = false;
@@ -452,15 +474,31 @@ pub fn live_status(e: &Entry, census: &OnceCell<Census>) -> String {
 /// True if anything of an entry's recorded tree is alive: the provider itself (full identity),
 /// or a process carrying its tag (same uid, started no earlier than the provider).
 pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
-    let Some(start) = e.start_time else { return false };
     if !e.this_boot() {
         return false;
     }
+    if e.containment.as_deref() == Some("cgroup") && e.cgroup.is_some() {
+        return cgroup::Cgroup::of_entry(e).is_some_and(|cg| cg.populated());
+    }
+    let Some(start) = e.start_time else { return false };
     e.provider_alive() || (!e.tag.is_empty() && census.get_or_init(Census::take).tagged_alive(&e.tag, e.uid, start))
 }
 
-/// The tree of an entry as seen without its supervisor; `None` if it never spawned.
+/// Writes a containment record into an entry.
+pub fn record_containment(e: &mut Entry, r: &cgroup::Record) {
+    e.containment = Some(r.containment.to_string());
+    e.containment_reason = r.containment_reason.clone();
+    e.cgroup = r.cgroup.clone();
+    e.cgroup_inode = r.cgroup_inode;
+}
+
+/// The tree of an entry as seen without its supervisor; `None` if it never spawned. In the
+/// cgroup tier: the recorded cgroup (inode checked), and nothing else; `None` once it is gone.
 pub fn recorded_tree(e: &Entry) -> Option<Tree> {
+    if e.containment.as_deref() == Some("cgroup") && e.cgroup.is_some() {
+        let pgid = e.pgid.and_then(Pgid::new).unwrap_or(process::getpid().as_group());
+        return cgroup::Cgroup::of_entry(e).map(|cg| Tree::of_cgroup(cg, pgid));
+    }
     let pid = Pid::new(e.pid?)?;
     let pgid = Pgid::new(e.pgid.unwrap_or(pid.as_raw()))?;
     if e.tag.is_empty() {
@@ -572,6 +610,7 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         e.tree_gone = Some(report.gone);
         e.ended_at = Some(registry::now_ms());
     })?;
+    let e = settle_cgroup(reg, e);
     let e = match crate::cleanup::run_once(reg, &id, "stop") {
         Some(_) => reg.read(&id)?,
         None => e,
@@ -723,6 +762,13 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
     let (entries, aside) = reg.list();
     let census = OnceCell::new();
     let mut actions = Vec::new();
+    // Cgroups a supervisor could not remove once its tree was gone.
+    if !dry_run {
+        for e in entries.iter().filter(|e| e.cgroup_leftover == Some(true) && e.is_finished() && !e.supervisor_alive())
+        {
+            settle_cgroup(reg, e.clone());
+        }
+    }
     for e in entries.iter().filter(|e| !e.is_finished()) {
         let action = |what: &str, signalled, tree_gone, reason: &str| ReapAction {
             id: e.id.clone(),
@@ -754,7 +800,10 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
                 continue;
             }
             if !dry_run {
-                let _ = record_lost(reg, &e.id, "lost (the supervisor is gone and nothing of the tree is alive)");
+                if let Ok(x) = record_lost(reg, &e.id, "lost (the supervisor is gone and nothing of the tree is alive)")
+                {
+                    settle_cgroup(reg, x);
+                }
                 crate::cleanup::run_once(reg, &e.id, "reap");
             }
             actions.push(action("lost", 0, true, "supervisor gone, nothing alive"));
@@ -788,6 +837,10 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             x.tree_gone = Some(report.gone);
             x.ended_at = Some(registry::now_ms());
         });
+        drop(tree);
+        if let Ok(x) = reg.read(&e.id) {
+            settle_cgroup(reg, x);
+        }
         crate::cleanup::run_once(reg, &e.id, "reap");
         actions.push(action(
             "reaped",
@@ -797,6 +850,20 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
         ));
     }
     (actions, aside)
+}
+
+/// In the cgroup tier, once an entry's tree is gone: removes its recorded cgroup (inode
+/// checked) and records whether a leftover remains (`cgroupLeftover`, for the next `reap`).
+/// Returns the entry as it is then.
+fn settle_cgroup(reg: &Registry, e: Entry) -> Entry {
+    if e.containment.as_deref() != Some("cgroup") || e.cgroup.is_none() {
+        return e;
+    }
+    let left = !cgroup::remove_recorded(&e);
+    if e.cgroup_leftover.unwrap_or(false) == left {
+        return e;
+    }
+    reg.update(&e.id, |x| x.cgroup_leftover = left.then_some(true)).unwrap_or(e)
 }
 
 fn plural(n: usize, one: &str, many: &str) -> String {

@@ -121,6 +121,8 @@ pub struct StartArgs {
     /// Cap per log file; at the cap it rotates to one `.1`.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     log_max: Option<u64>,
+    #[command(flatten)]
+    containment: super::ContainmentArgs,
     /// The command, after `--`.
     #[arg(value_name = "CMD", trailing_var_arg = true)]
     command: Vec<OsString>,
@@ -135,6 +137,7 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         return Err(CliError::usage("start: missing command (usage: sheepdog start [OPTIONS] -- CMD [ARGS...])"));
     }
     let owner = a.owner.map(|p| pid_arg("--owner", p)).transpose()?;
+    let (containment, limits) = a.containment.resolve()?;
     let reg = open(dir)?;
     let warnings = crate::nudge::check(&a.command, a.cleanup.is_some());
     for w in &warnings {
@@ -150,6 +153,8 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         policy: StopPolicy { stdin_grace: Duration::ZERO, term_grace: a.term_grace, kill_wait: a.kill_wait },
         cleanup: a.cleanup.map(|command| Cleanup { command, timeout_ms: a.cleanup_timeout.as_millis() as u64 }),
         log_max: a.log_max,
+        containment,
+        limits,
         argv: a.command,
     };
     let e = manager::start(&reg, req)?;
@@ -746,11 +751,22 @@ pub struct SuperviseArgs {
     id: String,
     #[arg(long)]
     cwd: PathBuf,
+    #[arg(long, default_value = "auto", value_parser = ["auto", "cgroup", "subreaper"])]
+    containment: String,
+    #[arg(long)]
+    memory_max: Option<u64>,
+    #[arg(long)]
+    pids_max: Option<u64>,
     #[arg(trailing_var_arg = true)]
     command: Vec<OsString>,
 }
 
 pub(super) fn supervise_entry(a: SuperviseArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {
     let reg = open(dir)?;
-    Ok(manager::run_supervisor(&reg, &a.id, a.cwd, a.command))
+    let containment = crate::cgroup::Request {
+        mode: crate::cgroup::Mode::parse(&a.containment).unwrap_or_default(),
+        limits: crate::cgroup::Limits { memory_max: a.memory_max, pids_max: a.pids_max },
+        label: a.id.clone(),
+    };
+    Ok(manager::run_supervisor(&reg, &a.id, a.cwd, a.command, containment))
 }

@@ -244,6 +244,8 @@ impl AsRawFd for PidFd {
 
 /// Poll interest: readable (or hang-up) on a pipe, a pidfd, a socket.
 pub const POLL_IN: i16 = libc::POLLIN;
+/// Poll interest: a priority event; what a cgroup's `cgroup.events` reports when it changes.
+pub const POLL_PRI: i16 = libc::POLLPRI;
 /// Poll interest: writable without blocking.
 pub const POLL_OUT: i16 = libc::POLLOUT;
 /// Hang-up only (no `POLLIN`): the peer closed. On Linux also asks for `POLLRDHUP`, which a
