@@ -129,6 +129,9 @@ pub struct Request {
     /// A short label for the cgroup's name (`run`, or the entry's id); the name is
     /// `sheepdog-LABEL-PID-RANDOM`.
     pub label: String,
+    /// The exact name to use instead (a managed supervisor records it in its entry before the
+    /// `mkdir`, so a SIGKILL in between leaves nothing unrecorded; see [`entry_cgroup_name`]).
+    pub name: Option<String>,
 }
 
 /// The tier that keeps a tree.
@@ -378,18 +381,19 @@ enum Refusal {
 fn create(req: &Request) -> Result<Cgroup, Refusal> {
     let own = own_dir().map_err(Refusal::Tier)?;
     let procs = own.join("cgroup.procs");
-    if !raw::writable(&procs) {
+    if let Err(e) = raw::writable(&procs) {
         return Err(Refusal::Tier(format!(
-            "no write permission on {} (needed to move the command into a child cgroup)",
+            "unable to write {} (needed to move the command into a child cgroup): {e}",
             procs.display()
         )));
     }
     if req.limits.any() {
         enable_controllers(&own, &req.limits).map_err(Refusal::Limits)?;
     }
-    let tag = crate::registry::new_tag();
-    let label = if req.label.is_empty() { "run" } else { req.label.as_str() };
-    let name = format!("sheepdog-{label}-{}-{}", process::getpid(), &tag[..8]);
+    let name = req.name.clone().unwrap_or_else(|| {
+        let label = if req.label.is_empty() { "run" } else { req.label.as_str() };
+        format!("sheepdog-{label}-{}-{}", process::getpid(), &crate::registry::new_tag()[..8])
+    });
     let path = own.join(&name);
     fs::DirBuilder::new()
         .mode(0o755)
@@ -399,7 +403,7 @@ fn create(req: &Request) -> Result<Cgroup, Refusal> {
         let _ = fs::remove_dir(&path);
         r
     };
-    let cg = Cgroup::open_dir(&path, None).map_err(|e| undo(Refusal::Tier(e)))?;
+    let cg = Cgroup::open(&path, None).map_err(|e| undo(Refusal::Tier(e)))?;
     if !cg.at("cgroup.kill").exists() {
         return Err(undo(Refusal::Tier(format!(
             "{} has no cgroup.kill (Linux 5.14 or later is needed)",
@@ -472,7 +476,9 @@ fn enable_controllers(own: &Path, limits: &Limits) -> Result<(), String> {
 
 impl Cgroup {
     /// Opens a cgroup directory; with `inode`, only if it still is that directory.
-    fn open_dir(path: &Path, inode: Option<u64>) -> Result<Cgroup, String> {
+    ///
+    /// Errors: the reason, as one phrase (missing, not a directory, inode changed).
+    pub fn open(path: &Path, inode: Option<u64>) -> Result<Cgroup, String> {
         let dir = File::open(path).map_err(|e| format!("unable to open cgroup {}: {e}", path.display()))?;
         let meta = dir.metadata().map_err(|e| format!("unable to stat cgroup {}: {e}", path.display()))?;
         if !meta.is_dir() {
@@ -499,7 +505,7 @@ impl Cgroup {
             return None;
         }
         let path = e.cgroup.as_deref()?;
-        Cgroup::open_dir(Path::new(path), Some(e.cgroup_inode?)).ok()
+        Cgroup::open(Path::new(path), Some(e.cgroup_inode?)).ok()
     }
 
     /// The cgroup's directory.
@@ -675,16 +681,40 @@ pub fn usage(e: &Entry) -> Option<Usage> {
     Cgroup::of_entry(e)?.usage()
 }
 
-/// Removes an entry's recorded cgroup once nothing in it lives (after a stop or reap past its
-/// supervisor, or a leftover the supervisor could not remove). Returns true if none is left.
-pub fn remove_recorded(e: &Entry) -> bool {
-    if e.containment.as_deref() != Some("cgroup") || e.cgroup.is_none() {
-        return true;
+/// The cgroup name of a managed entry's tree: `sheepdog-ID-SUPERVISORPID-TAG8`, where TAG8
+/// starts the entry's random tag; so a recorded path can be told to be the entry's own.
+pub fn entry_cgroup_name(id: &str, supervisor: Pid, tag: &str) -> String {
+    format!("sheepdog-{id}-{supervisor}-{}", tag.get(..8).unwrap_or(tag))
+}
+
+/// Where a managed supervisor's tree cgroup will be made, recorded in the entry before the
+/// probe's `mkdir`; `None` where the cgroup tier is not available at all.
+pub fn planned_path(name: &str) -> Option<String> {
+    if !cfg!(target_os = "linux") {
+        return None;
     }
-    match Cgroup::of_entry(e) {
-        Some(cg) => cg.remove().is_ok(),
-        // Gone, or the path names another directory now: nothing of ours is left there.
-        None => true,
+    own_dir().ok().map(|d| d.join(name).to_string_lossy().into_owned())
+}
+
+/// Removes an entry's recorded cgroup once nothing in it lives (after a stop or reap past its
+/// supervisor, or a leftover the supervisor could not remove). Also a cgroup recorded only as
+/// planned (the supervisor died between recording the path and recording the inode): removed
+/// if its name is the entry's and it is empty. Returns true if none is left.
+pub fn remove_recorded(e: &Entry) -> bool {
+    let Some(path) = e.cgroup.as_deref().filter(|_| e.this_boot()) else { return true };
+    if e.containment.as_deref() == Some("cgroup") && e.cgroup_inode.is_some() {
+        return match Cgroup::of_entry(e) {
+            Some(cg) => cg.remove().is_ok(),
+            // Gone, or the path names another directory now: nothing of ours is left there.
+            None => true,
+        };
+    }
+    let name = Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let ours = e.supervisor_pid.and_then(Pid::new).is_some_and(|p| name == entry_cgroup_name(&e.id, p, &e.tag));
+    match Cgroup::open(Path::new(path), None) {
+        Ok(cg) if ours && !cg.populated() => cg.remove().is_ok(),
+        Ok(_) => false,
+        Err(_) => true,
     }
 }
 
@@ -722,7 +752,7 @@ pub const HINTS: [&str; 2] = [
 
 /// Runs the probe as `run` would (creating and removing a probe cgroup) and gathers the facts.
 pub fn doctor(mode: Mode) -> Doctor {
-    let req = Request { mode, limits: Limits::default(), label: "doctor".into() };
+    let req = Request { mode, limits: Limits::default(), label: "doctor".into(), name: None };
     let (containment, reason) = match probe(&req) {
         Ok(c) => {
             if let Some(cg) = &c.cgroup {

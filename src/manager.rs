@@ -253,9 +253,17 @@ pub fn run_supervisor(
         code
     };
     let me = process::getpid();
+    let mut cgroup_name = None;
     let entry = match reg.update(id, |e| {
         e.supervisor_pid = Some(me.as_raw());
         e.supervisor_start_time = procfs::start_time(me);
+        // The tree's cgroup path, recorded before it is made: a SIGKILL between the `mkdir`
+        // and the recording of its inode leaves a cgroup `reap` can still find and remove.
+        if containment.mode != cgroup::Mode::Subreaper {
+            let name = cgroup::entry_cgroup_name(id, me, &e.tag);
+            e.cgroup = cgroup::planned_path(&name);
+            cgroup_name = Some(name);
+        }
     }) {
         Ok(e) => e,
         Err(e) => return fail(125, e.to_string()),
@@ -286,7 +294,7 @@ pub fn run_supervisor(
         on_stdin_eof: OnStdinEof::Ignore,
         policy: policy(&entry.stop),
         timeout: entry.timeout_ms.map(Duration::from_millis),
-        containment: cgroup::Request { label: id.to_string(), ..containment },
+        containment: cgroup::Request { label: id.to_string(), name: cgroup_name, ..containment },
     };
     let mut managed = Managed {
         reg,
@@ -797,6 +805,10 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
         let live = tree.as_ref().map(|t| t.live().len()).unwrap_or(0);
         let Some(tree) = tree.filter(|_| live > 0) else {
             if e.pid.is_none() && registry::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
+                if !dry_run && e.supervisor_pid.is_some() {
+                    // Its supervisor died before the spawn: a cgroup it made is empty.
+                    settle_cgroup(reg, e.clone());
+                }
                 continue;
             }
             if !dry_run {
@@ -856,7 +868,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
 /// checked) and records whether a leftover remains (`cgroupLeftover`, for the next `reap`).
 /// Returns the entry as it is then.
 fn settle_cgroup(reg: &Registry, e: Entry) -> Entry {
-    if e.containment.as_deref() != Some("cgroup") || e.cgroup.is_none() {
+    if e.cgroup.is_none() {
         return e;
     }
     let left = !cgroup::remove_recorded(&e);

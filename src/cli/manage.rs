@@ -236,6 +236,9 @@ struct EntryView {
     #[serde(flatten)]
     entry: Entry,
     logs: LogPaths,
+    /// Usage of a running entry's cgroup (`cpuMs`, `memoryBytes`, `tasks`; absent controllers
+    /// give null); null outside the cgroup tier and once finished.
+    usage: Option<crate::cgroup::Usage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tree: Option<Vec<TreeProc>>,
 }
@@ -249,7 +252,7 @@ fn entry_json(reg: &Registry, e: &Entry, status: &str) -> Value {
 fn entry_view(reg: &Registry, e: &Entry, status: &str, tree: Option<Vec<TreeProc>>) -> EntryView {
     let mut entry = e.clone();
     entry.status = status.to_string();
-    EntryView { logs: LogPaths::of(reg, &e.id), entry, tree }
+    EntryView { logs: LogPaths::of(reg, &e.id), usage: crate::cgroup::usage(e), entry, tree }
 }
 
 pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
@@ -287,17 +290,26 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
         let _ = out.flush();
         return Ok(0);
     }
-    let _ = writeln!(out, "{:<10} {:<16} {:<26} {:>7} {:>5}  COMMAND", "ID", "NAME", "STATUS", "PID", "AGE");
+    let _ = writeln!(
+        out,
+        "{:<10} {:<16} {:<26} {:>7} {:>5} {:>8} {:>8} {:>5}  COMMAND",
+        "ID", "NAME", "STATUS", "PID", "AGE", "CPU", "MEM", "TASKS"
+    );
     for (e, s) in &rows {
         let shown = if e.is_finished() { e.status_text.clone().unwrap_or_else(|| s.clone()) } else { s.clone() };
+        let usage = crate::cgroup::usage(e);
+        let dash = || "-".to_string();
         let _ = writeln!(
             out,
-            "{:<10} {:<16} {:<26} {:>7} {:>5}  {}",
+            "{:<10} {:<16} {:<26} {:>7} {:>5} {:>8} {:>8} {:>5}  {}",
             e.id,
             e.name.as_deref().unwrap_or("-"),
             shown,
-            e.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            e.pid.map(|p| p.to_string()).unwrap_or_else(dash),
             age(e.started_at),
+            usage.map(|u| cpu_text(u.cpu_ms)).unwrap_or_else(dash),
+            usage.and_then(|u| u.memory_bytes).map(mem_text).unwrap_or_else(dash),
+            usage.and_then(|u| u.tasks).map(|t| t.to_string()).unwrap_or_else(dash),
             e.command_preview
         );
         if a.tree {
@@ -307,6 +319,24 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
         }
     }
     Ok(0)
+}
+
+/// CPU time for the table: `850ms`, `12.3s`, `4m05s`.
+fn cpu_text(ms: u64) -> String {
+    match ms {
+        0..1000 => format!("{ms}ms"),
+        1000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        _ => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
+    }
+}
+
+/// Memory for the table: `512K`, `12.5M`, `1.2G`.
+fn mem_text(bytes: u64) -> String {
+    match bytes {
+        0..1_048_576 => format!("{}K", bytes / 1024),
+        1_048_576..1_073_741_824 => format!("{:.1}M", bytes as f64 / 1_048_576.0),
+        _ => format!("{:.1}G", bytes as f64 / 1_073_741_824.0),
+    }
 }
 
 /// `sheepdog logs`.
@@ -767,6 +797,7 @@ pub(super) fn supervise_entry(a: SuperviseArgs, dir: Option<PathBuf>) -> Result<
         mode: crate::cgroup::Mode::parse(&a.containment).unwrap_or_default(),
         limits: crate::cgroup::Limits { memory_max: a.memory_max, pids_max: a.pids_max },
         label: a.id.clone(),
+        name: None,
     };
     Ok(manager::run_supervisor(&reg, &a.id, a.cwd, a.command, containment))
 }

@@ -41,10 +41,15 @@ pub fn fs_type(_path: &Path) -> io::Result<i64> {
 
 /// `access(path, W_OK)`: may this process write the file (with its real uid, as the kernel
 /// checks a cgroup migration's permission on the writer)?
-pub fn writable(path: &Path) -> bool {
-    let Ok(c) = c_path(path) else { return false };
+///
+/// Errors: EACCES, EROFS (a read-only mount), ENOENT, ...
+pub fn writable(path: &Path) -> io::Result<()> {
+    let c = c_path(path)?;
     // SAFETY: c is a valid NUL-terminated path; access has no other preconditions.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The fds a forked child needs to join its cgroup before `exec`: `procs`, the tree cgroup's
