@@ -464,7 +464,8 @@ fn enable_controllers(own: &Path, limits: &Limits) -> Result<(), String> {
                 "unable to enable the {ctl} controller in {}/cgroup.subtree_control: {e}{}",
                 own.display(),
                 if e.raw_os_error() == Some(libc::EBUSY) {
-                    " (the cgroup has processes of its own; start sheepdog in a leaf cgroup of a delegated subtree)"
+                    " (a non-root cgroup with processes of its own, sheepdog's among them, cannot enable controllers \
+                     for its children)"
                 } else {
                     ""
                 }

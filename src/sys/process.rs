@@ -438,8 +438,9 @@ where
     F: FnMut() -> io::Result<()> + Send + Sync + 'static,
 {
     use std::os::unix::process::CommandExt;
-    // SAFETY: every closure passed here (pre_exec_provider, pre_exec_detached, pre_exec_group)
-    // makes only async-signal-safe calls and does not allocate.
+    // SAFETY: every closure passed here (pre_exec_provider, with cgroup::join_in_child first;
+    // pre_exec_detached, pre_exec_group) makes only async-signal-safe calls and does not
+    // allocate.
     unsafe {
         cmd.pre_exec(f);
     }
