@@ -182,6 +182,7 @@ fn start_records_the_cgroup_in_the_entry_before_the_command_runs() {
         "cat \"$STATE/procs/$SHEEPDOG_ID/entry.json\"; grep ^0:: /proc/self/cgroup; echo ready; exec sleep 100";
     let v = st.start(&["--containment", "cgroup", "--env", &format!("STATE={state}"), "--", "sh", "-c", script]);
     let id = id_of(&v);
+    assert_eq!(v["containment"], "cgroup", "start --json says the tier: {v}");
     let out = st.wait_log(&id, "stdout.log", "ready");
     let seen: Value = serde_json::from_str(&out[..out.find("\n}\n").expect("the entry as the command read it") + 2])
         .expect("entry.json");

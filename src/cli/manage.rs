@@ -168,6 +168,9 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
                 "pgid": e.pgid,
                 "supervisorPid": e.supervisor_pid,
                 "sessionId": e.session_id,
+                "containment": e.containment,
+                "containmentReason": e.containment_reason,
+                "cgroup": e.cgroup,
                 "logs": logs_json(&reg, &e.id),
                 "warnings": warnings,
             })
