@@ -39,7 +39,23 @@ impl Stream {
     }
 }
 
+/// Suffix of a log's time index: `combined.log.times` (one for the file and its `.1`).
+pub const TIMES_SUFFIX: &str = ".times";
+
+/// The time index of a log file: `<path>.times`.
+pub fn times_path(log: &Path) -> PathBuf {
+    let mut p = log.as_os_str().to_owned();
+    p.push(TIMES_SUFFIX);
+    PathBuf::from(p)
+}
+
 /// One file with a size cap and one rotation.
+///
+/// Beside it, a time index (`<name>.times`): one text line `INODE OFFSET UNIX_MS` for the first
+/// write of each wall-clock second (and the first write of a file), so `logs --since` knows when
+/// each line arrived, to the second, without changing the log's own bytes. The index is not
+/// rotated (a rotation must stay cheap: a follower loses data if the writer rotates twice between
+/// its looks); past [`TIMES_MAX`] it is compacted to the records of the current file and `.1`.
 #[derive(Debug)]
 pub struct CappedFile {
     path: PathBuf,
@@ -48,14 +64,67 @@ pub struct CappedFile {
     cap: u64,
     /// Bytes of the marker line that starts a rotated file (0 for the first file).
     header: u64,
+    times: Option<File>,
+    /// The unix second of the last index line (`u64::MAX`: none yet in this file).
+    last_sec: u64,
+    /// Inode of the current file.
+    ino: u64,
 }
+
+/// Size past which a time index is compacted: 256 KiB (about three days of a line every second).
+pub const TIMES_MAX: u64 = 256 * 1024;
 
 impl CappedFile {
     /// Opens (appending) `path`. Errors: the open's.
     pub fn open(path: &Path, cap: u64) -> io::Result<CappedFile> {
         let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
         let size = file.metadata()?.len();
-        Ok(CappedFile { path: path.to_path_buf(), file, size, cap: cap.max(1024), header: 0 })
+        let times = OpenOptions::new().create(true).append(true).mode(0o600).open(times_path(path)).ok();
+        let ino = std::os::unix::fs::MetadataExt::ino(&file.metadata()?);
+        Ok(CappedFile {
+            path: path.to_path_buf(),
+            file,
+            size,
+            cap: cap.max(1024),
+            header: 0,
+            times,
+            last_sec: u64::MAX,
+            ino,
+        })
+    }
+
+    /// Writes an index line for the write about to happen at `self.size`, once per second.
+    fn stamp(&mut self) {
+        let ms = crate::registry::now_ms();
+        if ms / 1000 == self.last_sec {
+            return;
+        }
+        self.last_sec = ms / 1000;
+        let Some(t) = &mut self.times else { return };
+        let _ = t.write_all(format!("{} {} {ms}\n", self.ino, self.size).as_bytes());
+        if t.metadata().map(|m| m.len()).unwrap_or(0) > TIMES_MAX {
+            self.compact_times();
+        }
+    }
+
+    /// Rewrites the time index with the records of the current file and `.1` only.
+    fn compact_times(&mut self) {
+        let path = times_path(&self.path);
+        let mut old = self.path.clone().into_os_string();
+        old.push(".1");
+        let keep: Vec<u64> = [Some(self.ino), fs::metadata(&old).ok().map(|m| std::os::unix::fs::MetadataExt::ino(&m))]
+            .into_iter()
+            .flatten()
+            .collect();
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        let kept: String = text
+            .lines()
+            .filter(|l| l.split(' ').next().and_then(|i| i.parse::<u64>().ok()).is_some_and(|i| keep.contains(&i)))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        if crate::registry::write_atomic(&path, kept.as_bytes()).is_ok() {
+            self.times = OpenOptions::new().append(true).open(&path).ok();
+        }
     }
 
     /// Appends `bytes`, rotating first if they would cross the cap. Rotation happens on a line
@@ -77,6 +146,7 @@ impl CappedFile {
             } else {
                 room.max(1)
             };
+            self.stamp();
             if self.file.write_all(&rest[..n]).is_err() {
                 return;
             }
@@ -92,9 +162,12 @@ impl CappedFile {
         let mut old = self.path.clone().into_os_string();
         old.push(".1");
         let _ = fs::rename(&self.path, &old);
+        self.last_sec = u64::MAX;
         if let Ok(f) = OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&self.path) {
+            self.ino = f.metadata().map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0);
             self.file = f;
             self.size = 0;
+            self.stamp();
             let marker =
                 format!("[sheepdog] log reached its cap of {} bytes; the earlier part is in {}\n", self.cap, {
                     Path::new(&old).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()

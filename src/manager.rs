@@ -20,14 +20,17 @@ use std::time::{Duration, Instant};
 use crate::cgroup;
 use crate::duration;
 use crate::logs::{self, LogSet, Stream};
+use crate::ready::{ReadyOutcome, ReadySpec};
 use crate::registry::{self, Cleanup, Entry, Registry, RegistryError, StopTimings};
 use crate::spawn::{SpawnOptions, Spawned};
+use crate::status::Status;
+use crate::status::{CleanupRunner, ReapKind, StopReason};
 use crate::stop::{self, StopPolicy, Trigger};
 use crate::supervisor::{self, Observer, OnStdinEof, Options, Outcome, Owner};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
-use crate::sys::signal::{pipe_cloexec, set_nonblocking};
+use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
 use crate::sys::{Pgid, Pid, Signal, WaitStatus, procfs};
-use crate::tree::{Census, ID_ENV, TAG_ENV, Tree};
+use crate::tree::{Census, ID_ENV, Member, TAG_ENV, Tree};
 
 /// How long `stop` waits past an entry's recorded `maxStopMs` before it acts past the
 /// supervisor: 1000 ms, for the supervisor's own registry write and exit.
@@ -56,7 +59,19 @@ pub enum ManagerError {
     },
     #[error("{0}")]
     Refused(String),
+    /// The stop itself worked (nothing of the tree is alive) but the registry could not record
+    /// it (a full disk): status [`EXIT_NOT_RECORDED`].
+    #[error("the tree of {label} is gone, but its result could not be recorded: {source}")]
+    NotRecorded {
+        label: String,
+        #[source]
+        source: RegistryError,
+    },
 }
+
+/// Status of a stop that stopped the tree but could not record the result or run the cleanup
+/// (the state dir's disk is full): 74, `EX_IOERR` from sysexits.h.
+pub const EXIT_NOT_RECORDED: i32 = 74;
 
 impl ManagerError {
     /// 126/127 for a command that could not start, 125 for bad input and sheepdog's own
@@ -65,6 +80,7 @@ impl ManagerError {
         match self {
             ManagerError::Start { code, .. } => *code,
             ManagerError::Refused(_) => 1,
+            ManagerError::NotRecorded { .. } => EXIT_NOT_RECORDED,
             _ => 125,
         }
     }
@@ -92,6 +108,10 @@ pub struct StartRequest {
     /// the detached supervisor probes, and a refusal fails the start with status 125.
     pub containment: cgroup::Mode,
     pub limits: cgroup::Limits,
+    /// Readiness options, recorded for `restart` (the wait itself is [`crate::ready::wait_ready`]).
+    pub ready: Option<ReadySpec>,
+    /// The entry this start replaces (`restart`, `start --replace`).
+    pub restart_of: Option<String>,
     pub argv: Vec<OsString>,
 }
 
@@ -156,6 +176,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         argv,
         cwd: cwd.to_string_lossy().into_owned(),
         owner_pid: req.owner.map(|p| p.as_raw()),
+        owner_start_time: req.owner.and_then(procfs::start_time),
         // Until the supervisor records itself, the entry is `starting` and this process is its
         // starter: checked for life (reap and ps leave the entry alone), never signalled.
         starter_pid: Some(me.as_raw()),
@@ -168,6 +189,11 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         timeout_ms: req.timeout.map(|d| d.as_millis() as u64),
         status: "starting".into(),
         log_max_bytes: req.log_max,
+        containment_asked: (req.containment != cgroup::Mode::Auto).then(|| req.containment.name().to_string()),
+        memory_max: req.limits.memory_max,
+        pids_max: req.limits.pids_max,
+        ready: req.ready.clone(),
+        restart_of: req.restart_of.clone(),
         env: req.env.iter().map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy())).collect(),
         ..Entry::default()
     };
@@ -201,6 +227,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         Ok(c) => c,
         Err(e) => {
             let _ = reg.remove(&id);
+            reg.release_id(&id);
             return Err(io_err("start the supervisor")(e));
         }
     };
@@ -219,11 +246,13 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     }
     if let Some(rest) = line.strip_prefix("err ") {
         let (code, message) = rest.split_once(' ').unwrap_or((rest, "the command could not start"));
+        // The supervisor removed the entry: give its id back.
+        reg.release_id(&id);
         return Err(ManagerError::Start { code: code.parse().unwrap_or(125), message: message.to_string() });
     }
     let _ = reg.update(&id, |e| {
         if !e.is_finished() {
-            e.status = "lost".into();
+            e.status = Status::Lost;
             e.status_text = Some("lost (the supervisor exited before the command started)".into());
             e.ended_at = Some(registry::now_ms());
         }
@@ -301,14 +330,23 @@ pub fn run_supervisor(
         id: id.to_string(),
         logs,
         pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
+        seen: Default::default(),
     };
-    let outcome = match supervisor::supervise(opts, &mut managed) {
+    // The handlers outlive the tree: a stop that arrives while a cleanup is pending is heard.
+    let signals = match supervisor::install_signals() {
+        Ok(s) => s,
+        Err(e) => return fail(e.exit_code(), e.to_string()),
+    };
+    let outcome = match supervisor::supervise_with(&signals, opts, &mut managed) {
         Ok(o) => o,
         Err(e) => return fail(e.exit_code(), e.to_string()),
     };
     managed.drain(DRAIN_AFTER_EXIT);
     managed.logs.flush_partials();
     managed.finish(&outcome);
+    if outcome.trigger.is_none() {
+        managed.linger(&signals);
+    }
     0
 }
 
@@ -319,7 +357,14 @@ struct Managed<'a> {
     logs: LogSet,
     /// Open read ends of the provider's stdout and stderr.
     pipes: Vec<(File, Stream)>,
+    /// Descendants last recorded in the entry: (pid, start time).
+    seen: std::collections::HashSet<(i32, u64)>,
 }
+
+/// At most this many descendants are recorded in an entry: 4096 (the oldest first). A tree
+/// larger than that is still stopped whole by its supervisor; only `reap` after a supervisor
+/// SIGKILL relies on the record, and then also on the tag and the group.
+pub const MAX_RECORDED_MEMBERS: usize = 4096;
 
 impl Managed<'_> {
     /// Reads what is available on `fd`; closes it at EOF.
@@ -366,28 +411,61 @@ impl Managed<'_> {
 
     fn finish(&mut self, outcome: &Outcome) {
         let mut text = String::new();
-        let _ = self.reg.update(&self.id, |e| {
+        let mut claimed = false;
+        let recorded = self.reg.update(&self.id, |e| {
             let (status, t) = result_status(outcome, e.timeout_ms);
             text = t;
-            e.status = status.to_string();
+            e.status = status.into();
             e.status_text = Some(text.clone());
             match outcome.provider {
                 Some(WaitStatus::Exited(c)) => e.exit_code = Some(c),
                 Some(WaitStatus::Signaled(s)) => e.signal = Some(s.name()),
                 None => {}
             }
-            e.stop_reason = outcome.trigger.map(|t| t.name().to_string());
+            e.stop_reason = outcome.trigger.map(StopReason::from);
             e.tree_gone = Some(outcome.tree_gone);
             e.ended_at = Some(registry::now_ms());
             if outcome.cgroup_left {
                 e.cgroup_leftover = Some(true);
             }
+            // A stop (not the command's own exit) is two steps: the tree, then the cleanup. The
+            // claim goes in the same write as the result, so nobody who reads a stopped entry
+            // (`wait`, `clear`) can see its cleanup as not yet triggered.
+            if outcome.trigger.is_some() {
+                claimed = crate::cleanup::claim(e);
+            }
         });
         self.logs.marker(&format!("exited: {text}"));
-        // A stop (not the command's own exit) is two steps: the tree, then the cleanup.
-        if outcome.trigger.is_some() {
-            crate::cleanup::run_once(self.reg, &self.id, "supervisor");
+        if let (true, Ok(entry)) = (claimed, recorded) {
+            crate::cleanup::run_claimed(self.reg, &entry, CleanupRunner::Supervisor);
         }
+    }
+
+    /// The command exited on its own, but its cleanup is still pending (a `docker run -d`
+    /// wrapper exits at once; its container runs on). While an owner or a turn timeout is set,
+    /// stay, idle, watching them, and run the cleanup when either fires or when asked to stop
+    /// (SIGTERM); leave as soon as nothing is pending any more (it ran elsewhere, was removed by
+    /// `update`, or the entry was cleared: `sheepdog` sends SIGUSR1 after such changes).
+    fn linger(&mut self, signals: &SignalPipe) {
+        let Ok(e) = self.reg.read(&self.id) else { return };
+        if !e.cleanup_pending() || (e.owner_pid.is_none() && e.timeout_ms.is_none()) {
+            return;
+        }
+        let owner = e.owner_pid.and_then(Pid::new).map(|p| (p, e.owner_start_time));
+        let until =
+            e.timeout_at_ms().map(|at| Instant::now() + Duration::from_millis(at.saturating_sub(registry::now_ms())));
+        self.logs.marker("waiting: the cleanup is pending; it runs on stop, owner exit or the turn timeout");
+        let (reg, id) = (self.reg, self.id.clone());
+        let mut still_needed = || reg.read(&id).is_ok_and(|e| e.cleanup_pending());
+        let Some(trigger) = supervisor::await_trigger(signals, owner, until, &mut still_needed) else { return };
+        let why = match trigger {
+            Trigger::Signal(s) => format!("{s} (stop requested)"),
+            Trigger::OwnerDied => "the owner exited".into(),
+            Trigger::Timeout => "the turn timeout expired".into(),
+            t => t.name().into(),
+        };
+        self.logs.marker(&format!("cleanup triggered: {why}"));
+        crate::cleanup::run_once(self.reg, &self.id, CleanupRunner::Supervisor);
     }
 }
 
@@ -396,7 +474,7 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (&'static str, S
     match (outcome.trigger, outcome.provider) {
         (Some(Trigger::Timeout), _) => {
             let after = timeout_ms.map(|ms| duration::format(Duration::from_millis(ms)));
-            ("timed out", format!("timed out after {}", after.unwrap_or_default()))
+            ("timedOut", format!("timed out after {}", after.unwrap_or_default()))
         }
         (Some(Trigger::OwnerDied), _) => ("stopped", "stopped (owner exited)".into()),
         (Some(_), _) => ("stopped", "stopped".into()),
@@ -412,14 +490,16 @@ impl Observer for Managed<'_> {
     }
 
     fn spawned(&mut self, spawned: &Spawned, _policy: &StopPolicy) {
-        let start_time = procfs::start_time(spawned.pid);
+        let stat = procfs::stat(spawned.pid).ok();
+        let start_time = stat.as_ref().map(|s| s.start_time);
         let mut stopped_meanwhile = false;
         let entry = self.reg.update(&self.id, |e| {
             e.pid = Some(spawned.pid.as_raw());
             e.pgid = Some(spawned.pgid.as_raw());
             e.start_time = start_time;
-            if e.status == "starting" {
-                e.status = "running".into();
+            e.sid = stat.as_ref().map(|s| s.session);
+            if e.status == Status::Starting {
+                e.status = Status::Running;
             }
             stopped_meanwhile = e.is_finished();
         });
@@ -453,6 +533,28 @@ impl Observer for Managed<'_> {
         self.logs.marker(&format!("escalated: SIGKILL to {remaining} processes still alive after the term grace"));
     }
 
+    fn wants_members(&self) -> bool {
+        true
+    }
+
+    fn members(&mut self, members: &[Member]) {
+        let now: std::collections::HashSet<(i32, u64)> =
+            members.iter().filter_map(|m| Some((m.pid.as_raw(), m.start_time?))).collect();
+        if now.is_subset(&self.seen) {
+            return;
+        }
+        // Write only when someone new appeared; the list then holds who is alive now.
+        self.seen = now;
+        let mut list: Vec<registry::RecordedMember> = self
+            .seen
+            .iter()
+            .map(|(pid, start_time)| registry::RecordedMember { pid: *pid, start_time: *start_time })
+            .collect();
+        list.sort_by_key(|m| (m.start_time, m.pid));
+        list.truncate(MAX_RECORDED_MEMBERS);
+        let _ = self.reg.update(&self.id, |e| e.members = list);
+    }
+
     fn fds(&self) -> Vec<RawFd> {
         self.pipes.iter().map(|(p, _)| p.as_raw_fd()).collect()
     }
@@ -466,17 +568,17 @@ impl Observer for Managed<'_> {
 /// kernel says now: `running`/`starting` while the supervisor lives, `orphaned` when it is gone
 /// but the tree is alive, `lost` when nothing is alive and no result was recorded (or the entry
 /// is from a previous boot). `census` is taken at most once, on the first entry that needs it.
-pub fn live_status(e: &Entry, census: &OnceCell<Census>) -> String {
+pub fn live_status(e: &Entry, census: &OnceCell<Census>) -> Status {
     if e.is_finished() {
-        return e.status.clone();
+        return e.status;
     }
     if !e.this_boot() {
-        return "lost".into();
+        return Status::Lost;
     }
     if e.supervisor_alive() || e.starter_alive() {
-        return e.status.clone();
+        return e.status;
     }
-    if recorded_alive(e, census) { "orphaned".into() } else { "lost".into() }
+    if recorded_alive(e, census) { Status::Orphaned } else { Status::Lost }
 }
 
 /// True if anything of an entry's recorded tree is alive: the provider itself (full identity),
@@ -489,7 +591,13 @@ pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
         return cgroup::Cgroup::of_entry(e).is_some_and(|cg| cg.populated());
     }
     let Some(start) = e.start_time else { return false };
-    e.provider_alive() || (!e.tag.is_empty() && census.get_or_init(Census::take).tagged_alive(&e.tag, e.uid, start))
+    if e.provider_alive() {
+        return true;
+    }
+    let census = census.get_or_init(Census::take);
+    (!e.tag.is_empty() && census.tagged_alive(&e.tag, e.uid, start))
+        || e.members.iter().any(|m| census.is_alive(m.pid, m.start_time))
+        || (e.pgid.zip(e.sid).is_some_and(|(pgid, sid)| census.group_alive(pgid, sid, e.uid, start)))
 }
 
 /// Writes a containment record into an entry.
@@ -509,11 +617,12 @@ pub fn recorded_tree(e: &Entry) -> Option<Tree> {
     }
     let pid = Pid::new(e.pid?)?;
     let pgid = Pgid::new(e.pgid.unwrap_or(pid.as_raw()))?;
-    if e.tag.is_empty() {
-        // Without a tag only the provider itself (by full identity) and its descendants count.
-        return Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, "\0untagged"));
-    }
-    Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, &e.tag))
+    // Without a tag only the provider itself (by full identity), what was recorded and their
+    // descendants count.
+    let tag = if e.tag.is_empty() { "\0untagged" } else { &e.tag };
+    let members =
+        e.members.iter().filter_map(|m| Some(Member { pid: Pid::new(m.pid)?, start_time: Some(m.start_time) }));
+    Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, tag).with_evidence(members.collect(), e.sid))
 }
 
 /// Live processes of a running or orphaned entry: (pid, pgid, session, command).
@@ -551,9 +660,11 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
     let id = entry.id.clone();
     let entry = &settle_start(reg, entry)?;
     if entry.is_finished() {
-        // The wrapper may have exited while its work goes on: the cleanup is still due.
+        // The wrapper may have exited while its work goes on: the cleanup is still due. A
+        // supervisor that stayed to watch for it is told to re-read its entry and leave.
         if entry.this_boot() {
-            crate::cleanup::run_once(reg, &id, "stop");
+            crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
+            notify_supervisor(entry);
         }
         let e = reg.read(&id)?;
         return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true });
@@ -566,10 +677,15 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
     // A supervisor already stopping keeps the grace it started with: wait for the longer.
     let before = Duration::from_millis(entry.stop.max_stop_ms);
     if let Some(g) = term_grace {
-        entry = reg.update(&id, |e| {
+        let set = |e: &mut Entry| {
             e.stop.term_grace_ms = g.as_millis() as u64;
             e.stop.max_stop_ms = e.stop.stdin_grace_ms + e.stop.term_grace_ms + e.stop.kill_wait_ms;
-        })?;
+        };
+        // A registry that cannot be written (a full disk) must not keep the tree from stopping.
+        match reg.update(&id, set) {
+            Ok(e) => entry = e,
+            Err(_) => set(&mut entry),
+        }
     }
     let mut past_a_stuck_supervisor = false;
     if let Some(sup) = verified_supervisor(&entry) {
@@ -579,7 +695,7 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         let now = reg.read(&id)?;
         if now.is_finished() {
             // The supervisor ran the cleanup; if it died before doing so, run it here.
-            crate::cleanup::run_once(reg, &id, "stop");
+            crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
             let now = reg.read(&id)?;
             return Ok(StopOutcome { tree_gone: now.tree_gone.unwrap_or(true), entry: now, already_finished: false });
         }
@@ -604,22 +720,27 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
             if report.gone { "gone" } else { "NOT confirmed gone" }
         ),
     );
-    let e = reg.update(&id, |e| {
+    let recorded = reg.update(&id, |e| {
         if e.is_finished() {
             return;
         }
-        e.status = "stopped".into();
+        e.status = Status::Stopped;
         e.status_text = Some(if report.gone {
             format!("stopped (by sheepdog stop; {why})")
         } else {
             "stopped (the tree was not confirmed gone)".into()
         });
-        e.stop_reason = Some("stop".into());
+        e.stop_reason = Some(StopReason::Stop);
         e.tree_gone = Some(report.gone);
         e.ended_at = Some(registry::now_ms());
-    })?;
+    });
+    let e = match recorded {
+        Ok(e) => e,
+        Err(source) if report.gone => return Err(ManagerError::NotRecorded { label: entry.label(), source }),
+        Err(source) => return Err(source.into()),
+    };
     let e = settle_cgroup(reg, e);
-    let e = match crate::cleanup::run_once(reg, &id, "stop") {
+    let e = match crate::cleanup::run_once(reg, &id, CleanupRunner::Stop) {
         Some(_) => reg.read(&id)?,
         None => e,
     };
@@ -645,7 +766,7 @@ const START_SETTLE_MAX: Duration = Duration::from_secs(10);
 fn settle_start(reg: &Registry, entry: &Entry) -> Result<Entry, ManagerError> {
     let end = Instant::now() + START_SETTLE_MAX;
     let mut e = entry.clone();
-    while e.status == "starting" && (e.starter_alive() || e.supervisor_alive()) && Instant::now() < end {
+    while e.status == Status::Starting && (e.starter_alive() || e.supervisor_alive()) && Instant::now() < end {
         std::thread::sleep(START_SETTLE_TICK);
         e = match reg.read(&e.id) {
             Ok(x) => x,
@@ -661,7 +782,7 @@ fn record_lost(reg: &Registry, id: &str, text: &str) -> Result<Entry, ManagerErr
     logs::append_marker(&reg.dir(id), text);
     Ok(reg.update(id, |e| {
         if !e.is_finished() {
-            e.status = "lost".into();
+            e.status = Status::Lost;
             e.status_text = Some(text.into());
             e.ended_at = Some(registry::now_ms());
         }
@@ -677,6 +798,17 @@ fn verified_supervisor(e: &Entry) -> Option<PidFd> {
     let pid = Pid::new(e.supervisor_pid?)?;
     let fd = PidFd::open(pid).ok()?;
     registry::identity_alive(e.supervisor_pid, e.supervisor_start_time).then_some(fd)
+}
+
+/// Tells an entry's supervisor that stayed after its command exited (a cleanup pending) to
+/// re-read its entry: SIGUSR1 through a verified pidfd. Only for finished entries: while the
+/// command runs, SIGUSR1 is forwarded to it.
+pub fn notify_supervisor(e: &Entry) {
+    if e.is_finished()
+        && let Some(sup) = verified_supervisor(e)
+    {
+        let _ = sup.send(Signal::USR1);
+    }
 }
 
 /// Blocks until the pidfd's process exits or `timeout` passes. Returns true if it exited.
@@ -696,7 +828,7 @@ fn wait_pidfd(fd: &PidFd, timeout: Option<Duration>) -> bool {
 }
 
 /// The result of `wait`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Waited {
     /// Finished: the entry with its result.
     Finished(Entry),
@@ -706,42 +838,63 @@ pub enum Waited {
     NoResult(Entry),
 }
 
-/// Blocks until the entry's process exits, waiting on its supervisor's pidfd (not by polling the
-/// registry), then reads the recorded result.
+/// How often `wait` re-reads an entry while its supervisor lives: 50 ms. A supervisor whose
+/// command exited may stay on (its cleanup pending), so its exit alone does not say "done".
+const WAIT_TICK: Duration = Duration::from_millis(50);
+
+/// Blocks until the entry's process has exited and any cleanup that has been triggered has
+/// finished (a pending cleanup that nothing triggered does not hold it), then returns the
+/// entry with its result. Wakes on the supervisor's pidfd, re-reading the entry every
+/// [`WAIT_TICK`]; if the supervisor was killed, waits on what is left of the recorded tree.
 pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<Waited, ManagerError> {
     let entry = &settle_start(reg, entry)?;
-    if entry.is_finished() {
-        return Ok(Waited::Finished(entry.clone()));
-    }
     let end = timeout.map(|t| Instant::now() + t);
-    if let Some(sup) = verified_supervisor(entry)
-        && !wait_pidfd(&sup, timeout)
-    {
-        return Ok(Waited::TimedOut);
-    }
-    let e = reg.read(&entry.id)?;
-    if e.is_finished() {
-        return Ok(Waited::Finished(e));
-    }
-    // The supervisor is gone without a result (it was killed, maybe while we waited): wait for
-    // what is left of the tree itself.
-    if let Some(tree) = recorded_tree(&e).filter(|_| e.this_boot()) {
-        while !tree.is_gone() {
-            let left = end.map(|x| x.saturating_duration_since(Instant::now()));
-            if left == Some(Duration::ZERO) {
-                return Ok(Waited::TimedOut);
+    let left = || end.map(|x| x.saturating_duration_since(Instant::now()));
+    loop {
+        let e = reg.read(&entry.id)?;
+        if e.is_finished() {
+            if e.cleanup_running() {
+                if left() == Some(Duration::ZERO) {
+                    return Ok(Waited::TimedOut);
+                }
+                std::thread::sleep(left().unwrap_or(WAIT_TICK).min(Duration::from_millis(20)));
+                continue;
             }
-            tree.wait_any_exit(left.unwrap_or(Duration::from_secs(1)).min(Duration::from_millis(100)));
+            return Ok(Waited::Finished(e));
         }
+        if left() == Some(Duration::ZERO) {
+            return Ok(Waited::TimedOut);
+        }
+        if let Some(sup) = verified_supervisor(&e) {
+            wait_pidfd(&sup, Some(left().unwrap_or(WAIT_TICK).min(WAIT_TICK)));
+            continue;
+        }
+        // The supervisor is gone without a result (it was killed, maybe while we waited): wait
+        // for what is left of the tree itself.
+        if let Some(tree) = recorded_tree(&e).filter(|_| e.this_boot()) {
+            while !tree.is_gone() {
+                let l = left();
+                if l == Some(Duration::ZERO) {
+                    return Ok(Waited::TimedOut);
+                }
+                tree.wait_any_exit(l.unwrap_or(Duration::from_secs(1)).min(Duration::from_millis(100)));
+            }
+        }
+        let e = reg.read(&entry.id)?;
+        return Ok(if e.is_finished() { Waited::Finished(e) } else { Waited::NoResult(e) });
     }
-    let e = reg.read(&entry.id)?;
-    Ok(if e.is_finished() { Waited::Finished(e) } else { Waited::NoResult(e) })
 }
 
 /// The exit status `wait` reports for a finished entry: the process's code, or 128 + the signal
 /// that ended it; `None` when neither is known (the supervisor was killed, and the entry was
 /// then stopped, reaped or recorded lost from outside: nobody saw the process's own status).
+///
+/// An entry stopped by its turn timeout reports 124, as GNU `timeout` does, whatever the process
+/// itself exited with (one that traps SIGTERM and exits 0 still timed out).
 pub fn exit_status_of(e: &Entry) -> Option<i32> {
+    if e.status == Status::TimedOut {
+        return Some(crate::supervisor::EXIT_UNFINISHED);
+    }
     if let Some(c) = e.exit_code {
         return Some(c);
     }
@@ -754,12 +907,17 @@ pub fn exit_status_of(e: &Entry) -> Option<i32> {
 pub struct ReapAction {
     pub id: String,
     pub name: Option<String>,
-    /// `reaped` (a live orphaned tree was stopped) or `lost` (nothing alive, no result).
-    pub action: String,
+    /// `reaped` (a live orphaned tree was stopped), `lost` (nothing alive, no result) or
+    /// `cleanup` (a finished entry's pending cleanup ran: its owner is gone or its turn timeout
+    /// passed, and no supervisor was left to notice).
+    pub action: ReapKind,
     /// Processes that received SIGTERM.
     pub signalled: usize,
     pub tree_gone: bool,
     pub reason: String,
+    /// The cleanup's failure line when it ran and failed (`Cleanup command failed with exit
+    /// code 1.`), else null.
+    pub cleanup_error: Option<String>,
 }
 
 /// Recovery after a crash of anything: entries from a previous boot are dead and never
@@ -778,19 +936,20 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
         }
     }
     for e in entries.iter().filter(|e| !e.is_finished()) {
-        let action = |what: &str, signalled, tree_gone, reason: &str| ReapAction {
+        let action = |what: ReapKind, signalled, tree_gone, reason: &str| ReapAction {
             id: e.id.clone(),
             name: Some(e.display_name()),
-            action: what.into(),
+            action: what,
             signalled,
             tree_gone,
             reason: reason.into(),
+            cleanup_error: None,
         };
         if !e.this_boot() {
             if !dry_run {
                 let _ = record_lost(reg, &e.id, "lost (recorded during a previous boot; nothing was signalled)");
             }
-            actions.push(action("lost", 0, true, "previous boot"));
+            actions.push(action(ReapKind::Lost, 0, true, "previous boot"));
             continue;
         }
         if e.supervisor_alive() || e.starter_alive() {
@@ -816,14 +975,14 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
                 {
                     settle_cgroup(reg, x);
                 }
-                crate::cleanup::run_once(reg, &e.id, "reap");
+                crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
             }
-            actions.push(action("lost", 0, true, "supervisor gone, nothing alive"));
+            actions.push(action(ReapKind::Lost, 0, true, "supervisor gone, nothing alive"));
             continue;
         };
         if dry_run {
             actions.push(action(
-                "reaped",
+                ReapKind::Reaped,
                 0,
                 false,
                 &format!("supervisor gone, {}", plural(live, "process", "processes")),
@@ -843,9 +1002,9 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             if x.is_finished() {
                 return;
             }
-            x.status = "reaped".into();
+            x.status = Status::Reaped;
             x.status_text = Some("reaped".into());
-            x.stop_reason = Some("reap".into());
+            x.stop_reason = Some(StopReason::Reap);
             x.tree_gone = Some(report.gone);
             x.ended_at = Some(registry::now_ms());
         });
@@ -853,13 +1012,38 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
         if let Ok(x) = reg.read(&e.id) {
             settle_cgroup(reg, x);
         }
-        crate::cleanup::run_once(reg, &e.id, "reap");
+        crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
         actions.push(action(
-            "reaped",
+            ReapKind::Reaped,
             report.signalled,
             report.gone,
             &format!("supervisor gone, {}", plural(live, "process", "processes")),
         ));
+    }
+    // Finished entries whose cleanup is still pending and due: their owner died or their turn
+    // timeout passed while no supervisor was watching (it was killed while it waited).
+    for e in entries.iter().filter(|e| e.is_finished() && e.cleanup_pending() && !e.supervisor_alive()) {
+        let reason = if e.owner_gone() {
+            "the owner exited"
+        } else if e.timeout_at_ms().is_some_and(|at| at <= registry::now_ms()) {
+            "the turn timeout passed"
+        } else {
+            continue;
+        };
+        let mut cleanup_error = None;
+        if !dry_run {
+            crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
+            cleanup_error = reg.read(&e.id).ok().and_then(|x| crate::cleanup::failure_line(&x));
+        }
+        actions.push(ReapAction {
+            id: e.id.clone(),
+            name: Some(e.display_name()),
+            action: ReapKind::Cleanup,
+            signalled: 0,
+            tree_gone: true,
+            reason: reason.into(),
+            cleanup_error,
+        });
     }
     (actions, aside)
 }
@@ -882,9 +1066,11 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {} alive", if n == 1 { one } else { many })
 }
 
-/// Removes a finished entry and its logs. Refuses one that still runs.
-pub fn clear(reg: &Registry, e: &Entry) -> Result<(), ManagerError> {
-    if e.cleanup_running() || (e.is_finished() && e.supervisor_alive()) {
+/// Removes a finished entry and its logs. Refuses one that still runs, one whose cleanup is
+/// running, and one whose cleanup is pending (it has not run: `stop` runs it) unless `force`
+/// drops it. A supervisor that stayed for the pending cleanup is told, and leaves.
+pub fn clear(reg: &Registry, e: &Entry, force: bool) -> Result<(), ManagerError> {
+    if e.cleanup_running() {
         return Err(ManagerError::Refused(format!(
             "{} is still finishing (its cleanup command is running); try again when it is done",
             e.label()
@@ -898,6 +1084,189 @@ pub fn clear(reg: &Registry, e: &Entry) -> Result<(), ManagerError> {
             e.id
         )));
     }
+    if e.cleanup_pending() && !force {
+        return Err(ManagerError::Refused(format!(
+            "{} has a cleanup command that has not run; 'sheepdog stop {}' runs it, 'sheepdog clear --force {}' drops it",
+            e.label(),
+            e.id,
+            e.id
+        )));
+    }
+    let lingering = verified_supervisor(e);
     reg.remove(&e.id)?;
+    if let Some(sup) = lingering {
+        let _ = sup.send(Signal::USR1);
+    }
     Ok(())
+}
+
+/// How long `restart` waits for the ports the old tree listened on to be free before it starts
+/// the new command anyway: 5 s (a tree that is gone has closed its sockets; this covers a
+/// listening socket still held by a process that is exiting).
+pub const PORT_FREE_MAX: Duration = Duration::from_secs(5);
+
+/// Starts a managed process and, if `req.ready` is set, waits until it is ready
+/// ([`crate::ready::wait_ready`]). Errors: those of [`start`]; the entry vanishing meanwhile.
+pub fn start_ready(reg: &Registry, req: StartRequest) -> Result<(Entry, Option<ReadyOutcome>), ManagerError> {
+    let spec = req.ready.clone().filter(|s| s.is_set());
+    // A port that already accepts before the start is someone else's: only the tree's own
+    // listening socket will count.
+    let port_was_open = spec.as_ref().and_then(|s| s.port).is_some_and(crate::ready::port_accepts);
+    let e = start(reg, req)?;
+    let outcome = match spec {
+        Some(s) => Some(crate::ready::wait_ready(reg, &e, &s, port_was_open)?),
+        None => None,
+    };
+    Ok((e, outcome))
+}
+
+/// The start request that repeats `e`: same argv, cwd, env, name, session, owner, timeout,
+/// stop timings, cleanup, log cap and readiness options.
+pub fn request_of(e: &Entry) -> StartRequest {
+    StartRequest {
+        name: e.name.clone(),
+        session_id: e.session_id.clone(),
+        owner: e.owner_pid.and_then(Pid::new),
+        cwd: Some(PathBuf::from(&e.cwd)),
+        env: e
+            .env
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                (OsString::from(k), OsString::from(v))
+            })
+            .collect(),
+        timeout: e.timeout_ms.map(Duration::from_millis),
+        policy: StopPolicy { stdin_grace: Duration::ZERO, ..policy(&e.stop) },
+        cleanup: e.cleanup.clone(),
+        log_max: e.log_max_bytes,
+        ready: e.ready.clone(),
+        restart_of: None,
+        containment: e.containment_asked.as_deref().and_then(cgroup::Mode::parse).unwrap_or_default(),
+        limits: cgroup::Limits { memory_max: e.memory_max, pids_max: e.pids_max },
+        argv: e.argv.iter().map(OsString::from).collect(),
+    }
+}
+
+/// What `restart` (and `start --replace`) did.
+#[derive(Debug)]
+pub struct Restarted {
+    /// The stop of the old entry.
+    pub stopped: StopOutcome,
+    /// The new entry (`restartOf` = the old id).
+    pub entry: Entry,
+    /// Readiness, when the options asked for it.
+    pub ready: Option<ReadyOutcome>,
+}
+
+/// `restart`: the one stop of `old` (cleanup included), then a new start with the same options
+/// ([`request_of`]), recorded as `restartOf` the old id.
+pub fn restart(reg: &Registry, old: &Entry, term_grace: Option<Duration>) -> Result<Restarted, ManagerError> {
+    replace(reg, old, request_of(old), term_grace)
+}
+
+/// Stops `old` (cleanup included), waits until the TCP ports its tree listened on (and the
+/// `--ready-port` of `req`) are free, at most [`PORT_FREE_MAX`], then starts `req` as
+/// `restartOf` the old id, waiting for readiness if asked. Errors: the old tree was not confirmed
+/// gone (124; nothing new is started), and those of [`start_ready`].
+pub fn replace(
+    reg: &Registry,
+    old: &Entry,
+    mut req: StartRequest,
+    term_grace: Option<Duration>,
+) -> Result<Restarted, ManagerError> {
+    let pids: Vec<Pid> = live_tree(old).iter().filter_map(|(p, ..)| Pid::new(*p)).collect();
+    let mut ports = crate::ports::listening(&pids);
+    ports.extend(req.ready.as_ref().and_then(|r| r.port));
+    let stopped = stop(reg, old, term_grace)?;
+    if !stopped.tree_gone {
+        return Err(ManagerError::Start {
+            code: 124,
+            message: format!("the tree of {} was not confirmed gone; nothing new was started", old.label()),
+        });
+    }
+    let end = Instant::now() + PORT_FREE_MAX;
+    while ports.iter().any(|p| crate::ports::port_in_listen(*p)) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    req.restart_of = Some(old.id.clone());
+    let (entry, ready) = start_ready(reg, req)?;
+    Ok(Restarted { stopped, entry, ready })
+}
+
+/// What `wait` on several entries returns.
+#[derive(Debug)]
+pub struct WaitedMany {
+    /// One result per entry, in the order given; `TimedOut` for one still running when the
+    /// wait returned (the timeout passed, or with `any` another finished first).
+    pub results: Vec<Waited>,
+    /// The index of the entry that decides the exit status: with `any` the first that finished,
+    /// else the last to finish (by its recorded end). `None` if none finished.
+    pub decisive: Option<usize>,
+}
+
+/// True when `wait` on this entry would return at once: it is final and its cleanup is not
+/// running, or its supervisor is gone.
+fn wait_would_return(e: &Entry) -> bool {
+    (e.is_finished() && !e.cleanup_running()) || (!e.supervisor_alive() && !e.starter_alive())
+}
+
+/// `wait` on several entries: all of them, or with `any` until the first finishes; bounded by
+/// `timeout`. Each finished entry's result is [`wait`]'s.
+pub fn wait_many(
+    reg: &Registry,
+    entries: &[Entry],
+    any: bool,
+    timeout: Option<Duration>,
+) -> Result<WaitedMany, ManagerError> {
+    let end = timeout.map(|t| Instant::now() + t);
+    let left = || end.map(|e| e.saturating_duration_since(Instant::now()));
+    let mut results: Vec<Option<Waited>> = vec![None; entries.len()];
+    if !any {
+        for (i, e) in entries.iter().enumerate() {
+            results[i] = Some(wait(reg, e, left())?);
+        }
+        let decisive = results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| match w {
+                Some(Waited::Finished(e)) => Some((e.ended_at.unwrap_or(0), i)),
+                _ => None,
+            })
+            .max()
+            .map(|(_, i)| i);
+        return Ok(WaitedMany {
+            results: results.into_iter().map(|w| w.unwrap_or(Waited::TimedOut)).collect(),
+            decisive,
+        });
+    }
+    let mut decisive = None;
+    'outer: loop {
+        let mut sups = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            let cur = match reg.read(&e.id) {
+                Ok(c) => c,
+                Err(RegistryError::NotFound(_)) => continue,
+                Err(err) => return Err(err.into()),
+            };
+            if cur.status != Status::Starting && wait_would_return(&cur) {
+                results[i] = Some(wait(reg, &cur, Some(left().unwrap_or(Duration::from_secs(10))))?);
+                decisive = Some(i);
+                break 'outer;
+            }
+            sups.extend(verified_supervisor(&cur));
+        }
+        let tick = Duration::from_millis(100);
+        let wait_for = left().map_or(tick, |l| l.min(tick));
+        if left() == Some(Duration::ZERO) {
+            break;
+        }
+        let mut fds: Vec<PollFd> = sups.iter().map(|s| PollFd::new(s.as_raw_fd(), POLL_IN)).collect();
+        if fds.is_empty() {
+            std::thread::sleep(wait_for);
+        } else {
+            let _ = process::poll(&mut fds, Some(wait_for));
+        }
+    }
+    Ok(WaitedMany { results: results.into_iter().map(|w| w.unwrap_or(Waited::TimedOut)).collect(), decisive })
 }
