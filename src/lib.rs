@@ -5,6 +5,7 @@
 //! - [`supervisor`]: the event loop of one supervisor (`sheepdog run`, and each managed
 //!   process's detached supervisor).
 //! - [`stop`]: [`stop::StopPolicy`] and the one stop sequence, as a small state machine.
+//! - [`cgroup`]: the cgroup v2 tier: the probe, a tree's cgroup, usage, limits, `doctor`.
 //! - [`tree`]: which processes belong to a provider, "all gone", identity-checked signals.
 //! - [`spawn`]: a command into its own process group, with the pre-exec steps.
 //! - [`registry`]: entries on disk, crash-safe writes, identity.
@@ -26,6 +27,7 @@
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod cgroup;
 pub mod cleanup;
 pub mod cli;
 pub mod duration;

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::cgroup;
 use crate::duration;
 use crate::logs::{self, LogSet, Stream};
 use crate::ready::{ReadyOutcome, ReadySpec};
@@ -103,6 +104,10 @@ pub struct StartRequest {
     pub cleanup: Option<Cleanup>,
     /// Per-file log cap in bytes.
     pub log_max: Option<u64>,
+    /// The containment tier asked for (`--containment`, `$SHEEPDOG_CONTAINMENT`) and limits;
+    /// the detached supervisor probes, and a refusal fails the start with status 125.
+    pub containment: cgroup::Mode,
+    pub limits: cgroup::Limits,
     /// Readiness options, recorded for `restart` (the wait itself is [`crate::ready::wait_ready`]).
     pub ready: Option<ReadySpec>,
     /// The entry this start replaces (`restart`, `start --replace`).
@@ -184,6 +189,9 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         timeout_ms: req.timeout.map(|d| d.as_millis() as u64),
         status: "starting".into(),
         log_max_bytes: req.log_max,
+        containment_asked: (req.containment != cgroup::Mode::Auto).then(|| req.containment.name().to_string()),
+        memory_max: req.limits.memory_max,
+        pids_max: req.limits.pids_max,
         ready: req.ready.clone(),
         restart_of: req.restart_of.clone(),
         env: req.env.iter().map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy())).collect(),
@@ -202,7 +210,10 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     let mut cmd = Command::new(exe);
     cmd.arg("--state-dir")
         .arg(reg.root())
-        .args(["supervise-entry", "--id", &id, "--cwd"])
+        .args(["supervise-entry", "--id", &id, "--containment", req.containment.name()])
+        .args(req.limits.memory_max.map(|m| format!("--memory-max={m}")))
+        .args(req.limits.pids_max.map(|p| format!("--pids-max={p}")))
+        .arg("--cwd")
         .arg(&cwd)
         .arg("--")
         .args(&req.argv)
@@ -258,16 +269,30 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
 /// The body of the detached supervisor (`sheepdog supervise-entry`): runs the entry's command
 /// to the end and records the result. Reports readiness on stdout (`ok`, or `err CODE MESSAGE`)
 /// and then points stdout at /dev/null. Returns the supervisor's exit status.
-pub fn run_supervisor(reg: &Registry, id: &str, cwd: PathBuf, argv: Vec<OsString>) -> i32 {
+pub fn run_supervisor(
+    reg: &Registry,
+    id: &str,
+    cwd: PathBuf,
+    argv: Vec<OsString>,
+    containment: cgroup::Request,
+) -> i32 {
     let fail = |code: i32, message: String| {
         let _ = reg.remove(id);
         println!("err {code} {message}");
         code
     };
     let me = process::getpid();
+    let mut cgroup_name = None;
     let entry = match reg.update(id, |e| {
         e.supervisor_pid = Some(me.as_raw());
         e.supervisor_start_time = procfs::start_time(me);
+        // The tree's cgroup path, recorded before it is made: a SIGKILL between the `mkdir`
+        // and the recording of its inode leaves a cgroup `reap` can still find and remove.
+        if containment.mode != cgroup::Mode::Subreaper {
+            let name = cgroup::entry_cgroup_name(id, me, &e.tag);
+            e.cgroup = cgroup::planned_path(&name);
+            cgroup_name = Some(name);
+        }
     }) {
         Ok(e) => e,
         Err(e) => return fail(125, e.to_string()),
@@ -298,6 +323,7 @@ pub fn run_supervisor(reg: &Registry, id: &str, cwd: PathBuf, argv: Vec<OsString
         on_stdin_eof: OnStdinEof::Ignore,
         policy: policy(&entry.stop),
         timeout: entry.timeout_ms.map(Duration::from_millis),
+        containment: cgroup::Request { label: id.to_string(), name: cgroup_name, ..containment },
     };
     let mut managed = Managed {
         reg,
@@ -399,6 +425,9 @@ impl Managed<'_> {
             e.stop_reason = outcome.trigger.map(StopReason::from);
             e.tree_gone = Some(outcome.tree_gone);
             e.ended_at = Some(registry::now_ms());
+            if outcome.cgroup_left {
+                e.cgroup_leftover = Some(true);
+            }
             // A stop (not the command's own exit) is two steps: the tree, then the cleanup. The
             // claim goes in the same write as the result, so nobody who reads a stopped entry
             // (`wait`, `clear`) can see its cleanup as not yet triggered.
@@ -456,6 +485,10 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (&'static str, S
 }
 
 impl Observer for Managed<'_> {
+    fn contained(&mut self, record: &cgroup::Record) {
+        let _ = self.reg.update(&self.id, |e| record_containment(e, record));
+    }
+
     fn spawned(&mut self, spawned: &Spawned, _policy: &StopPolicy) {
         let stat = procfs::stat(spawned.pid).ok();
         let start_time = stat.as_ref().map(|s| s.start_time);
@@ -552,10 +585,13 @@ pub fn live_status(e: &Entry, census: &OnceCell<Census>) -> Status {
 /// True if anything of an entry's recorded tree is alive: the provider itself (full identity),
 /// or a process carrying its tag (same uid, started no earlier than the provider).
 pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
-    let Some(start) = e.start_time else { return false };
     if !e.this_boot() {
         return false;
     }
+    if e.containment.as_deref() == Some("cgroup") && e.cgroup.is_some() {
+        return cgroup::Cgroup::of_entry(e).is_some_and(|cg| cg.populated());
+    }
+    let Some(start) = e.start_time else { return false };
     if e.provider_alive() {
         return true;
     }
@@ -565,8 +601,21 @@ pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
         || (e.pgid.zip(e.sid).is_some_and(|(pgid, sid)| census.group_alive(pgid, sid, e.uid, start)))
 }
 
-/// The tree of an entry as seen without its supervisor; `None` if it never spawned.
+/// Writes a containment record into an entry.
+pub fn record_containment(e: &mut Entry, r: &cgroup::Record) {
+    e.containment = Some(r.containment.to_string());
+    e.containment_reason = r.containment_reason.clone();
+    e.cgroup = r.cgroup.clone();
+    e.cgroup_inode = r.cgroup_inode;
+}
+
+/// The tree of an entry as seen without its supervisor; `None` if it never spawned. In the
+/// cgroup tier: the recorded cgroup (inode checked), and nothing else; `None` once it is gone.
 pub fn recorded_tree(e: &Entry) -> Option<Tree> {
+    if e.containment.as_deref() == Some("cgroup") && e.cgroup.is_some() {
+        let pgid = e.pgid.and_then(Pgid::new).unwrap_or(process::getpid().as_group());
+        return cgroup::Cgroup::of_entry(e).map(|cg| Tree::of_cgroup(cg, pgid));
+    }
     let pid = Pid::new(e.pid?)?;
     let pgid = Pgid::new(e.pgid.unwrap_or(pid.as_raw()))?;
     // Without a tag only the provider itself (by full identity), what was recorded and their
@@ -701,6 +750,7 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         Err(source) if report.gone => return Err(ManagerError::NotRecorded { label: entry.label(), source }),
         Err(source) => return Err(source.into()),
     };
+    let e = settle_cgroup(reg, e);
     let e = match crate::cleanup::run_once(reg, &id, CleanupRunner::Stop) {
         Some(_) => reg.read(&id)?,
         None => e,
@@ -894,6 +944,13 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
     let (entries, aside) = reg.list();
     let census = OnceCell::new();
     let mut actions = Vec::new();
+    // Cgroups a supervisor could not remove once its tree was gone.
+    if !dry_run {
+        for e in entries.iter().filter(|e| e.cgroup_leftover == Some(true) && e.is_finished() && !e.supervisor_alive())
+        {
+            settle_cgroup(reg, e.clone());
+        }
+    }
     for e in entries.iter().filter(|e| !e.is_finished()) {
         let action = |what: ReapKind, signalled, tree_gone, reason: &str| ReapAction {
             id: e.id.clone(),
@@ -923,10 +980,17 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
         let live = tree.as_ref().map(|t| t.live().len()).unwrap_or(0);
         let Some(tree) = tree.filter(|_| live > 0) else {
             if e.pid.is_none() && registry::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
+                if !dry_run && e.supervisor_pid.is_some() {
+                    // Its supervisor died before the spawn: a cgroup it made is empty.
+                    settle_cgroup(reg, e.clone());
+                }
                 continue;
             }
             if !dry_run {
-                let _ = record_lost(reg, &e.id, "lost (the supervisor is gone and nothing of the tree is alive)");
+                if let Ok(x) = record_lost(reg, &e.id, "lost (the supervisor is gone and nothing of the tree is alive)")
+                {
+                    settle_cgroup(reg, x);
+                }
                 crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
             }
             actions.push(action(ReapKind::Lost, 0, true, "supervisor gone, nothing alive"));
@@ -960,6 +1024,10 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             x.tree_gone = Some(report.gone);
             x.ended_at = Some(registry::now_ms());
         });
+        drop(tree);
+        if let Ok(x) = reg.read(&e.id) {
+            settle_cgroup(reg, x);
+        }
         crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
         actions.push(action(
             ReapKind::Reaped,
@@ -994,6 +1062,20 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
         });
     }
     (actions, aside)
+}
+
+/// In the cgroup tier, once an entry's tree is gone: removes its recorded cgroup (inode
+/// checked) and records whether a leftover remains (`cgroupLeftover`, for the next `reap`).
+/// Returns the entry as it is then.
+fn settle_cgroup(reg: &Registry, e: Entry) -> Entry {
+    if e.cgroup.is_none() {
+        return e;
+    }
+    let left = !cgroup::remove_recorded(&e);
+    if e.cgroup_leftover.unwrap_or(false) == left {
+        return e;
+    }
+    reg.update(&e.id, |x| x.cgroup_leftover = left.then_some(true)).unwrap_or(e)
 }
 
 fn plural(n: usize, one: &str, many: &str) -> String {
@@ -1076,6 +1158,8 @@ pub fn request_of(e: &Entry) -> StartRequest {
         log_max: e.log_max_bytes,
         ready: e.ready.clone(),
         restart_of: None,
+        containment: e.containment_asked.as_deref().and_then(cgroup::Mode::parse).unwrap_or_default(),
+        limits: cgroup::Limits { memory_max: e.memory_max, pids_max: e.pids_max },
         argv: e.argv.iter().map(OsString::from).collect(),
     }
 }

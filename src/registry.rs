@@ -194,6 +194,26 @@ pub struct Entry {
     pub tree_gone: Option<bool>,
     /// Unix ms.
     pub ended_at: Option<u64>,
+    /// The tier that keeps the tree: `cgroup`, `subreaper` or `group` (recorded before the
+    /// spawn; `None` in entries written before the tiers existed: treated as `subreaper`).
+    pub containment: Option<String>,
+    /// Why a stronger tier was not used (the cgroup probe's refusal); `None` in the cgroup tier.
+    pub containment_reason: Option<String>,
+    /// The tree's cgroup directory (absolute path), in the cgroup tier.
+    pub cgroup: Option<String>,
+    /// The inode of that directory: nothing acts on the path unless it still matches.
+    pub cgroup_inode: Option<u64>,
+    /// True when the cgroup could not be removed after the tree was gone; `reap` removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_leftover: Option<bool>,
+    /// What `start` asked for (`--containment`, `--memory-max` in bytes, `--pids-max`), kept
+    /// for `restart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containment_asked: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_max: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_max: Option<u64>,
     /// The readiness options it was started with (`--ready-port`, `--ready-log`,
     /// `--ready-listen`, `--ready-timeout`), kept for `restart`.
     pub ready: Option<ReadySpec>,

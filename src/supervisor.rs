@@ -13,9 +13,10 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
+use crate::cgroup;
 use crate::spawn::{self, SpawnError, SpawnOptions, Spawned};
 use crate::stop::{Phase, Step, StopMachine, StopPolicy, Trigger};
-use crate::sys::process::{self, FdKind, POLL_HUP_ONLY, POLL_IN, PidFd, PollFd};
+use crate::sys::process::{self, FdKind, POLL_HUP_ONLY, POLL_IN, POLL_PRI, PidFd, PollFd};
 use crate::sys::signal::SignalPipe;
 use crate::sys::{Pid, Signal, WaitStatus, procfs};
 use crate::tree::{Member, Tree};
@@ -66,10 +67,16 @@ pub struct Options {
     pub policy: StopPolicy,
     /// The turn timeout: the one stop runs this long after the spawn.
     pub timeout: Option<Duration>,
+    /// The containment tier asked for, and limits (see [`crate::cgroup::probe`]).
+    pub containment: cgroup::Request,
 }
 
 /// Hooks for a front end: events to report and extra fds to service. All default to nothing.
 pub trait Observer {
+    /// The probe chose the tier, before the spawn: in the cgroup tier the cgroup exists and the
+    /// command will join it before `exec`. Called again (subreaper tier, with the reason) if
+    /// the child could not join and the tier was not demanded.
+    fn contained(&mut self, _record: &cgroup::Record) {}
     /// The provider is running.
     fn spawned(&mut self, _spawned: &Spawned, _policy: &StopPolicy) {}
     /// A stop is about to begin: the timings to use, if they changed since the spawn (a managed
@@ -119,6 +126,9 @@ pub struct Outcome {
     pub tree_gone: bool,
     /// SIGKILL was needed.
     pub escalated: bool,
+    /// In the cgroup tier: the tree's cgroup could not be removed afterwards (a leftover for
+    /// `reap`).
+    pub cgroup_left: bool,
 }
 
 /// How the supervisor itself should end, as README.md's exit-status table says.
@@ -172,6 +182,9 @@ pub enum Error {
     OwnerGone(Pid),
     #[error(transparent)]
     Spawn(#[from] SpawnError),
+    /// The cgroup tier or a limit was demanded and is unavailable here.
+    #[error(transparent)]
+    Containment(#[from] cgroup::Refused),
     #[error("unable to {op}: {source}")]
     Io {
         op: &'static str,
@@ -258,7 +271,8 @@ impl OwnerWatch {
 ///
 /// Order matters and is the point: signal handlers first (a stop that lands the instant after
 /// the spawn is still seen), then the owner check (the provider never runs for a wrong or dead
-/// owner), then the subreaper bit, then the spawn.
+/// owner), then the subreaper bit, then the containment probe (the tree's cgroup exists and is
+/// recorded before the command runs), then the spawn.
 ///
 /// Errors: [`Error`]; on error nothing was spawned.
 pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
@@ -282,14 +296,41 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
     #[cfg(target_os = "linux")]
     process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
 
+    // The tier, before the spawn: in the cgroup tier the child joins the tree's cgroup before
+    // `exec`, and the observer records the cgroup before the command runs.
+    let mut containment = cgroup::probe(&opts.containment)?;
+    observer.contained(&containment.record());
+
     // Children this process already has (a shell that exec'd sheepdog may have left a job
     // behind) are not the provider's: they are reaped when they exit, never stopped.
     let foreign = crate::tree::foreign_children();
-    let spawned = spawn::spawn_provider(&opts.argv, opts.spawn)?;
+    let join = containment.cgroup.as_ref().and_then(|cg| cg.join_fds()).map(|fds| spawn::CgroupJoin {
+        fds,
+        fallback: opts.containment.mode == cgroup::Mode::Auto && !opts.containment.limits_asked(),
+    });
+    let spawned = match spawn::spawn_joined(&opts.argv, opts.spawn, join) {
+        Ok((spawned, None)) => spawned,
+        Ok((spawned, Some(why))) => {
+            let path = containment.cgroup.as_ref().map(|c| c.path().display().to_string()).unwrap_or_default();
+            if let Some(cg) = containment.cgroup.take() {
+                let _ = cg.remove();
+            }
+            containment =
+                cgroup::Containment::fallback(format!("unable to move the command into cgroup {path}: {why}"));
+            observer.contained(&containment.record());
+            spawned
+        }
+        Err(e) => {
+            if let Some(cg) = &containment.cgroup {
+                let _ = cg.remove();
+            }
+            return Err(e.into());
+        }
+    };
     let started = Instant::now();
     observer.spawned(&spawned, &opts.policy);
 
-    let tree = Tree::supervised_except(spawned.pgid, foreign);
+    let tree = Tree::supervised_except(spawned.pgid, foreign).contained(containment.cgroup.take());
     let mut machine = StopMachine::new(opts.policy);
     let mut provider: Option<WaitStatus> = None;
     let timeout_at = opts.timeout.map(|d| started + d);
@@ -315,6 +356,11 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
         });
         let stdin_slot = watch_stdin.then(|| {
             fds.push(PollFd::new(0, POLL_HUP_ONLY));
+            fds.len() - 1
+        });
+        // In the cgroup tier, `populated 0` wakes the loop as soon as the last member exits.
+        let cgroup_slot = tree.cgroup().map(|cg| {
+            fds.push(PollFd::new(cg.events_fd(), POLL_PRI));
             fds.len() - 1
         });
         let extra_from = fds.len();
@@ -355,6 +401,12 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
         if owner_died {
             owner = None;
             begin(&mut machine, Trigger::OwnerDied, &tree, observer);
+        }
+        if let (Some(slot), Some(cg)) = (cgroup_slot, tree.cgroup())
+            && fds[slot].ready()
+        {
+            // Re-arms POLLPRI; "all gone" itself is re-checked below, as after every wake.
+            let _ = cg.populated();
         }
         if stdin_slot.is_some_and(|slot| fds[slot].hung_up()) {
             watch_stdin = false;
@@ -401,12 +453,15 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
         }
     }
 
+    // The tree's cgroup goes with the tree; a leftover is reported (and removed by `reap`).
+    let cgroup_left = tree.cgroup().is_some_and(|cg| cg.remove().is_err());
     Ok(Outcome {
         spawned,
         provider,
         trigger: machine.trigger(),
         tree_gone: machine.phase() == Phase::Gone,
         escalated: machine.escalated(),
+        cgroup_left,
     })
 }
 
@@ -510,6 +565,7 @@ mod tests {
             trigger,
             tree_gone,
             escalated: false,
+            cgroup_left: false,
         };
         let kill = Signal::KILL;
         let term = Signal::TERM;

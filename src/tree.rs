@@ -18,6 +18,7 @@
 use std::cell::Cell;
 use std::time::Duration;
 
+use crate::cgroup::Cgroup;
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
 use crate::sys::procfs::{self, Stat};
 use crate::sys::{Pgid, Pid, Signal};
@@ -69,6 +70,9 @@ pub struct Tree {
     /// True while the group number cannot have been reused: the supervisor has not yet reaped
     /// the group leader (the provider). Only then is `kill(-pgid)` safe.
     leader_held: Cell<bool>,
+    /// In the cgroup tier, the tree's cgroup: then it alone says who is a member and whether
+    /// anything is alive, and SIGKILL is one write to `cgroup.kill` (see [`crate::cgroup`]).
+    cgroup: Option<Cgroup>,
 }
 
 impl Tree {
@@ -80,13 +84,23 @@ impl Tree {
     /// Like [`Tree::supervised`], leaving out `foreign`: this process's children from before the
     /// spawn (see [`foreign_children`]) and everything below them.
     pub fn supervised_except(pgid: Pgid, foreign: Vec<Member>) -> Tree {
-        Tree { scope: Scope::Supervised { root: process::getpid(), foreign }, pgid, leader_held: Cell::new(true) }
+        Tree {
+            scope: Scope::Supervised { root: process::getpid(), foreign },
+            pgid,
+            leader_held: Cell::new(true),
+            cgroup: None,
+        }
     }
 
     /// The tree below `root` (not `root` itself) plus the live members of group `pgid`, whose
     /// leader this process has spawned and not yet reaped (a cleanup command).
     pub fn rooted(root: Pid, pgid: Pgid) -> Tree {
-        Tree { scope: Scope::Supervised { root, foreign: Vec::new() }, pgid, leader_held: Cell::new(true) }
+        Tree {
+            scope: Scope::Supervised { root, foreign: Vec::new() },
+            pgid,
+            leader_held: Cell::new(true),
+            cgroup: None,
+        }
     }
 
     /// The tree of a recorded provider whose supervisor is gone: `provider` started at
@@ -103,7 +117,31 @@ impl Tree {
             },
             pgid,
             leader_held: Cell::new(false),
+            cgroup: None,
         }
+    }
+
+    /// The same tree kept by `cgroup` (the cgroup tier), or unchanged with `None`.
+    pub fn contained(mut self, cgroup: Option<Cgroup>) -> Tree {
+        self.cgroup = cgroup;
+        self
+    }
+
+    /// The tree of an entry in the cgroup tier whose supervisor is gone: exactly the processes
+    /// in its recorded cgroup (opened with the inode checked), whatever they did to their
+    /// environment, group or session.
+    pub fn of_cgroup(cgroup: Cgroup, pgid: Pgid) -> Tree {
+        Tree {
+            scope: Scope::Supervised { root: process::getpid(), foreign: Vec::new() },
+            pgid,
+            leader_held: Cell::new(false),
+            cgroup: Some(cgroup),
+        }
+    }
+
+    /// The tree's cgroup, in the cgroup tier.
+    pub fn cgroup(&self) -> Option<&Cgroup> {
+        self.cgroup.as_ref()
     }
 
     /// Adds the evidence that needs no tag (for members that cleared their environment):
@@ -133,6 +171,9 @@ impl Tree {
 
     /// Every live (non-zombie) process of the tree, deduplicated.
     pub fn live(&self) -> Vec<Member> {
+        if let Some(cg) = &self.cgroup {
+            return cg.members().into_iter().map(|pid| Member { pid, start_time: procfs::start_time(pid) }).collect();
+        }
         let mut out: Vec<Member> = Vec::new();
         let push = |m: Member, out: &mut Vec<Member>| {
             if !out.iter().any(|o| o.pid == m.pid) {
@@ -198,6 +239,9 @@ impl Tree {
 
     /// True when nothing of the tree is alive (zombies count as gone).
     pub fn is_gone(&self) -> bool {
+        if let Some(cg) = &self.cgroup {
+            return !cg.populated();
+        }
         match &self.scope {
             Scope::Supervised { root, foreign } => {
                 // Fast path: the walk covers every descendant; the full scan for group members
@@ -228,6 +272,10 @@ impl Tree {
     /// signal twice, which some programs read as "force quit"), and no full `/proc` scan is
     /// needed. After the leader is reaped, members are found by scanning and signalled one by one.
     pub fn signal_all(&self, sigs: &[Signal]) -> usize {
+        if let Some(cg) = &self.cgroup {
+            let counts: Vec<usize> = sigs.iter().map(|s| cg.signal(*s)).collect();
+            return counts.first().copied().unwrap_or(0);
+        }
         let group_kill = self.leader_held.get() || !cfg!(target_os = "linux");
         let members: Vec<Member> = match (&self.scope, group_kill) {
             (Scope::Supervised { root, foreign }, true) => walk(*root, foreign)
@@ -258,6 +306,9 @@ impl Tree {
 
     /// Blocks until a member exits or `timeout` passes, on pidfds (Linux) or a plain sleep.
     pub fn wait_any_exit(&self, timeout: Duration) {
+        if let Some(cg) = &self.cgroup {
+            return cg.wait_change(timeout);
+        }
         let fds: Vec<PidFd> = self.live().iter().take(256).filter_map(|m| PidFd::open(m.pid).ok()).collect();
         if fds.is_empty() {
             std::thread::sleep(timeout.min(Duration::from_millis(10)));

@@ -94,6 +94,20 @@ pub struct EntryView {
     pub start_time: Option<u64>,
     pub supervisor_start_time: Option<u64>,
     pub uid: u32,
+    /// The tier that keeps the tree: `cgroup`, `subreaper` or `group` (null in entries from
+    /// before the tiers existed).
+    pub containment: Option<String>,
+    /// Why a stronger tier was refused (null in the cgroup tier).
+    pub containment_reason: Option<String>,
+    /// The tree's cgroup directory and its inode (cgroup tier).
+    pub cgroup: Option<String>,
+    pub cgroup_inode: Option<u64>,
+    /// True when the cgroup could not be removed after the tree was gone (`reap` removes it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_leftover: Option<bool>,
+    /// Usage of a running cgroup-tier entry's cgroup, from [`crate::cgroup::usage`]:
+    /// `{cpuMs, memoryBytes, tasks}`, absent controllers null; null otherwise.
+    pub usage: Option<crate::cgroup::Usage>,
     /// The live processes (`ps --tree`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tree: Option<Vec<TreeProc>>,
@@ -188,6 +202,12 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
         start_time: e.start_time,
         supervisor_start_time: e.supervisor_start_time,
         uid: e.uid,
+        containment: e.containment.clone(),
+        containment_reason: e.containment_reason.clone(),
+        cgroup: e.cgroup.clone(),
+        cgroup_inode: e.cgroup_inode,
+        cgroup_leftover: e.cgroup_leftover,
+        usage: if status.is_finished() { None } else { crate::cgroup::usage(e) },
         tree,
     }
 }

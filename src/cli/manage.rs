@@ -142,6 +142,8 @@ pub struct StartArgs {
     /// Cap per log file; at the cap it rotates to one `.1`.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     log_max: Option<u64>,
+    #[command(flatten)]
+    containment: super::ContainmentArgs,
     /// Return once a process of the tree listens on this TCP port (status 1 if the command exits
     /// first, 124 if --ready-timeout passes: the process keeps running).
     #[arg(long, value_name = "PORT", conflicts_with_all = ["ready_log", "ready_listen"])]
@@ -245,6 +247,7 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         return Err(CliError::usage("start: missing command (usage: sheepdog start [OPTIONS] -- CMD [ARGS...])"));
     }
     let owner = a.owner.map(|p| pid_arg("--owner", p)).transpose()?;
+    let (containment, limits) = a.containment.resolve()?;
     let ready = a.ready_spec()?;
     let session = a.session.clone().filter(|s| !s.is_empty());
     let reg = open(dir)?;
@@ -262,6 +265,8 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         policy: StopPolicy { stdin_grace: Duration::ZERO, term_grace: a.term_grace, kill_wait: a.kill_wait },
         cleanup: a.cleanup.map(|command| Cleanup { command, timeout_ms: a.cleanup_timeout.as_millis() as u64 }),
         log_max: a.log_max,
+        containment,
+        limits,
         ready,
         restart_of: None,
         argv: a.command,
@@ -432,20 +437,26 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
     let wports = width(&|v| ports(v).len(), 5, 24);
     let _ = writeln!(
         out,
-        "{:<wid$} {:<wname$} {:<wsess$} {:<wstat$} {:>7} {:<wports$} {:>5}  COMMAND",
-        "ID", "NAME", "SESSION", "STATUS", "PID", "PORTS", "AGE"
+        "{:<wid$} {:<wname$} {:<wsess$} {:<wstat$} {:>7} {:<wports$} {:>5} {:>7} {:>7} {:>5}  COMMAND",
+        "ID", "NAME", "SESSION", "STATUS", "PID", "PORTS", "AGE", "CPU", "MEM", "TASKS"
     );
     for v in &rows {
+        // Usage of the tree's cgroup (cgroup tier); `-` where there is no figure.
+        let dash = || "-".to_string();
+        let u = v.usage;
         let _ = writeln!(
             out,
-            "{:<wid$} {:<wname$} {:<wsess$} {:<wstat$} {:>7} {:<wports$} {:>5}  {}",
+            "{:<wid$} {:<wname$} {:<wsess$} {:<wstat$} {:>7} {:<wports$} {:>5} {:>7} {:>7} {:>5}  {}",
             fit(&v.id, wid),
             fit(&v.name, wname),
             fit(v.session_id.as_deref().unwrap_or("-"), wsess),
             fit(&v.status_text, wstat),
-            v.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            v.pid.map(|p| p.to_string()).unwrap_or_else(dash),
             fit(&ports(v), wports),
             age(v.started_at),
+            u.map(|u| cpu_text(u.cpu_ms)).unwrap_or_else(dash),
+            u.and_then(|u| u.memory_bytes).map(mem_text).unwrap_or_else(dash),
+            u.and_then(|u| u.tasks).map(|t| t.to_string()).unwrap_or_else(dash),
             v.command_preview
         );
         for p in v.tree.iter().flatten() {
@@ -460,6 +471,24 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
         );
     }
     Ok(0)
+}
+
+/// CPU time for the table: `850ms`, `12.3s`, `4m05s`.
+fn cpu_text(ms: u64) -> String {
+    match ms {
+        0..1000 => format!("{ms}ms"),
+        1000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        _ => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
+    }
+}
+
+/// Memory for the table: `512K`, `12.5M`, `1.2G`.
+fn mem_text(bytes: u64) -> String {
+    match bytes {
+        0..1_048_576 => format!("{}K", bytes / 1024),
+        1_048_576..1_073_741_824 => format!("{:.1}M", bytes as f64 / 1_048_576.0),
+        _ => format!("{:.1}G", bytes as f64 / 1_073_741_824.0),
+    }
 }
 
 /// `sheepdog logs`.
@@ -1005,11 +1034,23 @@ pub struct SuperviseArgs {
     id: String,
     #[arg(long)]
     cwd: PathBuf,
+    #[arg(long, default_value = "auto", value_parser = ["auto", "cgroup", "subreaper"])]
+    containment: String,
+    #[arg(long)]
+    memory_max: Option<u64>,
+    #[arg(long)]
+    pids_max: Option<u64>,
     #[arg(trailing_var_arg = true)]
     command: Vec<OsString>,
 }
 
 pub(super) fn supervise_entry(a: SuperviseArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {
     let reg = open(dir)?;
-    Ok(manager::run_supervisor(&reg, &a.id, a.cwd, a.command))
+    let containment = crate::cgroup::Request {
+        mode: crate::cgroup::Mode::parse(&a.containment).unwrap_or_default(),
+        limits: crate::cgroup::Limits { memory_max: a.memory_max, pids_max: a.pids_max },
+        label: a.id.clone(),
+        name: None,
+    };
+    Ok(manager::run_supervisor(&reg, &a.id, a.cwd, a.command, containment))
 }

@@ -244,6 +244,8 @@ impl AsRawFd for PidFd {
 
 /// Poll interest: readable (or hang-up) on a pipe, a pidfd, a socket.
 pub const POLL_IN: i16 = libc::POLLIN;
+/// Poll interest: a priority event; what a cgroup's `cgroup.events` reports when it changes.
+pub const POLL_PRI: i16 = libc::POLLPRI;
 /// Poll interest: writable without blocking.
 pub const POLL_OUT: i16 = libc::POLLOUT;
 /// Hang-up only (no `POLLIN`): the peer closed. On Linux also asks for `POLLRDHUP`, which a
@@ -475,8 +477,9 @@ where
     F: FnMut() -> io::Result<()> + Send + Sync + 'static,
 {
     use std::os::unix::process::CommandExt;
-    // SAFETY: every closure passed here (pre_exec_provider, pre_exec_detached, pre_exec_group)
-    // makes only async-signal-safe calls and does not allocate.
+    // SAFETY: every closure passed here (pre_exec_provider, with cgroup::join_in_child first;
+    // pre_exec_detached, pre_exec_group) makes only async-signal-safe calls and does not
+    // allocate.
     unsafe {
         cmd.pre_exec(f);
     }
