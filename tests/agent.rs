@@ -47,6 +47,38 @@ fn ready_port_returns_once_the_tree_listens_and_ps_shows_the_port() {
 }
 
 #[test]
+fn ready_port_held_by_a_process_outside_the_tree_never_makes_it_ready() {
+    let st = State::new();
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let p = held.local_addr().unwrap().port().to_string();
+    let out = st.run(&["start", "--ready-port", &p, "--ready-timeout", "500ms", "--", "sleep", "100"]);
+    assert_eq!(out.status.code(), Some(124), "{:?}", text(&out));
+    assert_eq!(st.entry("proc_1")["ports"], serde_json::json!([]));
+}
+
+#[test]
+fn an_inner_entry_whose_supervisor_finishes_within_the_outer_stop_runs_its_cleanup_once() {
+    let st = State::new();
+    let g = Guard::new();
+    let mark = st.path().join("cleaned");
+    let inner = format!(
+        "{} --state-dir {} start --name inner --cleanup 'echo x >> {}' -- sleep 100; echo started; sleep 100",
+        bin(),
+        st.path().display(),
+        mark.display()
+    );
+    let (mut run, lines) = spawn_run(&["--term-grace", "3s", "--", "sh", "-c", &inner], &g);
+    lines.expect("started", SECS(10));
+    signal(run.id() as i32, 15);
+    let _ = wait_child(&mut run, SECS(15));
+    let e = st.entry("proc_1");
+    assert_eq!(e["status"], "stopped", "{e}");
+    assert_eq!(e["cleanupResult"]["exitCode"], 0, "{e}");
+    let _ = st.ok(&["reap"]);
+    assert_eq!(std::fs::read_to_string(&mark).unwrap(), "x\n", "exactly once");
+}
+
+#[test]
 fn ready_log_reports_the_matching_line_in_json() {
     let st = State::new();
     let v = st.start(&[
