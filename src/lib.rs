@@ -1,6 +1,6 @@
 //! sheepdog: a process supervisor for AI coding agents and the processes they start.
 //!
-//! Module map (see DESIGN.md for the why):
+//! Module map (ARCHITECTURE.md has the why and the dependency rules):
 //!
 //! - [`supervisor`]: the event loop of one supervisor (`sheepdog run`, and each managed
 //!   process's detached supervisor).
@@ -22,6 +22,10 @@
 //! - [`logread`]: reading logs: tail, head, grep, since, cursor, caps, follow.
 //! - [`cli`]: argument parsing and one handler per subcommand.
 
+// `unsafe` lives in `sys` alone, each block with a `// SAFETY:` line (clippy checks both).
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod cleanup;
 pub mod cli;
 pub mod duration;
@@ -37,6 +41,7 @@ pub mod spawn;
 pub mod status;
 pub mod stop;
 pub mod supervisor;
+#[allow(unsafe_code)]
 pub mod sys;
 pub mod tree;
 pub mod view;

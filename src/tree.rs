@@ -1,6 +1,6 @@
 //! Which processes belong to a provider, whether any is alive, and signalling them safely.
 //!
-//! Two views of a tree, one per situation (DESIGN.md, "the one invariant"):
+//! Two views of a tree, one per situation (ARCHITECTURE.md, "How all of it is tracked"):
 //!
 //! - [`Tree::supervised`]: seen from the live supervisor. On Linux the supervisor is a child
 //!   subreaper, so every descendant of the provider, whatever group or session it moved to, stays
@@ -48,15 +48,16 @@ enum Scope {
     /// Descendants of `root`, except the subtrees of `foreign`: children `root` already had
     /// before the provider was spawned (a shell that `exec`s sheepdog may leave a background job
     /// or a process substitution behind; those are not the provider's).
-    Supervised {
-        root: Pid,
-        foreign: Vec<Member>,
-    },
+    Supervised { root: Pid, foreign: Vec<Member> },
     Recorded {
         provider: Pid,
         provider_start: u64,
         uid: u32,
         tag: String,
+        /// Descendants the supervisor saw while it ran, by identity.
+        members: Vec<Member>,
+        /// The provider's session: with the group, evidence for members that lost their tag.
+        sid: Option<i32>,
     },
 }
 
@@ -92,10 +93,31 @@ impl Tree {
     /// `provider_start` clock ticks, owned by `uid`, tagged `SHEEPDOG_TAG=tag`.
     pub fn recorded(provider: Pid, pgid: Pgid, provider_start: u64, uid: u32, tag: &str) -> Tree {
         Tree {
-            scope: Scope::Recorded { provider, provider_start, uid, tag: tag.to_string() },
+            scope: Scope::Recorded {
+                provider,
+                provider_start,
+                uid,
+                tag: tag.to_string(),
+                members: Vec::new(),
+                sid: None,
+            },
             pgid,
             leader_held: Cell::new(false),
         }
+    }
+
+    /// Adds the evidence that needs no tag (for members that cleared their environment):
+    /// `members` the supervisor recorded (each counts, with its descendants, while its start
+    /// time still matches), and the provider's session `sid`: a process in the recorded group
+    /// *and* session, of the same uid, started no earlier than the provider, is the entry's
+    /// (those two numbers could only have been reused after every member of both had died).
+    /// No effect on a supervised tree.
+    pub fn with_evidence(mut self, recorded: Vec<Member>, session: Option<i32>) -> Tree {
+        if let Scope::Recorded { members, sid, .. } = &mut self.scope {
+            *members = recorded;
+            *sid = session;
+        }
+        self
     }
 
     /// The provider's process group.
@@ -135,13 +157,14 @@ impl Tree {
                     push(Member { pid: Pid::new(self.pgid.as_raw()).unwrap_or(*root), start_time: None }, &mut out);
                 }
             }
-            Scope::Recorded { provider, provider_start, uid, tag } => {
+            Scope::Recorded { provider, provider_start, uid, tag, members, sid } => {
                 for s in procfs::all() {
                     if s.is_zombie() || s.start_time < *provider_start {
                         continue;
                     }
                     let is_provider = s.pid == *provider && s.start_time == *provider_start;
-                    if is_provider {
+                    let is_recorded = members.iter().any(|m| m.pid == s.pid && m.start_time == Some(s.start_time));
+                    if (is_provider || is_recorded) && procfs::uid(s.pid) == Some(*uid) {
                         push(Member::from_stat(&s), &mut out);
                         for d in procfs::descendants(s.pid) {
                             if !d.is_zombie() {
@@ -150,13 +173,25 @@ impl Tree {
                         }
                         continue;
                     }
-                    if procfs::uid(s.pid) == Some(*uid) && procfs::environ_has(s.pid, TAG_ENV, tag) {
+                    let in_group = sid.is_some_and(|sid| s.pgrp == self.pgid.as_raw() && s.session == sid);
+                    if procfs::uid(s.pid) == Some(*uid) && (in_group || procfs::environ_has(s.pid, TAG_ENV, tag)) {
                         push(Member::from_stat(&s), &mut out);
                     }
                 }
             }
         }
         out
+    }
+
+    /// The live descendants of a supervised tree (no group scan): what a managed supervisor
+    /// records so that `reap` can find them without it. Empty for a recorded tree.
+    pub fn live_descendants(&self) -> Vec<Member> {
+        match &self.scope {
+            Scope::Supervised { root, foreign } => {
+                walk(*root, foreign).iter().filter(|s| !s.is_zombie()).map(Member::from_stat).collect()
+            }
+            Scope::Recorded { .. } => Vec::new(),
+        }
     }
 
     /// True when nothing of the tree is alive (zombies count as gone).
@@ -266,28 +301,49 @@ pub fn signal_member(m: &Member, sig: Signal) -> bool {
     }
 }
 
+/// A live process as a [`Census`] keeps it: start time (clock ticks) and owner uid.
+type Seen = (u64, Option<u32>);
+
 /// One scan of `/proc` that records every live process carrying a `SHEEPDOG_TAG`, so that many
 /// recorded entries (`ps`, `reap` over thousands) are checked against one scan instead of one
 /// scan each.
 #[derive(Debug, Default)]
 pub struct Census {
     /// tag → (start time, uid) of each live process carrying it.
-    by_tag: std::collections::HashMap<String, Vec<(u64, Option<u32>)>>,
+    by_tag: std::collections::HashMap<String, Vec<Seen>>,
+    /// (process group, session) → (start time, uid) of each live process in them.
+    by_group: std::collections::HashMap<(i32, i32), Vec<Seen>>,
+    /// (pid, start time) of every live process.
+    live: std::collections::HashSet<(i32, u64)>,
 }
 
 impl Census {
     /// Scans `/proc` once (Linux; empty elsewhere).
     pub fn take() -> Census {
-        let mut by_tag: std::collections::HashMap<String, Vec<(u64, Option<u32>)>> = Default::default();
+        let mut census = Census::default();
         for s in procfs::all() {
             if s.is_zombie() {
                 continue;
             }
+            let uid = procfs::uid(s.pid);
             if let Some(tag) = procfs::environ_value(s.pid, TAG_ENV) {
-                by_tag.entry(tag).or_default().push((s.start_time, procfs::uid(s.pid)));
+                census.by_tag.entry(tag).or_default().push((s.start_time, uid));
             }
+            census.by_group.entry((s.pgrp, s.session)).or_default().push((s.start_time, uid));
+            census.live.insert((s.pid.as_raw(), s.start_time));
         }
-        Census { by_tag }
+        census
+    }
+
+    /// True if a live process is in group `pgid` and session `sid`, belongs to `uid` and started
+    /// no earlier than `min_start` (see [`Tree::with_evidence`]).
+    pub fn group_alive(&self, pgid: i32, sid: i32, uid: u32, min_start: u64) -> bool {
+        self.by_group.get(&(pgid, sid)).is_some_and(|v| v.iter().any(|(t, u)| *t >= min_start && *u == Some(uid)))
+    }
+
+    /// True if the process `pid` started at `start_time` is alive (not a zombie).
+    pub fn is_alive(&self, pid: i32, start_time: u64) -> bool {
+        self.live.contains(&(pid, start_time))
     }
 
     /// True if a live process carries `tag`, belongs to `uid` and started no earlier than

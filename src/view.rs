@@ -83,7 +83,7 @@ pub struct EntryView {
     pub cleanup_started_at: Option<u64>,
     pub timeout_ms: Option<u64>,
     pub stop: StopTimings,
-    pub stop_reason: Option<String>,
+    pub stop_reason: Option<crate::status::StopReason>,
     pub tree_gone: Option<bool>,
     pub log_max_bytes: Option<u64>,
     pub ready: Option<ReadySpec>,

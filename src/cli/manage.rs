@@ -12,6 +12,7 @@ use crate::logread::{self, Cursor, LogQuery, LogStream};
 use crate::manager::{self, ManagerError, StartRequest, Waited};
 use crate::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome, ReadySpec};
 use crate::registry::{Cleanup, Entry, Registry, RegistryError};
+use crate::status::ReapKind;
 use crate::status::Status;
 use crate::stop::StopPolicy;
 use crate::view;
@@ -184,7 +185,7 @@ fn render_started(
     reg: &Registry,
     e: &Entry,
     ready: Option<&ReadyOutcome>,
-    warnings: &[String],
+    warnings: &[crate::nudge::Warning],
     json_out: Option<&mut Vec<Value>>,
 ) -> i32 {
     let code = match ready {
@@ -588,14 +589,27 @@ fn resolve(reg: &Registry, keys: &[String]) -> Result<Vec<Entry>, CliError> {
 
 pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let reg = open(dir)?;
+    // A selection takes what still runs and what ended with its cleanup still pending: a
+    // cleanup belongs to its entry, and every stop runs it.
+    let stoppable = |e: &Entry| !e.is_finished() || e.cleanup_pending();
     let targets: Vec<Entry> = if let Some(s) = &a.session {
         let (entries, aside) = reg.list();
         warn_set_aside(&aside);
-        entries.into_iter().filter(|e| e.session_id.as_ref() == Some(s) && !e.is_finished()).collect()
+        let targets: Vec<Entry> =
+            entries.into_iter().filter(|e| e.session_id.as_ref() == Some(s) && stoppable(e)).collect();
+        if targets.is_empty() {
+            return Err(CliError::new(
+                1,
+                format!(
+                    "stop: nothing matched --session {s} (no entry of that session is running or has a pending cleanup)"
+                ),
+            ));
+        }
+        targets
     } else if a.all {
         let (entries, aside) = reg.list();
         warn_set_aside(&aside);
-        entries.into_iter().filter(|e| !e.is_finished()).collect()
+        entries.into_iter().filter(stoppable).collect()
     } else if a.targets.is_empty() {
         return Err(CliError::usage("stop: name an id or name, --session ID or --all"));
     } else {
@@ -625,7 +639,11 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                     }
                     list.push(v);
                 } else {
-                    println!("Stopped {}.", o.entry.label());
+                    if o.already_finished {
+                        println!("{}", already_ended_line(&o.entry));
+                    } else {
+                        println!("Stopped {}.", o.entry.label());
+                    }
                     if let Some(line) = &cleanup_failed {
                         println!("{line}");
                     }
@@ -635,6 +653,10 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                 } else if cleanup_failed.is_some() {
                     code = code.max(1);
                 }
+            }
+            Err(err @ ManagerError::NotRecorded { .. }) => {
+                eprintln!("sheepdog: {err}");
+                code = code.max(err.exit_code());
             }
             Err(err) => {
                 eprintln!("sheepdog: unable to stop {}: {err}", e.label());
@@ -646,6 +668,18 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         println!("{}", json!({ "stopped": list }));
     }
     Ok(code)
+}
+
+/// What `stop` prints for an entry that had already ended before it: `web (proc_5) had already
+/// exited (3).` — never `Stopped ...`, which is kept for a real stop.
+fn already_ended_line(e: &Entry) -> String {
+    let text = e.status_text.clone().unwrap_or_else(|| e.status.to_string());
+    let what = match e.status {
+        Status::Exited | Status::TimedOut => text,
+        Status::Killed | Status::Stopped | Status::Reaped => format!("been {text}"),
+        _ => format!("ended: {text}"),
+    };
+    format!("{} had already {what}.", e.label())
 }
 
 /// `sheepdog update`.
@@ -716,6 +750,9 @@ pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<
             format!("the cleanup of {} started before this update; the change had no effect", e.label()),
         ));
     }
+    // A supervisor that stayed for a pending cleanup re-reads its entry (it leaves if none is
+    // pending any more).
+    manager::notify_supervisor(&e);
     if json {
         println!("{}", entry_json(&reg, &e, manager::live_status(&e, &Default::default())));
     } else {
@@ -877,6 +914,7 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let reg = open(dir)?;
     let (actions, aside) = manager::reap(&reg, a.dry_run);
     warn_set_aside(&aside);
+    let code = if actions.iter().any(|x| x.cleanup_error.is_some()) { 1 } else { 0 };
     if json {
         let list: Vec<Value> = actions
             .iter()
@@ -889,17 +927,26 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             })
             .collect();
         println!("{}", json!({ "dryRun": a.dry_run, "actions": list }));
-        return Ok(0);
+        return Ok(code);
     }
     let would = if a.dry_run { "Would reap" } else { "Reaped" };
     for x in &actions {
         let label = format!("{} ({})", x.name.as_deref().unwrap_or(&x.id), x.id);
-        match x.action.as_str() {
-            "reaped" => println!("{would} {label}: {}.", x.reason),
-            _ => println!("{} {label}: {}.", if a.dry_run { "Would record as lost" } else { "Lost" }, x.reason),
+        match x.action {
+            ReapKind::Reaped => println!("{would} {label}: {}.", x.reason),
+            ReapKind::Cleanup => {
+                let ran = if a.dry_run { "Would run" } else { "Ran" };
+                println!("{ran} the cleanup of {label}: {}.", x.reason);
+            }
+            ReapKind::Lost => {
+                println!("{} {label}: {}.", if a.dry_run { "Would record as lost" } else { "Lost" }, x.reason)
+            }
+        }
+        if let Some(line) = &x.cleanup_error {
+            println!("{line}");
         }
     }
-    Ok(0)
+    Ok(code)
 }
 
 /// `sheepdog clear`.
@@ -911,6 +958,10 @@ pub struct ClearArgs {
     /// Every finished entry.
     #[arg(long, conflicts_with = "targets")]
     finished: bool,
+    /// Also remove entries whose cleanup command has not run, dropping it (without `--force`
+    /// they are refused: `stop` runs the cleanup).
+    #[arg(long)]
+    force: bool,
 }
 
 pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
@@ -928,7 +979,7 @@ pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     let mut code = 0;
     let mut cleared = Vec::new();
     for e in &targets {
-        match manager::clear(&reg, e) {
+        match manager::clear(&reg, e, a.force) {
             Ok(()) => cleared.push(e.clone()),
             Err(err) => {
                 eprintln!("sheepdog: {err}");

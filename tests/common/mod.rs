@@ -296,3 +296,19 @@ pub fn spawn_script(shell: &str, script: &str, guard: &Guard) -> (Child, Lines) 
     cmd.args(["-c", script]).stdin(Stdio::null());
     spawn_lines(cmd, guard)
 }
+
+/// True (after printing `SKIPPED: ...`) when `unshare ARGS true` is refused here: tests that need
+/// a namespace of their own then skip instead of failing.
+pub fn unshare_refused(args: &[&str]) -> bool {
+    let refused = Command::new("unshare")
+        .args(args)
+        .arg("true")
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true);
+    if refused {
+        eprintln!("SKIPPED: unshare {} is refused here", args.join(" "));
+    }
+    refused
+}
