@@ -394,6 +394,7 @@ fn error_lines_keep_clap_information_and_durations_are_checked() {
         (vec!["start", "--timeout", "0s", "--", "true"], "must be more than 0"),
         (vec!["update"], "<ID|NAME>"),
         (vec!["update", "x"], "nothing was changed"),
+        (vec!["ps", "--status", "bogus"], "possible values: starting, running"),
         (vec!["start", "--log-max", "1.5XB", "--", "true"], "invalid size"),
     ];
     for (args, needle) in cases {

@@ -333,11 +333,16 @@ pub struct PsArgs {
     session: Option<String>,
     /// Only entries with this status (running, exited, killed, stopped, timedOut, orphaned,
     /// reaped, lost, starting), finished or not, of any age.
-    #[arg(long, value_name = "STATUS")]
+    #[arg(long, value_name = "STATUS", value_parser = parse_status)]
     status: Option<Status>,
     /// List each entry's live processes (pid, pgid, sid = Unix session id, command).
     #[arg(long)]
     tree: bool,
+}
+
+/// A status token (`timedOut`; `timed out` too), strictly: an unknown word is an error.
+fn parse_status(s: &str) -> Result<Status, String> {
+    s.parse()
 }
 
 /// How long a failed finished entry stays in the default `ps` listing: 1 hour.
