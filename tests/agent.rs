@@ -202,6 +202,18 @@ fn session_and_owner_come_from_the_environment_and_flags_win() {
         .output()
         .unwrap();
     assert_eq!(one_doc(&out)["sessionId"], "other");
+    // Empty values mean unset; a bad owner is one line and 125.
+    let out = st
+        .cmd(&["start", "--json", "--", "sleep", "100"])
+        .env("SHEEPDOG_SESSION", "")
+        .env("SHEEPDOG_OWNER", "")
+        .output()
+        .unwrap();
+    let v = one_doc(&out);
+    assert!(v["sessionId"].is_null() && v["ownerPid"].is_null(), "{v}");
+    let out = st.cmd(&["start", "--", "sleep", "100"]).env("SHEEPDOG_OWNER", "abc").output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SHEEPDOG_OWNER=abc"));
     // The owner from the environment is honoured: its death stops the entry.
     signal(owner.id() as i32, 9);
     let _ = owner.wait();
@@ -461,4 +473,16 @@ fn an_entry_started_inside_a_run_has_a_defined_end_when_the_outer_run_stops() {
     assert!(e["status"].as_str().unwrap() != "running", "{e}");
     assert_eq!(std::fs::read_to_string(&mark).unwrap_or_default(), "x\n", "the cleanup ran exactly once: {e}");
     let _ = Stdio::null();
+}
+
+#[test]
+fn logs_follow_with_grep_prints_only_matching_whole_lines_until_the_end() {
+    let st = State::new();
+    let id = st.start(&["--", "sh", "-c", "for i in 1 2 3 4; do echo tick $i; echo noise; sleep 0.1; done"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = st.cmd(&["logs", "--follow", "--grep", "^tick [24]$", &id]).stdin(Stdio::null()).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "[out] tick 2\n[out] tick 4\n");
 }

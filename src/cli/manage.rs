@@ -100,6 +100,18 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 pub const SESSION_ENV: &str = "SHEEPDOG_SESSION";
 pub const OWNER_ENV: &str = "SHEEPDOG_OWNER";
 
+/// `$SHEEPDOG_OWNER` as a pid: unset or empty is none; anything else must be a pid.
+fn owner_from_env() -> Result<Option<crate::sys::Pid>, CliError> {
+    let Some(raw) = std::env::var_os(OWNER_ENV).filter(|v| !v.is_empty()) else { return Ok(None) };
+    let text = raw.to_string_lossy();
+    text.trim()
+        .parse::<i32>()
+        .ok()
+        .and_then(crate::sys::Pid::new)
+        .map(Some)
+        .ok_or_else(|| CliError::usage(format!("{OWNER_ENV}={text}: not a process id (must be a number > 0)")))
+}
+
 /// `sheepdog start`.
 #[derive(Debug, clap::Args)]
 pub struct StartArgs {
@@ -113,8 +125,9 @@ pub struct StartArgs {
     /// The agent session (turn) this process belongs to; `stop --session` stops them all.
     #[arg(long, value_name = "ID", env = SESSION_ENV)]
     session: Option<String>,
-    /// Stop the process when this process dies (any process, identity-checked).
-    #[arg(long, value_name = "PID", env = OWNER_ENV, allow_hyphen_values = true)]
+    /// Stop the process when this process dies (any process, identity-checked). Default:
+    /// $SHEEPDOG_OWNER (unset or empty: none).
+    #[arg(long, value_name = "PID", allow_hyphen_values = true)]
     owner: Option<i32>,
     /// Working directory of the command (default: the current one).
     #[arg(long, value_name = "DIR")]
@@ -244,7 +257,10 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     if a.command.is_empty() {
         return Err(CliError::usage("start: missing command (usage: sheepdog start [OPTIONS] -- CMD [ARGS...])"));
     }
-    let owner = a.owner.map(|p| pid_arg("--owner", p)).transpose()?;
+    let owner = match a.owner {
+        Some(p) => Some(pid_arg("--owner", p)?),
+        None => owner_from_env()?,
+    };
     let ready = a.ready_spec()?;
     let session = a.session.clone().filter(|s| !s.is_empty());
     let reg = open(dir)?;
