@@ -176,7 +176,7 @@ pub fn wait_ready(
             cursor = Cursor::parse(&chunk.cursor).unwrap_or(cursor);
         }
         if !e.is_finished() && (spec.port.is_some() || spec.listen) {
-            let ports = crate::ports::listening(&tree_pids(&e));
+            let ports = crate::ports::listening_now(&tree_pids(&e));
             if let Some(p) = spec.port {
                 if ports.contains(&p) || (!port_was_open && port_accepts(p)) {
                     return Ok(ReadyOutcome::Ready {
