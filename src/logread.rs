@@ -149,12 +149,14 @@ struct Segment {
 }
 
 fn seg_of(mut f: File, path: &Path, offset: u64) -> Option<Segment> {
-    let ino = f.metadata().ok()?.ino();
+    use std::io::{Seek, SeekFrom};
+    let meta = f.metadata().ok()?;
+    let start = offset.min(meta.len());
+    f.seek(SeekFrom::Start(start)).ok()?;
     let mut data = Vec::new();
     f.read_to_end(&mut data).ok()?;
-    let start = offset.min(data.len() as u64);
-    data.drain(..start as usize);
-    Some(Segment { ino, start, data, times: read_times(&times_path(path), ino) })
+    // The time index only matters for reads that filter by time; it is small either way.
+    Some(Segment { ino: meta.ino(), start, data, times: read_times(&times_path(path), meta.ino()) })
 }
 
 /// Opens the current file, then `.1`, as one consistent pair: opened in that order, a rotation in
