@@ -115,6 +115,10 @@ pub fn status_text(e: &Entry, status: Status) -> String {
     }
     match status {
         Status::Orphaned => "orphaned (the supervisor is gone; the tree is alive: run 'sheepdog reap')".into(),
+        Status::Lost if !e.is_finished() && e.cleanup.is_some() && e.cleanup_started_at.is_none() => {
+            "lost (the supervisor was killed before it recorded a result; its cleanup is pending: 'sheepdog reap' runs it)"
+                .into()
+        }
         Status::Lost if !e.is_finished() => "lost (the supervisor is gone and nothing of the tree is alive)".into(),
         Status::Exited => match e.exit_code {
             Some(c) => format!("exited ({c})"),
