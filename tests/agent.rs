@@ -488,3 +488,21 @@ fn logs_follow_with_grep_prints_only_matching_whole_lines_until_the_end() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "[out] tick 2\n[out] tick 4\n");
 }
+
+#[test]
+fn a_name_two_live_entries_share_is_ambiguous_and_the_error_lists_them() {
+    // Only possible across a crash; made here by copying a live entry under another id.
+    let st = State::new();
+    let _ = st.start(&["--name", "web", "--", "sleep", "100"]);
+    let procs = st.path().join("procs");
+    std::fs::create_dir(procs.join("proc_2")).unwrap();
+    let text = std::fs::read_to_string(procs.join("proc_1/entry.json")).unwrap();
+    std::fs::write(procs.join("proc_2/entry.json"), text.replace("\"proc_1\"", "\"proc_2\"")).unwrap();
+    let out = st.run(&["logs", "web"]);
+    let (_, e) = text(&out);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(e.contains("ambiguous") && e.contains("proc_1") && e.contains("proc_2") && e.contains("use an id"), "{e}");
+    assert_eq!(st.run(&["logs", "proc_2"]).status.code(), Some(0), "an id always works");
+    // One entry per id: remove the copy so the state's cleanup does not stop the same tree twice.
+    std::fs::remove_dir_all(procs.join("proc_2")).unwrap();
+}
