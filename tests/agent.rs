@@ -496,8 +496,8 @@ fn a_name_two_live_entries_share_is_ambiguous_and_the_error_lists_them() {
     let _ = st.start(&["--name", "web", "--", "sleep", "100"]);
     let procs = st.path().join("procs");
     std::fs::create_dir(procs.join("proc_2")).unwrap();
-    let text = std::fs::read_to_string(procs.join("proc_1/entry.json")).unwrap();
-    std::fs::write(procs.join("proc_2/entry.json"), text.replace("\"proc_1\"", "\"proc_2\"")).unwrap();
+    let json = std::fs::read_to_string(procs.join("proc_1/entry.json")).unwrap();
+    std::fs::write(procs.join("proc_2/entry.json"), json.replace("\"proc_1\"", "\"proc_2\"")).unwrap();
     let out = st.run(&["logs", "web"]);
     let (_, e) = text(&out);
     assert_eq!(out.status.code(), Some(125));
