@@ -57,6 +57,38 @@ fn ready_port_held_by_a_process_outside_the_tree_never_makes_it_ready() {
 }
 
 #[test]
+fn ready_port_already_open_elsewhere_is_ready_when_the_trees_own_socket_listens() {
+    // SO_REUSEPORT lets a foreign listener and the command share the port: only the tree's own
+    // listening socket (from /proc) can tell that the command is ready.
+    let st = State::new();
+    let g = Guard::new();
+    let port = free_port();
+    let listen = |delay: &str| {
+        format!(
+            "import socket,time\ntime.sleep({delay})\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)\ns.bind(('127.0.0.1',{port})); s.listen()\nprint('up',flush=True)\ntime.sleep(100)"
+        )
+    };
+    let mut foreign = std::process::Command::new("python3");
+    foreign.args(["-c", &listen("0")]).stdin(Stdio::null());
+    let (_child, lines) = spawn_lines(foreign, &g);
+    lines.expect("up", SECS(10));
+    let t0 = Instant::now();
+    let out = st.run(&[
+        "start",
+        "--ready-port",
+        &port.to_string(),
+        "--ready-timeout",
+        "10s",
+        "--",
+        "python3",
+        "-c",
+        &listen("0.5"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    assert!(t0.elapsed() >= Duration::from_millis(500), "the foreign listener made it ready");
+}
+
+#[test]
 fn an_inner_entry_whose_supervisor_finishes_within_the_outer_stop_runs_its_cleanup_once() {
     let st = State::new();
     let g = Guard::new();
