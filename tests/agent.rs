@@ -241,6 +241,7 @@ fn session_and_owner_come_from_the_environment_and_flags_win() {
         .env("SHEEPDOG_OWNER", "")
         .output()
         .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
     let v = one_doc(&out);
     assert!(v["sessionId"].is_null() && v["ownerPid"].is_null(), "{v}");
     let out = st.cmd(&["start", "--", "sleep", "100"]).env("SHEEPDOG_OWNER", "abc").output().unwrap();
