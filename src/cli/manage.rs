@@ -612,7 +612,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let reg = open(dir)?;
     // A selection takes what still runs and what ended with its cleanup still pending: a
     // cleanup belongs to its entry, and every stop runs it.
-    let stoppable = |e: &Entry| !e.is_finished() || e.cleanup_pending();
+    let stoppable = |e: &Entry| !e.is_finished() || e.cleanup_pending() || e.cleanup_running();
     let targets: Vec<Entry> = if let Some(s) = &a.session {
         let (entries, aside) = reg.list();
         warn_set_aside(&aside);
