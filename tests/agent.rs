@@ -539,3 +539,20 @@ fn a_name_two_live_entries_share_is_ambiguous_and_the_error_lists_them() {
     // One entry per id: remove the copy so the state's cleanup does not stop the same tree twice.
     std::fs::remove_dir_all(procs.join("proc_2")).unwrap();
 }
+
+#[test]
+fn logs_head_then_cursor_continues_right_after_the_lines_it_returned() {
+    let st = State::new();
+    let id = st.start(&["--", "seq", "1", "5"])["id"].as_str().unwrap().to_string();
+    let _ = st.run(&["wait", &id]);
+    let v: Value =
+        serde_json::from_str(st.ok(&["logs", "--json", &id, "--stream", "out", "--head", "2"]).trim()).unwrap();
+    assert_eq!(v["lines"], serde_json::json!(["1", "2"]));
+    assert_eq!(v["truncated"], true);
+    assert_eq!(v["eof"], false, "3 lines were left");
+    let c = v["cursor"].as_str().unwrap().to_string();
+    let v: Value =
+        serde_json::from_str(st.ok(&["logs", "--json", &id, "--stream", "out", "--cursor", &c]).trim()).unwrap();
+    assert_eq!(v["lines"], serde_json::json!(["3", "4", "5"]));
+    assert_eq!(v["eof"], true);
+}
