@@ -74,7 +74,9 @@ impl LogStream {
 /// A position in a log: the file's inode and a byte offset in it. Printed as `INODE:OFFSET`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Cursor {
+    /// Inode of the file (the current log or its `.1`).
     pub ino: u64,
+    /// Byte offset in that file.
     pub offset: u64,
 }
 
@@ -96,6 +98,7 @@ impl std::fmt::Display for Cursor {
 /// What to read.
 #[derive(Clone, Debug, Default)]
 pub struct LogQuery {
+    /// Which log (default: the combined one).
     pub stream: LogStream,
     /// The last N lines (after `grep` and `since`).
     pub tail: Option<usize>,
@@ -121,7 +124,9 @@ pub struct LogQuery {
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LogChunk {
+    /// The entry's id.
     pub id: String,
+    /// The log read.
     pub stream: LogStream,
     /// The lines, without their newline (lossy UTF-8).
     pub lines: Vec<String>,
