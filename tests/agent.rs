@@ -556,3 +556,15 @@ fn logs_head_then_cursor_continues_right_after_the_lines_it_returned() {
     assert_eq!(v["lines"], serde_json::json!(["3", "4", "5"]));
     assert_eq!(v["eof"], true);
 }
+
+#[test]
+fn restart_whose_old_cleanup_fails_still_starts_the_new_one_and_exits_1() {
+    let st = State::new();
+    let _ = st.start(&["--name", "w", "--cleanup", "exit 3", "--", "sleep", "100"]);
+    let out = st.run(&["restart", "w"]);
+    let (o, e) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{o} {e}");
+    assert_eq!(o, "proc_2\n");
+    assert!(e.contains("Cleanup command failed with exit code 3."), "{e}");
+    assert_eq!(st.entry("proc_2")["status"], "running");
+}

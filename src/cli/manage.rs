@@ -320,11 +320,13 @@ pub(super) fn restart(a: RestartArgs, dir: Option<PathBuf>, json: bool) -> Resul
     for old in &targets {
         match manager::restart(&reg, old, a.term_grace) {
             Ok(r) => {
-                if let Some(line) = crate::cleanup::failure_line(&r.stopped.entry) {
-                    eprintln!("sheepdog: {}: {line}", old.label());
-                }
                 let c = render_started(&reg, &r.entry, r.ready.as_ref(), &[], json.then_some(&mut list));
                 code = code.max(c);
+                // The old entry's cleanup failed: said, and status 1, as `stop` does.
+                if let Some(line) = crate::cleanup::failure_line(&r.stopped.entry) {
+                    eprintln!("sheepdog: {}: {line}", old.label());
+                    code = code.max(1);
+                }
             }
             Err(err) => {
                 eprintln!("sheepdog: unable to restart {}: {err}", old.label());
