@@ -74,7 +74,9 @@ impl LogStream {
 /// A position in a log: the file's inode and a byte offset in it. Printed as `INODE:OFFSET`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Cursor {
+    /// Inode of the file (the current log or its `.1`).
     pub ino: u64,
+    /// Byte offset in that file.
     pub offset: u64,
 }
 
@@ -96,6 +98,7 @@ impl std::fmt::Display for Cursor {
 /// What to read.
 #[derive(Clone, Debug, Default)]
 pub struct LogQuery {
+    /// Which log (default: the combined one).
     pub stream: LogStream,
     /// The last N lines (after `grep` and `since`).
     pub tail: Option<usize>,
@@ -121,11 +124,15 @@ pub struct LogQuery {
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LogChunk {
+    /// The entry's id.
     pub id: String,
+    /// The log read.
     pub stream: LogStream,
     /// The lines, without their newline (lossy UTF-8).
     pub lines: Vec<String>,
-    /// Where the next read should start (`--cursor`).
+    /// Where the next read should start (`--cursor`): after the last line returned when the read
+    /// kept the first lines and was cut (`head`, a cursor read past its cap), else after everything
+    /// read.
     pub cursor: String,
     /// Lines were left out: by a cap, `tail`/`head`, or lost to rotation before this read.
     pub truncated: bool,
@@ -148,30 +155,53 @@ struct Segment {
     times: Vec<(u64, u64)>,
 }
 
-fn read_from(path: &Path, offset: u64) -> Option<Segment> {
-    let mut f = File::open(path).ok()?;
-    let ino = f.metadata().ok()?.ino();
+fn seg_of(mut f: File, path: &Path, offset: u64) -> Option<Segment> {
+    use std::io::{Seek, SeekFrom};
+    let meta = f.metadata().ok()?;
+    let start = offset.min(meta.len());
+    f.seek(SeekFrom::Start(start)).ok()?;
     let mut data = Vec::new();
     f.read_to_end(&mut data).ok()?;
-    let start = offset.min(data.len() as u64);
-    data.drain(..start as usize);
-    Some(Segment { ino, start, data, times: read_times(&times_path(path)) })
+    // The time index only matters for reads that filter by time; it is small either way.
+    Some(Segment { ino: meta.ino(), start, data, times: read_times(&times_path(path), meta.ino()) })
+}
+
+/// Opens the current file, then `.1`, as one consistent pair: opened in that order, a rotation in
+/// between shows as `.1` being the file just opened, and the pair is taken again.
+fn open_pair(path: &Path, rotated: &Path) -> (Option<File>, Option<File>) {
+    for _ in 0..10 {
+        let cur = File::open(path).ok();
+        let old = File::open(rotated).ok();
+        let ino = |f: &Option<File>| f.as_ref().and_then(|f| f.metadata().ok()).map(|m| m.ino());
+        if ino(&cur).is_none() || ino(&cur) != ino(&old) {
+            return (cur, old);
+        }
+    }
+    (File::open(path).ok(), None)
 }
 
 fn ino_of(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.ino())
 }
 
-/// Reads a time index: `OFFSET UNIX_MS` per line, sorted by offset.
-fn read_times(path: &Path) -> Vec<(u64, u64)> {
+/// Reads the records of file `ino` from a time index (`INODE OFFSET UNIX_MS` per line), sorted
+/// by offset. A record at offset 0 starts a file: an inode number reused by a later file starts
+/// over there.
+fn read_times(path: &Path, ino: u64) -> Vec<(u64, u64)> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut v: Vec<(u64, u64)> = text
-        .lines()
-        .filter_map(|l| {
-            let (a, b) = l.split_once(' ')?;
-            Some((a.parse().ok()?, b.parse().ok()?))
-        })
-        .collect();
+    let mut v: Vec<(u64, u64)> = Vec::new();
+    for l in text.lines() {
+        let mut f = l.split(' ');
+        let (Some(i), Some(off), Some(ms)) = (f.next(), f.next(), f.next()) else { continue };
+        let (Ok(i), Ok(off), Ok(ms)) = (i.parse::<u64>(), off.parse::<u64>(), ms.parse::<u64>()) else { continue };
+        if i != ino {
+            continue;
+        }
+        if off == 0 {
+            v.clear();
+        }
+        v.push((off, ms));
+    }
     v.sort_unstable();
     v
 }
@@ -182,12 +212,11 @@ pub fn writers_gone(e: &Entry) -> bool {
     !e.supervisor_alive() && !e.cleanup_running() && !e.starter_alive()
 }
 
+/// A selected line: its segment, the offset of its end in its file, its bytes in the segment.
 struct Line {
-    /// Segment index, offset of the end of the line in its file.
     seg: usize,
     end: u64,
     bytes: std::ops::Range<usize>,
-    ms: Option<u64>,
 }
 
 fn line_text(tagged: bool, raw: &[u8]) -> &[u8] {
@@ -213,29 +242,50 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
     let rotated = PathBuf::from(rotated);
     let mut gap = false;
     let mut segs: Vec<Segment> = Vec::new();
-    let cur_ino = ino_of(&path);
+    let (cur, old) = open_pair(&path, &rotated);
+    let ino = |f: &Option<File>| f.as_ref().and_then(|f| f.metadata().ok()).map(|m| m.ino());
+    let (cur_ino, old_ino) = (ino(&cur), ino(&old));
+    let cur_seg = |off: u64| cur.and_then(|f| seg_of(f, &path, off));
+    let old_seg = |off: u64| old.and_then(|f| seg_of(f, &rotated, off));
     match q.cursor {
-        Some(c) if Some(c.ino) == cur_ino => segs.extend(read_from(&path, c.offset)),
-        Some(c) if ino_of(&rotated) == Some(c.ino) => {
-            segs.extend(read_from(&rotated, c.offset));
-            segs.extend(read_from(&path, 0));
+        Some(c) if Some(c.ino) == cur_ino => segs.extend(cur_seg(c.offset)),
+        Some(c) if Some(c.ino) == old_ino => {
+            segs.extend(old_seg(c.offset));
+            segs.extend(cur_seg(0));
         }
         Some(c) => {
             // The cursor's file rotated away (or a fresh log): what is left, whole.
             gap = c != Cursor::default();
-            segs.extend(read_from(&rotated, 0));
-            segs.extend(read_from(&path, 0));
+            segs.extend(old_seg(0));
+            segs.extend(cur_seg(0));
         }
         None => {
-            segs.extend(read_from(&rotated, 0));
-            segs.extend(read_from(&path, 0));
+            segs.extend(old_seg(0));
+            segs.extend(cur_seg(0));
         }
     }
-    // A cursor whose file still exists whole may be ahead of a truncated file; start over then.
     let tagged = q.stream == LogStream::All;
     let partial = q.partial || done;
-    let mut lines: Vec<Line> = Vec::new();
-    let mut all_bytes: Vec<u8> = Vec::new();
+    if q.cursor.is_none() && q.grep.is_none() && q.since_ms.is_none() && q.head.is_none() {
+        return Ok(tail_fast(id, q, path, &segs, partial, done));
+    }
+    // Only the lines that pass the filters are kept (as ranges into the segments' bytes), so a
+    // grep over a large log holds its matches, not a record per line.
+    let keeps = |s: &Segment, range: std::ops::Range<usize>, ms: Option<u64>| {
+        q.since_ms.is_none_or(|since| ms.is_none_or(|ms| ms >= since))
+            && q.grep.as_ref().is_none_or(|re| {
+                let text = line_text(tagged, &s.data[range]);
+                match std::str::from_utf8(text) {
+                    Ok(t) => re.is_match(t),
+                    Err(_) => re.is_match(&String::from_utf8_lossy(text)),
+                }
+            })
+    };
+    let mut selected: Vec<Line> = Vec::new();
+    // Reads that keep the first lines need no record past their limit: those are only counted.
+    let keep_first = q.head.is_some() || q.cursor.is_some();
+    let first_limit = if keep_first { [q.head, q.max_lines].into_iter().flatten().min() } else { None };
+    let mut counted_only = 0usize;
     let mut end_cursor = q.cursor.unwrap_or_default();
     let nsegs = segs.len();
     for (si, s) in segs.iter().enumerate() {
@@ -255,9 +305,13 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
                 t += 1;
             }
             let ms = t.checked_sub(1).map(|i| s.times[i].1);
-            let begin = all_bytes.len();
-            all_bytes.extend_from_slice(&s.data[pos..stop]);
-            lines.push(Line { seg: si, end: s.start + stop as u64, bytes: begin..all_bytes.len(), ms });
+            if keeps(s, pos..stop, ms) {
+                if first_limit.is_some_and(|l| selected.len() >= l) {
+                    counted_only += 1;
+                } else {
+                    selected.push(Line { seg: si, end: s.start + stop as u64, bytes: pos..stop });
+                }
+            }
             end_cursor = Cursor { ino: s.ino, offset: s.start + stop as u64 };
             pos = stop;
         }
@@ -267,21 +321,10 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
     }
     let reached_end =
         segs.last().is_none_or(|s| end_cursor.ino == s.ino && end_cursor.offset == s.start + s.data.len() as u64);
-    // Filters.
-    let since_sec = q.since_ms.map(|m| m / 1000);
-    let selected: Vec<&Line> = lines
-        .iter()
-        .filter(|l| since_sec.is_none_or(|s| l.ms.is_none_or(|ms| ms / 1000 >= s)))
-        .filter(|l| {
-            q.grep
-                .as_ref()
-                .is_none_or(|re| re.is_match(&String::from_utf8_lossy(line_text(tagged, &all_bytes[l.bytes.clone()]))))
-        })
-        .collect();
-    let total = selected.len();
+    let selected: Vec<&Line> = selected.iter().collect();
+    let total = selected.len() + counted_only;
     // Which end to keep: the first lines for head and cursor reads, else the last.
-    let keep_first = q.head.is_some() || q.cursor.is_some();
-    let mut n = total;
+    let mut n = selected.len();
     if let Some(h) = q.head {
         n = n.min(h);
     }
@@ -291,7 +334,8 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
     if let Some(m) = q.max_lines {
         n = n.min(m);
     }
-    let mut pick: Vec<&Line> = if keep_first { selected[..n].to_vec() } else { selected[total - n..].to_vec() };
+    let mut pick: Vec<&Line> =
+        if keep_first { selected[..n].to_vec() } else { selected[selected.len() - n..].to_vec() };
     if let Some(maxb) = q.max_bytes {
         let mut sum = 0usize;
         let mut k = 0;
@@ -312,19 +356,20 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
         }
     }
     let skipped = total - pick.len();
-    // A cursor read that was cut continues right after the last line it returned.
-    if keep_first
-        && skipped > 0
-        && q.cursor.is_some()
-        && let Some(l) = pick.last()
-    {
-        end_cursor = Cursor { ino: segs[l.seg].ino, offset: l.end };
+    // A read that kept the first lines and was cut (a cursor read past its cap, `head`) continues
+    // right after the last line it returned.
+    let cut_short = keep_first && skipped > 0;
+    if cut_short {
+        end_cursor = match (pick.last(), segs.first()) {
+            (Some(l), _) => Cursor { ino: segs[l.seg].ino, offset: l.end },
+            (None, Some(first)) => q.cursor.unwrap_or(Cursor { ino: first.ino, offset: first.start }),
+            (None, None) => q.cursor.unwrap_or_default(),
+        };
     }
-    let cut_short = keep_first && skipped > 0 && q.cursor.is_some();
     let mut bytes = Vec::new();
     let mut out_lines = Vec::with_capacity(pick.len());
     for l in &pick {
-        let raw = &all_bytes[l.bytes.clone()];
+        let raw = &segs[l.seg].data[l.bytes.clone()];
         bytes.extend_from_slice(raw);
         out_lines.push(String::from_utf8_lossy(raw.strip_suffix(b"\n").unwrap_or(raw)).into_owned());
     }
@@ -333,12 +378,83 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
         stream: q.stream,
         lines: out_lines,
         cursor: end_cursor.to_string(),
-        truncated: gap || (skipped > 0 && !cut_short) || (cut_short && q.head.is_some()),
+        // A cursor read cut by its cap is paging, not loss: the next read continues.
+        truncated: gap || (skipped > 0 && (q.head.is_some() || !keep_first)),
         eof: done && reached_end && !cut_short,
         skipped_lines: skipped,
         path,
         bytes,
     })
+}
+
+/// The common read (the last lines, no filter, no cursor) without a record per line: lines are
+/// found backwards from the end, and only counted before that, so a large log costs one pass.
+fn tail_fast(id: &str, q: &LogQuery, path: PathBuf, segs: &[Segment], partial: bool, done: bool) -> LogChunk {
+    let limit = [q.tail, q.max_lines].into_iter().flatten().min();
+    let nsegs = segs.len();
+    // Each segment's usable end: the last one without an unterminated line unless `partial`.
+    let ends: Vec<usize> = segs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            if i + 1 == nsegs && !partial && !s.data.ends_with(b"\n") {
+                s.data.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1)
+            } else {
+                s.data.len()
+            }
+        })
+        .collect();
+    let total: usize = segs
+        .iter()
+        .zip(&ends)
+        .map(|(s, e)| {
+            let d = &s.data[..*e];
+            d.iter().filter(|b| **b == b'\n').count() + usize::from(!d.is_empty() && !d.ends_with(b"\n"))
+        })
+        .sum();
+    let mut picked: Vec<&[u8]> = Vec::new();
+    let mut bytes_sum = 0usize;
+    'segs: for (s, e) in segs.iter().zip(&ends).rev() {
+        let mut end = *e;
+        while end > 0 {
+            if limit.is_some_and(|l| picked.len() >= l) {
+                break 'segs;
+            }
+            // The line ending at `end` starts after the previous newline.
+            let begin = s.data[..end - 1].iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+            let line = &s.data[begin..end];
+            if q.max_bytes.is_some_and(|m| bytes_sum + line.len() > m) && !picked.is_empty() {
+                break 'segs;
+            }
+            bytes_sum += line.len();
+            picked.push(line);
+            end = begin;
+        }
+    }
+    picked.reverse();
+    let mut bytes = Vec::with_capacity(bytes_sum);
+    let mut lines = Vec::with_capacity(picked.len());
+    for l in &picked {
+        bytes.extend_from_slice(l);
+        lines.push(String::from_utf8_lossy(l.strip_suffix(b"\n").unwrap_or(l)).into_owned());
+    }
+    let cursor = match (segs.last(), ends.last()) {
+        (Some(s), Some(e)) => Cursor { ino: s.ino, offset: s.start + *e as u64 },
+        _ => Cursor::default(),
+    };
+    let skipped = total - picked.len();
+    let reached_end = segs.last().zip(ends.last()).is_none_or(|(s, e)| *e == s.data.len());
+    LogChunk {
+        id: id.to_string(),
+        stream: q.stream,
+        lines,
+        cursor: cursor.to_string(),
+        truncated: skipped > 0,
+        eof: done && reached_end,
+        skipped_lines: skipped,
+        path,
+        bytes,
+    }
 }
 
 /// The last `n` lines of an entry's output (combined log, tags kept), for messages such as
@@ -354,35 +470,115 @@ pub const FOLLOW_TICK: Duration = Duration::from_millis(50);
 /// Prints a log and keeps printing as it grows, across rotations, until nothing more can come
 /// (the entry is final, its cleanup done, the log drained) or `emit` returns false (a reader that
 /// went away). `emit` is also called with an empty slice on every quiet tick, so the caller can
-/// notice a closed output. The first read applies `q` (tail, grep...); later ones only `grep`.
+/// notice a closed output. The first read applies `q` (tail, grep, since...); later output only
+/// `grep` (whole lines).
+///
+/// The followed file stays open, so what was written to it before a rotation is read to its end
+/// even after it was renamed (or replaced twice over: the file in between, now `.1`, is printed
+/// whole).
 pub fn follow(
     reg: &Registry,
     id: &str,
     q: &LogQuery,
     emit: &mut dyn FnMut(&[u8]) -> bool,
 ) -> Result<(), RegistryError> {
-    let mut q = LogQuery { partial: true, ..q.clone() };
+    use std::io::{Seek, SeekFrom};
+    let q = LogQuery { partial: q.grep.is_none(), ..q.clone() };
     let first = read(reg, id, &q)?;
     if !emit(&first.bytes) || first.eof {
         return Ok(());
     }
-    let mut cursor = Cursor::parse(&first.cursor).unwrap_or_default();
-    q.tail = None;
-    q.head = None;
-    q.max_bytes = None;
-    q.max_lines = None;
-    q.since_ms = None;
+    let cursor = Cursor::parse(&first.cursor).unwrap_or_default();
+    let path = reg.file(id, q.stream.file());
+    let mut rotated = path.clone().into_os_string();
+    rotated.push(".1");
+    let rotated = PathBuf::from(rotated);
+    let open = |p: &Path| File::open(p).ok().and_then(|f| f.metadata().ok().map(|m| (m.ino(), f)));
+    let (mut ino, mut f, mut pos) = match (open(&path), open(&rotated)) {
+        (Some((i, f)), _) if i == cursor.ino => (i, Some(f), cursor.offset),
+        (_, Some((i, f))) if i == cursor.ino => (i, Some(f), cursor.offset),
+        (Some((i, f)), _) => (i, Some(f), 0),
+        _ => (0, None, 0),
+    };
+    let tagged = q.stream == LogStream::All;
+    let mut pending: Vec<u8> = Vec::new();
+    // With grep, only whole matching lines go out.
+    let mut out = |bytes: &[u8], flush: bool, emit: &mut dyn FnMut(&[u8]) -> bool| -> bool {
+        let Some(re) = &q.grep else { return emit(bytes) };
+        pending.extend_from_slice(bytes);
+        let mut sel = Vec::new();
+        let mut start = 0;
+        while let Some(nl) = pending[start..].iter().position(|b| *b == b'\n') {
+            let line = &pending[start..start + nl + 1];
+            if re.is_match(&String::from_utf8_lossy(line_text(tagged, line))) {
+                sel.extend_from_slice(line);
+            }
+            start += nl + 1;
+        }
+        pending.drain(..start);
+        if flush && !pending.is_empty() {
+            let line = std::mem::take(&mut pending);
+            if re.is_match(&String::from_utf8_lossy(line_text(tagged, &line))) {
+                sel.extend_from_slice(&line);
+            }
+        }
+        emit(&sel)
+    };
+    // Set once nothing could write any more; the next look that finds nothing new ends.
+    let mut done = false;
     loop {
-        std::thread::sleep(FOLLOW_TICK);
-        q.cursor = Some(cursor);
-        let chunk = match read(reg, id, &q) {
-            Ok(c) => c,
-            Err(RegistryError::NotFound(_)) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        if !emit(&chunk.bytes) || chunk.eof {
+        let mut chunk = Vec::new();
+        if let Some(file) = &mut f {
+            let _ = file.seek(SeekFrom::Start(pos));
+            let _ = file.read_to_end(&mut chunk);
+            pos += chunk.len() as u64;
+        }
+        if !chunk.is_empty() && !out(&chunk, false, emit) {
             return Ok(());
         }
-        cursor = Cursor::parse(&chunk.cursor).unwrap_or(cursor);
+        let now_ino = ino_of(&path);
+        if now_ino.is_some() && now_ino != Some(ino) {
+            // The followed file is finished (read to its end above). If the log rotated more
+            // than once since the last look, the file in between is now `.1`: print it whole
+            // before the new file.
+            if f.is_some()
+                && let Some((i, mut m)) = open(&rotated)
+                && i != ino
+            {
+                let mut all = Vec::new();
+                let _ = m.read_to_end(&mut all);
+                if !out(&all, false, emit) {
+                    return Ok(());
+                }
+            }
+            if let Some((i, nf)) = open(&path) {
+                ino = i;
+                f = Some(nf);
+                pos = 0;
+                continue;
+            }
+        }
+        if !chunk.is_empty() {
+            // Output flows: look again at once, so a fast writer's rotations are seen one at a
+            // time.
+            continue;
+        }
+        if done {
+            let _ = out(&[], true, emit);
+            return Ok(());
+        }
+        // Whether writers are gone is decided before the next look, so that look sees all.
+        done = match reg.read(id) {
+            Ok(e) => writers_gone(&e),
+            Err(RegistryError::NotFound(_)) => true,
+            Err(e) => return Err(e),
+        };
+        if done {
+            continue;
+        }
+        if !out(&[], false, emit) {
+            return Ok(());
+        }
+        std::thread::sleep(FOLLOW_TICK);
     }
 }

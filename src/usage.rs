@@ -8,8 +8,9 @@
 //! (field 24, pages) summed over the tree: shared pages count once per process, as `top`
 //! shows them.
 //!
-//! Entries that run in a cgroup will get their figures from it (the cgroup tier, issue #9); until
-//! then every entry is summed over its tree from `/proc`.
+//! Entries in the cgroup tier take their CPU time from the cgroup ([`Sampler::cgroup_percent`]
+//! over `cpu.stat`, which also counts children that already exited) and their memory from
+//! `memory.current` when that controller is enabled; the rest is summed over the tree here.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -103,6 +104,108 @@ pub fn read_proc(pid: Pid) -> Option<Proc> {
     Some(Proc { stat: procfs::parse_stat(&line)?, times: parse_times(&line)? })
 }
 
+/// `/proc` files held open between rounds and re-read with `pread` at offset 0, so a `top` that
+/// looks at 100 trees every second does not open and close hundreds of files each time (the
+/// path walk and `pid_revalidate` of each open were most of its kernel time). A held
+/// `/proc/<pid>/stat` fails with ESRCH once its process is gone, and is then dropped; a
+/// `children` file (which reads empty for a dead task) is keyed by pid *and* start time, so a
+/// reused pid never reads a dead process's list. Files not read in a round are closed by
+/// [`ProcFiles::sweep`]. At most [`ProcFiles::MAX_OPEN`] are held; past that, reads open and
+/// close as usual.
+#[derive(Debug, Default)]
+pub struct ProcFiles {
+    open: HashMap<String, std::fs::File>,
+    used: std::collections::HashSet<String>,
+}
+
+impl ProcFiles {
+    /// Most files held open: 512 (well under the usual 1024 soft limit on descriptors).
+    pub const MAX_OPEN: usize = 512;
+
+    fn pread(f: &std::fs::File) -> Option<String> {
+        use std::os::unix::fs::FileExt;
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match f.read_at(&mut buf, out.len() as u64) {
+                Ok(0) => break,
+                Ok(n) if n < buf.len() && out.is_empty() => return String::from_utf8(buf[..n].to_vec()).ok(),
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return None,
+            }
+        }
+        String::from_utf8(out).ok()
+    }
+
+    /// Reads `path` (a held file when there is one); `key` is what it is held under.
+    fn read(&mut self, path: &str, key: String) -> Option<String> {
+        if let Some(f) = self.open.get(&key) {
+            if let Some(s) = Self::pread(f) {
+                self.used.insert(key);
+                return Some(s);
+            }
+            self.open.remove(&key);
+        }
+        let f = std::fs::File::open(path).ok()?;
+        let s = Self::pread(&f)?;
+        if self.open.len() < Self::MAX_OPEN {
+            self.open.insert(key.clone(), f);
+            self.used.insert(key);
+        }
+        Some(s)
+    }
+
+    /// One process's `stat`, through a held file.
+    pub fn read_proc(&mut self, pid: Pid) -> Option<Proc> {
+        if !cfg!(target_os = "linux") {
+            return None;
+        }
+        let path = format!("/proc/{pid}/stat");
+        let line = self.read(&path, path.clone())?;
+        Some(Proc { stat: procfs::parse_stat(&line)?, times: parse_times(&line)? })
+    }
+
+    fn children_of(&mut self, p: &Proc) -> Vec<Pid> {
+        if p.times.threads > 1 || !cfg!(target_os = "linux") {
+            return procfs::children(p.stat.pid);
+        }
+        let pid = p.stat.pid;
+        let path = format!("/proc/{pid}/task/{pid}/children");
+        let key = format!("{path}@{}", p.times.start_time);
+        self.read(&path, key)
+            .map(|t| t.split_whitespace().filter_map(|s| s.parse().ok()).filter_map(Pid::new).collect())
+            .unwrap_or_default()
+    }
+
+    /// [`descendants_of`] through held files.
+    pub fn descendants_of(&mut self, root: &Proc) -> Vec<Proc> {
+        let mut out = Vec::new();
+        let mut queue = self.children_of(root);
+        while let Some(pid) = queue.pop() {
+            if let Some(p) = self.read_proc(pid) {
+                let kids = self.children_of(&p);
+                queue.extend(kids);
+                if !p.times.zombie {
+                    out.push(p);
+                }
+            }
+        }
+        out
+    }
+
+    /// Closes the files that were not read since the last sweep.
+    pub fn sweep(&mut self) {
+        let used = std::mem::take(&mut self.used);
+        self.open.retain(|k, _| used.contains(k));
+    }
+
+    /// How many files are held (for tests).
+    pub fn held(&self) -> usize {
+        self.open.len()
+    }
+}
+
 /// The children of a process already read: a single-threaded one lists them all in
 /// `/proc/<pid>/task/<pid>/children` (one read); otherwise every thread's list is read
 /// ([`procfs::children`]).
@@ -148,6 +251,9 @@ pub struct Sampler {
     now: Instant,
     hz: f64,
     page: u64,
+    /// Entry id → cgroup CPU time (ms), as of the previous round; and this round's.
+    last_cgroup: HashMap<String, u64>,
+    next_cgroup: HashMap<String, u64>,
 }
 
 impl Default for Sampler {
@@ -165,13 +271,28 @@ impl Sampler {
             now: Instant::now(),
             hz: sysconf::clock_ticks_per_second() as f64,
             page: sysconf::page_size(),
+            last_cgroup: HashMap::new(),
+            next_cgroup: HashMap::new(),
+        }
+    }
+
+    /// CPU % of a cgroup whose total CPU time is `cpu_ms` now (`cpu.stat` `usage_usec` / 1000),
+    /// over the time since the previous round; `key` names the cgroup (the entry id). 0 on the
+    /// first round it is seen.
+    pub fn cgroup_percent(&mut self, key: &str, cpu_ms: u64) -> f64 {
+        let elapsed = self.last_at.map(|t| self.now.duration_since(t).as_secs_f64()).unwrap_or(0.0);
+        self.next_cgroup.insert(key.to_string(), cpu_ms);
+        match self.last_cgroup.get(key) {
+            Some(before) if elapsed > 0.0 => cpu_ms.saturating_sub(*before) as f64 / 1000.0 / elapsed * 100.0,
+            _ => 0.0,
         }
     }
 
     /// Starts a round: what the previous round saw becomes the baseline.
     pub fn round(&mut self) {
-        if !self.next.is_empty() || self.last_at.is_some() {
+        if !self.next.is_empty() || !self.next_cgroup.is_empty() || self.last_at.is_some() {
             self.last = std::mem::take(&mut self.next);
+            self.last_cgroup = std::mem::take(&mut self.next_cgroup);
             self.last_at = Some(self.now);
         }
         self.now = Instant::now();
@@ -253,6 +374,35 @@ mod tests {
         let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 70 30 0 0 20 0 1 0 987654 1000 25 10";
         let t = parse_times(line).unwrap();
         assert_eq!(t, ProcTimes { cpu_ticks: 100, start_time: 987654, rss_pages: 25, zombie: false, threads: 1 });
+    }
+
+    #[test]
+    fn held_files_follow_process_identity() {
+        let mut files = ProcFiles::default();
+        let mut parent = std::process::Command::new("sh").args(["-c", "sleep 100 & wait"]).spawn().unwrap();
+        let pid = Pid::new(parent.id() as i32).unwrap();
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let kids = loop {
+            let root = files.read_proc(pid).unwrap();
+            let kids = files.descendants_of(&root);
+            if !kids.is_empty() || std::time::Instant::now() > end {
+                break kids;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert_eq!(kids.len(), 1, "{kids:?}");
+        assert!(files.held() >= 3, "stat and children files are held: {}", files.held());
+        // Read again through the held files: the same answer.
+        let root = files.read_proc(pid).unwrap();
+        assert_eq!(files.descendants_of(&root), kids);
+        let child = kids[0].stat.pid;
+        let _ = crate::sys::process::kill(child, crate::sys::Signal::KILL);
+        let _ = parent.wait();
+        // Gone: the held stat file now fails, and is dropped.
+        assert!(files.read_proc(pid).is_none());
+        files.sweep();
+        files.sweep();
+        assert_eq!(files.held(), 0);
     }
 
     #[test]

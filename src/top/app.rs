@@ -15,7 +15,7 @@ use crate::registry::{Entry, Registry, RegistryError, now_ms};
 use crate::status::Status;
 use crate::sys::{Pid, procfs};
 use crate::usage::{self, Sampler, Usage};
-use crate::{manager, ports, view};
+use crate::{cgroup, manager, ports, view};
 
 /// Finished entries stay in the list this long after they ended: one hour (`--all`: always).
 pub const FINISHED_SHOWN_MS: u64 = 60 * 60 * 1000;
@@ -143,6 +143,10 @@ pub struct App {
     entries: HashMap<String, Entry>,
     listed_at: Option<Instant>,
     ports_at: Option<Instant>,
+    /// `/proc` files held open between rounds.
+    files: usage::ProcFiles,
+    /// Open cgroups of cgroup-tier entries, by id.
+    cgroups: HashMap<String, cgroup::Cgroup>,
     /// This boot's id, read once.
     boot_id: String,
     usage_at: Option<Instant>,
@@ -177,6 +181,8 @@ impl App {
             entries: HashMap::new(),
             listed_at: None,
             ports_at: None,
+            cgroups: HashMap::new(),
+            files: usage::ProcFiles::default(),
             boot_id: procfs::boot_id(),
             usage_at: None,
             usage: HashMap::new(),
@@ -243,7 +249,7 @@ impl App {
             } else {
                 e.supervisor_pid
                     .and_then(Pid::new)
-                    .and_then(usage::read_proc)
+                    .and_then(|p| self.files.read_proc(p))
                     .filter(|p| !p.times.zombie && Some(p.times.start_time) == e.supervisor_start_time)
             };
             let supervisor_alive = supervisor.is_some();
@@ -256,10 +262,14 @@ impl App {
             let (usage, ports) = if live {
                 if measure {
                     let members = match &supervisor {
-                        Some(root) => usage::descendants_of(root),
+                        Some(root) => self.files.descendants_of(root),
                         None => usage::tree_members_known(&e, false),
                     };
-                    let u = sampler.usage(&members);
+                    let mut u = sampler.usage(&members);
+                    if let Some(cg) = self.cgroup_usage(&e) {
+                        u.cpu_percent = sampler.cgroup_percent(&e.id, cg.cpu_ms);
+                        u.memory_bytes = cg.memory_bytes.unwrap_or(u.memory_bytes);
+                    }
                     let slot = self.usage.entry(e.id.clone()).or_default();
                     slot.0 = u;
                     if look_ports {
@@ -289,15 +299,36 @@ impl App {
             })
         });
         self.rows = rows;
-        self.usage.retain(|id, _| self.rows.iter().any(|r| r.id() == id));
+        self.usage.retain(|id, _| self.rows.iter().any(|r| r.id() == id && r.live));
+        self.cgroups.retain(|id, _| self.rows.iter().any(|r| r.id() == id && r.live));
         self.selected = keep
             .and_then(|id| self.rows.iter().position(|r| r.id() == id))
             .unwrap_or(self.selected)
             .min(self.rows.len().saturating_sub(1));
+        if measure {
+            self.files.sweep();
+        }
         self.refresh_tree();
         self.follow_selected(reg);
         self.poll_log();
         self.dirty = true;
+    }
+
+    /// The cgroup figures of a cgroup-tier entry, through a handle kept open between rounds
+    /// (opening a cgroup checks its inode and arms its events file: done once, not every
+    /// second). `None` outside the cgroup tier or once the cgroup is gone.
+    fn cgroup_usage(&mut self, e: &Entry) -> Option<cgroup::Usage> {
+        if e.containment.as_deref() != Some("cgroup") {
+            return None;
+        }
+        if !self.cgroups.contains_key(&e.id) {
+            self.cgroups.insert(e.id.clone(), cgroup::Cgroup::of_entry(e)?);
+        }
+        let u = self.cgroups.get(&e.id)?.usage();
+        if u.is_none() {
+            self.cgroups.remove(&e.id);
+        }
+        u
     }
 
     /// Re-reads the expanded entry's live processes.

@@ -266,7 +266,7 @@ fn run_action(action: Action, reg: &Registry, tx: Sender<Event>) {
             Action::Stop(e) => ("stop", stop_lines(&reg, &e), None),
             Action::Clear(e) => (
                 "clear",
-                match manager::clear(&reg, &e) {
+                match manager::clear(&reg, &e, false) {
                     Ok(()) => vec![format!("Cleared {}.", e.id)],
                     Err(err) => vec![err.to_string()],
                 },
