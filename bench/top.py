@@ -6,11 +6,12 @@ Usage: python3 bench/top.py [BASELINE_SHEEPDOG]
 Needs a release build (`cargo build --release`) and tmux. Prints markdown for BENCHMARKS.md:
 
 1. top's idle CPU with 100 running entries: utime+stime of the sheepdog-top process from
-   /proc/PID/stat over 10 s, after a 5 s settle (the log pane on, following one quiet entry);
+   /proc/PID/stat over 30 s, after a 5 s settle (the log pane on, following one quiet entry);
 2. the same while the followed entry prints about 10 MB/s, and how long a key takes to show;
 3. if BASELINE_SHEEPDOG is given (the same tree built without top), the main binary's size and,
-   interleaved round by round, start overhead (`sheepdog run -- true`, wall ms, median of 300)
-   and the PSS of an idle detached supervisor (`sheepdog start -- sleep`), for both binaries.
+   interleaved round by round, start overhead (`sheepdog run -- true`: wall ms and CPU ms, median
+   of 300; CPU time is the steadier figure on a loaded machine) and the PSS and USS of idle
+   detached supervisors (`sheepdog start -- sleep`, 10 of each binary running together).
 
 Everything it starts lives in a temporary state dir and a private tmux server, stopped at the end
 by `sheepdog stop --all` and `tmux kill-server`.
@@ -76,8 +77,8 @@ def top_figures():
             start(state, "--name", f"e{i}", "--", "sleep", "600")
         t = Tmux(state)
         time.sleep(5)
-        idle = cpu_over(t.top, 10)
-        print(f"| idle, 100 running entries, log pane following a quiet entry | {idle:.2f} % of one core |")
+        idle = cpu_over(t.top, 30)
+        print(f"| idle, 100 running entries, log pane following a quiet entry (30 s) | {idle:.2f} % of one core |")
         # 10 MB/s into the followed entry's log: 100 KiB lines... no, 100-byte lines, 100,000 a second.
         flood = ("import sys,time\nline=b'x'*99+b'\\n'\nchunk=line*10000\nt=time.monotonic()\n"
                  "while True:\n  sys.stdout.buffer.write(chunk); sys.stdout.flush(); t+=0.1\n"
@@ -105,7 +106,7 @@ def top_figures():
                 time.sleep(0.005)
             lat.append((time.monotonic() - t0) * 1000)
             time.sleep(0.3)
-        print(f"| following a log written at {rate:.1f} MB/s (rotations included) | {busy:.2f} % of one core |")
+        print(f"| following a log written at {rate:.1f} MB/s, 100 other entries (10 s) | {busy:.2f} % of one core |")
         print(f"| key to screen while that log floods (`l`, median of 5, tmux capture included) | {statistics.median(lat):.0f} ms |")
     finally:
         if t:
@@ -114,15 +115,29 @@ def top_figures():
         subprocess.run(["rm", "-rf", state])
 
 
+def uss_kib(pid):
+    total = 0
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1])
+    return total
+
+
 def weight(base):
+    import resource
     sizes = [(b, os.path.getsize(b)) for b in (base, SD)]
-    starts = {base: [], SD: []}
+    wall = {base: [], SD: []}
+    cpu = {base: [], SD: []}
     for _ in range(300):
         for b in (base, SD):
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             subprocess.run([b, "run", "--", "true"], check=True)
-            starts[b].append((time.perf_counter() - t0) * 1000)
-    pss = {base: [], SD: []}
+            wall[b].append((time.perf_counter() - t0) * 1000)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[b].append((r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1000)
+    sups = {base: [], SD: []}
     state = tempfile.mkdtemp(prefix="top-weight-")
     os.chmod(state, 0o700)
     try:
@@ -130,19 +145,22 @@ def weight(base):
             for b in (base, SD):
                 out = subprocess.run([b, "--state-dir", state, "start", "--json", "--", "sleep", "600"], check=True,
                                      capture_output=True, text=True).stdout
-                sup = json.loads(out)["supervisorPid"]
-                time.sleep(0.2)
-                pss[b].append(pss_kib(sup))
+                sups[b].append(json.loads(out)["supervisorPid"])
+        time.sleep(1)
+        pss = {b: [pss_kib(p) for p in ps] for b, ps in sups.items()}
+        uss = {b: [uss_kib(p) for p in ps] for b, ps in sups.items()}
     finally:
         subprocess.run([SD, "--state-dir", state, "stop", "--all"], capture_output=True)
         subprocess.run(["rm", "-rf", state])
     for (b, size), name in zip(sizes, ("without top", "with top")):
-        print(f"| `sheepdog` {name} | {size} bytes | {statistics.median(starts[b]):.3f} ms | {statistics.median(pss[b])} KiB |")
+        print(f"| `sheepdog` {name} | {size} bytes | {statistics.median(wall[b]):.3f} ms | "
+              f"{statistics.median(cpu[b]):.3f} ms | {statistics.median(pss[b])} KiB | {statistics.median(uss[b])} KiB |")
 
 
 if __name__ == "__main__":
     print("| figure | value |\n|---|---|")
     top_figures()
     if len(sys.argv) > 1:
-        print("\n| binary | size | start overhead (`run -- true`, median of 300) | PSS of an idle detached supervisor (median of 10) |\n|---|---|---|---|")
+        print("\n| binary | size | `run -- true` wall (median of 300) | its CPU time, user+sys (median of 300) "
+              "| PSS of an idle detached supervisor (10 each, all running) | its USS |\n|---|---|---|---|---|---|")
         weight(sys.argv[1])

@@ -263,6 +263,7 @@ impl Default for Sampler {
 }
 
 impl Sampler {
+    /// A sampler with no baseline (the first round shows 0 % CPU).
     pub fn new() -> Sampler {
         Sampler {
             last: HashMap::new(),

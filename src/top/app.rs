@@ -60,6 +60,7 @@ pub struct Row {
 }
 
 impl Row {
+    /// The entry's id.
     pub fn id(&self) -> &str {
         &self.entry.id
     }
@@ -161,6 +162,7 @@ pub fn colors_wanted() -> bool {
 }
 
 impl App {
+    /// An empty view of `scope`, with or without colours; [`App::refresh`] fills it.
     pub fn new(scope: Scope, color: bool) -> App {
         App {
             scope,
