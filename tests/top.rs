@@ -343,3 +343,55 @@ fn clear_removes_a_finished_entry() {
     t.keys(&["Escape"]);
     t.wait("the entry gone from the list", SECS(10), |s| !s.lines().any(|l| l.starts_with("done")));
 }
+
+#[test]
+fn usage_columns_show_a_busy_tree() {
+    let st = State::new();
+    st.start(&["--name", "spin", "--", "sh", "-c", "sh -c 'while :; do :; done' & wait"]);
+    let t = Tmux::start(&st, 140, 30, &[]);
+    // CPU% is the 7th column (NAME ID SESSION STATUS PID TIME CPU% MEM ...), MEM the 8th.
+    let cols = |s: &str| line_of(s, "spin").split_whitespace().map(String::from).collect::<Vec<_>>();
+    let s = t.wait("the spinning tree's CPU", SECS(15), |s| {
+        let c = cols(s);
+        c.len() > 7 && c[6].parse::<f64>().is_ok_and(|v| v > 5.0)
+    });
+    let mem = cols(&s)[7].clone();
+    assert!(mem.ends_with('K') || mem.ends_with('M'), "MEM {mem:?}:\n{s}");
+}
+
+#[test]
+fn session_filter_shows_only_that_session() {
+    let st = State::new();
+    st.start(&["--name", "mine", "--session", "s1", "--", "sleep", "300"]);
+    st.start(&["--name", "theirs", "--session", "s2", "--", "sleep", "300"]);
+    let socket = format!("sheepdog-top-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst));
+    let t = Tmux { socket, dir: tempfile::tempdir().unwrap(), guard: Guard::new() };
+    let script = format!("'{}' --state-dir '{}' top --session s1; exec sleep 600", common::bin(), st.path().display());
+    assert!(
+        t.tmux(&["-f", "/dev/null", "new-session", "-d", "-x", "140", "-y", "30"])
+            .arg(&script)
+            .status()
+            .unwrap()
+            .success()
+    );
+    for f in ["#{pid}", "#{pane_pid}"] {
+        if let Ok(p) = t.display(f).parse() {
+            t.guard.track(p);
+        }
+    }
+    let s = t.wait("mine", SECS(10), |s| line_of(s, "mine").contains("running"));
+    assert!(s.contains("session s1") && !s.contains("theirs"), "{s}");
+}
+
+#[test]
+fn a_missing_top_binary_is_one_line_and_125() {
+    let dir = tempfile::tempdir().unwrap();
+    let lone = dir.path().join("sheepdog");
+    std::fs::copy(common::bin(), &lone).unwrap();
+    let st = State::new();
+    let out = Command::new(&lone).arg("--state-dir").arg(st.path()).arg("top").stdin(Stdio::null()).output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("sheepdog: unable to run ") && err.contains("sheepdog-top"), "{err}");
+}
