@@ -26,6 +26,8 @@ pub const USAGE_WINDOW: Duration = Duration::from_millis(900);
 /// links; a server's ports rarely change, and 100 entries every second would cost more than the
 /// rest of `top` together).
 pub const PORTS_EVERY: Duration = Duration::from_secs(3);
+/// PgUp / PgDn move the log pane by this many lines: 10.
+pub const LOG_PAGE: usize = 10;
 /// The whole registry is re-listed this often even when the watcher reports nothing: 10 s (a
 /// safety net for a missed event; changes arrive through the watcher at once).
 pub const RELIST_EVERY: Duration = Duration::from_secs(10);
@@ -110,6 +112,8 @@ pub struct LogPane {
     pub search: Option<String>,
     /// The search being typed after `/`.
     pub typing: Option<String>,
+    /// Lines scrolled back from the end (PgUp / PgDn; scrolling pauses following).
+    pub scroll: usize,
 }
 
 /// Everything `top` shows.
@@ -171,7 +175,7 @@ impl App {
             expanded: None,
             tree: Vec::new(),
             show_logs: true,
-            log: LogPane { id: None, tail: None, paused: false, search: None, typing: None },
+            log: LogPane { id: None, tail: None, paused: false, search: None, typing: None, scroll: 0 },
             modal: None,
             flash: None,
             color,
@@ -362,6 +366,7 @@ impl App {
         let id = self.current().map(|r| r.id().to_string());
         if id != self.log.id {
             self.log.tail = id.as_ref().map(|id| LogTail::new(reg.file(id, COMBINED_LOG)));
+            self.log.scroll = 0;
             self.log.id = id;
             self.dirty = true;
         }
@@ -451,7 +456,15 @@ impl App {
                 self.expanded = if self.expanded == id { None } else { id };
             }
             KeyCode::Char('l') => self.show_logs = !self.show_logs,
-            KeyCode::Char('f') => self.log.paused = !self.log.paused,
+            KeyCode::Char('f') => {
+                self.log.paused = !self.log.paused;
+                self.log.scroll = 0;
+            }
+            KeyCode::PageUp => {
+                self.log.paused = true;
+                self.log.scroll = self.log.scroll.saturating_add(LOG_PAGE);
+            }
+            KeyCode::PageDown => self.log.scroll = self.log.scroll.saturating_sub(LOG_PAGE),
             KeyCode::Char('/') => {
                 self.show_logs = true;
                 self.log.typing = Some(String::new());
@@ -561,6 +574,31 @@ mod tests {
     }
 
     #[test]
+    fn finished_entries_of_the_last_hour_only_unless_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = Registry::open(Some(dir.path().to_path_buf())).unwrap();
+        let now = now_ms();
+        for (name, ended_ago_ms) in [("old", 2 * 3600 * 1000), ("recent", 5 * 60 * 1000)] {
+            reg.create(Entry {
+                name: Some(name.into()),
+                status: Status::Exited,
+                exit_code: Some(0),
+                started_at: now - ended_ago_ms - 1000,
+                ended_at: Some(now - ended_ago_ms),
+                ..Entry::default()
+            })
+            .unwrap();
+        }
+        let names = |a: &App| a.rows.iter().map(|r| r.entry.display_name()).collect::<Vec<_>>();
+        let mut a = App::new(Scope::default(), false);
+        a.refresh(&reg, &mut Sampler::new());
+        assert_eq!(names(&a), vec!["recent"]);
+        let mut a = App::new(Scope { session: None, all: true }, false);
+        a.refresh(&reg, &mut Sampler::new());
+        assert_eq!(names(&a), vec!["recent", "old"], "most recently ended first");
+    }
+
+    #[test]
     fn stop_needs_confirmation() {
         let mut a = app();
         assert!(a.on_key(key(KeyCode::Char('s'))).is_none());
@@ -604,6 +642,11 @@ mod tests {
         assert_eq!(a.log.search.as_deref(), Some("err"));
         a.on_key(key(KeyCode::Char('f')));
         assert!(a.log.paused);
+        a.on_key(key(KeyCode::Char('f')));
+        a.on_key(key(KeyCode::PageUp));
+        assert!(a.log.paused && a.log.scroll == LOG_PAGE, "PgUp pauses and scrolls back");
+        a.on_key(key(KeyCode::PageDown));
+        assert_eq!(a.log.scroll, 0);
         a.on_key(key(KeyCode::Esc));
         assert!(a.quit);
     }

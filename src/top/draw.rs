@@ -15,7 +15,8 @@ use super::logtail::LineKind;
 use crate::status::Status;
 
 /// The footer: every key `top` knows.
-pub const KEYS: &str = "↑↓/jk move  ⏎/→ tree  s stop  r restart  c clear  l logs  t tree  / search  f pause  q quit";
+pub const KEYS: &str =
+    "↑↓/jk move  ⏎/→/t tree  s stop  r restart  c clear  l logs  / search  f pause  PgUp/Dn scroll  q quit";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Col {
@@ -248,10 +249,12 @@ fn tree_lines(app: &App) -> Vec<Line<'static>> {
 
 fn log_lines(app: &App, height: usize) -> Vec<Line<'static>> {
     let visible = app.visible_log();
-    let skip = visible.len().saturating_sub(height);
+    let scroll = app.log.scroll.min(visible.len().saturating_sub(height));
+    let skip = visible.len().saturating_sub(height + scroll);
     visible
         .into_iter()
         .skip(skip)
+        .take(height)
         .map(|l| {
             let style = match (l.kind, app.color) {
                 (LineKind::Marker, _) => Style::default().add_modifier(Modifier::DIM),
@@ -309,7 +312,11 @@ pub fn draw(app: &App, f: &mut Frame) {
     }
     if app.show_logs && log_area.height > 0 {
         let name = app.current().map(|r| r.entry.label()).unwrap_or_else(|| "-".into());
-        let mode = if app.log.paused { "paused (f to follow)" } else { "following" };
+        let mode = match (app.log.paused, app.log.scroll) {
+            (false, _) => "following".to_string(),
+            (true, 0) => "paused (f to follow)".to_string(),
+            (true, n) => format!("paused, {n} lines back (f to follow)"),
+        };
         let search = match (&app.log.typing, &app.log.search) {
             (Some(t), _) => format!(" · search: /{t}▏"),
             (None, Some(q)) => format!(" · /{q}"),
@@ -502,6 +509,19 @@ mod tests {
         assert!(text.iter().any(|l| l.contains("hello out")));
         assert!(!text.iter().any(|l| l.contains("other")), "search did not filter");
         assert!(text.iter().any(|l| l.contains("paused") && l.contains("/HELLO")));
+        // Scrolled back while paused: the end is off screen, the start on it.
+        let mut lines_app = app(true);
+        let path = dir.path().join("many.log");
+        let many: String = (0..100).map(|i| format!("[out] line {i:03}\n")).collect();
+        std::fs::write(&path, many).unwrap();
+        let mut tail = LogTail::new(path);
+        tail.poll();
+        lines_app.log.tail = Some(tail);
+        lines_app.log.paused = true;
+        lines_app.log.scroll = 50;
+        let text = lines(&render(&lines_app, 100, 30)).join("\n");
+        assert!(text.contains("line 049") && !text.contains("line 099"), "{text}");
+        assert!(text.contains("50 lines back"), "{text}");
         assert_eq!(
             a.visible_log(),
             vec![
