@@ -545,6 +545,7 @@ impl Cgroup {
     /// For the spawn: the fds the child needs to join, if this process created the cgroup.
     pub fn join_fds(&self) -> Option<JoinFds> {
         self.join.as_ref().map(|j| JoinFds {
+            dir: self.dir.as_raw_fd(),
             procs: j.procs.as_raw_fd(),
             report: j.report_w.as_raw_fd(),
             report_read: j.report_r.as_raw_fd(),
