@@ -113,6 +113,11 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
         process::set_pre_exec(&mut cmd, process::pre_exec_group);
         let child = cmd.spawn()?;
         let pid = Pid::new(child.id() as i32).ok_or_else(|| std::io::Error::other("pid 0"))?;
+        let start = crate::sys::procfs::start_time(pid);
+        let _ = reg.update(&e.id, |x| {
+            x.cleanup_pid = Some(pid.as_raw());
+            x.cleanup_start_time = start;
+        });
         Ok((pid, File::from(r)))
     })();
     let (pid, mut out) = match spawned {

@@ -537,11 +537,11 @@ impl Observer for Managed<'_> {
         true
     }
 
-    fn members(&mut self, members: &[Member]) {
+    fn members(&mut self, members: &[Member]) -> bool {
         let now: std::collections::HashSet<(i32, u64)> =
             members.iter().filter_map(|m| Some((m.pid.as_raw(), m.start_time?))).collect();
         if now.is_subset(&self.seen) {
-            return;
+            return false;
         }
         // Write only when someone new appeared; the list then holds who is alive now.
         self.seen = now;
@@ -553,6 +553,7 @@ impl Observer for Managed<'_> {
         list.sort_by_key(|m| (m.start_time, m.pid));
         list.truncate(MAX_RECORDED_MEMBERS);
         let _ = self.reg.update(&self.id, |e| e.members = list);
+        true
     }
 
     fn fds(&self) -> Vec<RawFd> {
@@ -699,9 +700,19 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
             let now = reg.read(&id)?;
             return Ok(StopOutcome { tree_gone: now.tree_gone.unwrap_or(true), entry: now, already_finished: false });
         }
-        // The supervisor did not finish: it is stuck or died mid-stop. Act past it.
+        // The supervisor did not finish: it is stuck or died mid-stop. Act past it. Orphans were
+        // re-parented to it (it is their subreaper) and it may not have recorded them yet: take
+        // its descendants as members while they are still its own, before it is killed.
+        let adopted: Vec<registry::RecordedMember> = Pid::new(now.supervisor_pid.unwrap_or(0))
+            .map(procfs::descendants)
+            .unwrap_or_default()
+            .iter()
+            .filter(|s| !s.is_zombie())
+            .map(|s| registry::RecordedMember { pid: s.pid.as_raw(), start_time: s.start_time })
+            .collect();
         past_a_stuck_supervisor = sup.send(Signal::KILL).is_ok_and(|s| s == process::Sent::Delivered);
         entry = now;
+        entry.members.extend(adopted);
     }
     let report = match recorded_tree(&entry) {
         Some(tree) => stop::stop_blocking(&tree, policy(&entry.stop)),
@@ -853,7 +864,12 @@ pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<
     loop {
         let e = reg.read(&entry.id)?;
         if e.is_finished() {
-            if e.cleanup_running() {
+            // A cleanup that is running, or that a supervisor still watching is about to run
+            // (its owner is gone or its turn timeout passed), holds the wait.
+            let due = e.cleanup_pending()
+                && (e.owner_gone() || e.timeout_at_ms().is_some_and(|at| at <= registry::now_ms()))
+                && e.supervisor_alive();
+            if e.cleanup_running() || due {
                 if left() == Some(Duration::ZERO) {
                     return Ok(Waited::TimedOut);
                 }
@@ -1178,7 +1194,7 @@ pub fn replace(
     term_grace: Option<Duration>,
 ) -> Result<Restarted, ManagerError> {
     let pids: Vec<Pid> = live_tree(old).iter().filter_map(|(p, ..)| Pid::new(*p)).collect();
-    let mut ports = crate::ports::listening(&pids);
+    let mut ports = crate::ports::listening_now(&pids);
     ports.extend(req.ready.as_ref().and_then(|r| r.port));
     let stopped = stop(reg, old, term_grace)?;
     if !stopped.tree_gone {

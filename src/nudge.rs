@@ -90,16 +90,144 @@ pub fn findings(words: &[String]) -> Vec<(NudgeKind, String)> {
             words.iter().position(|w| w == "-c" || (w.starts_with('-') && !w.starts_with("--") && w.ends_with('c')))
         && let Some(script) = words.get(i + 1)
     {
+        let cmds = split_script(script);
+        // A script that `wait`s for its jobs keeps them in the foreground.
+        let waits = cmds.iter().any(|(c, _)| c.first().is_some_and(|w| w == "wait"));
         let mut out = Vec::new();
-        for (cmd, background) in split_script(script) {
-            out.extend(simple_command(&cmd));
+        for (cmd, background) in cmds {
+            let background = background && !waits;
+            out.extend(simple_command(&cmd, background));
             if background && !cmd.is_empty() {
                 out.push((NudgeKind::StoppedOnExit, "&".into()));
             }
         }
         return out;
     }
-    simple_command(words)
+    simple_command(words, false)
+}
+
+/// `docker run`/`podman run` flags that take a value as the next word: everything else before
+/// the image is a switch (`-d`, `--rm`, `-it`). After the image the words are the container's
+/// command (`ls -d` is not a detach).
+const CONTAINER_VALUE_FLAGS: &[&str] = &[
+    "-a",
+    "--attach",
+    "-c",
+    "--cpu-shares",
+    "--cpus",
+    "-e",
+    "--env",
+    "--env-file",
+    "-h",
+    "--hostname",
+    "-l",
+    "--label",
+    "-m",
+    "--memory",
+    "--mount",
+    "--name",
+    "--network",
+    "--net",
+    "-p",
+    "--publish",
+    "--platform",
+    "-u",
+    "--user",
+    "-v",
+    "--volume",
+    "-w",
+    "--workdir",
+    "--entrypoint",
+    "--add-host",
+    "--cap-add",
+    "--cap-drop",
+    "--device",
+    "--dns",
+    "--gpus",
+    "--health-cmd",
+    "--ipc",
+    "--log-driver",
+    "--log-opt",
+    "--pid",
+    "--pull",
+    "--restart",
+    "--runtime",
+    "--security-opt",
+    "--shm-size",
+    "--stop-signal",
+    "--stop-timeout",
+    "--tmpfs",
+    "--ulimit",
+    "--userns",
+    "--volumes-from",
+    "-f",
+    "--file",
+    "--project-name",
+    "--profile",
+    "--context",
+    "--host",
+    "-H",
+    "--config",
+    "--log-level",
+];
+
+/// The words of a container CLI's command line as (positionals, switches before the first
+/// positional after `from`): values of [`CONTAINER_VALUE_FLAGS`] are skipped.
+fn container_words(args: &[String]) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        if CONTAINER_VALUE_FLAGS.contains(&a.as_str()) {
+            i += 2;
+            continue;
+        }
+        if !a.starts_with('-') {
+            out.push((i, a.as_str()));
+        }
+        i += 1;
+    }
+    out
+}
+
+/// True if a switch before `until` (an index into `args`) is `--detach` or a short cluster with
+/// `d` (`-d`, `-dit`).
+fn detach_before(args: &[String], from: usize, until: usize) -> bool {
+    let mut i = from;
+    while i < until.min(args.len()) {
+        let a = &args[i];
+        if CONTAINER_VALUE_FLAGS.contains(&a.as_str()) {
+            i += 2;
+            continue;
+        }
+        if a == "--detach" || (a.starts_with('-') && !a.starts_with("--") && a[1..].contains('d')) {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// `docker`/`podman`/`nerdctl` commands that leave a container running under the daemon:
+/// `run -d` (also `container run -d`), `start` without `--attach`, `compose up -d`.
+fn container_detached(prog: &str, args: &[String]) -> Option<String> {
+    let words = container_words(args);
+    let mut w = words.iter();
+    let (mut at, mut cmd) = *w.next()?;
+    if cmd == "container" {
+        (at, cmd) = *w.next()?;
+    }
+    let next_positional = w.clone().next().map(|(i, _)| *i).unwrap_or(args.len());
+    match cmd {
+        "run" if detach_before(args, at + 1, next_positional) => Some(format!("{prog} run -d")),
+        "start" if !args.iter().any(|a| a == "-a" || a == "--attach" || a == "-i" || a == "--interactive") => {
+            Some(format!("{prog} start"))
+        }
+        "compose" => {
+            let up = words.iter().find(|(_, word)| *word == "up")?;
+            detach_before(args, up.0 + 1, args.len()).then(|| format!("{prog} compose up -d"))
+        }
+        _ => None,
+    }
 }
 
 /// tmux's command word: the first argument that is neither a flag nor the value of one of
@@ -136,7 +264,7 @@ fn tmux_server_running(args: &[String]) -> bool {
 }
 
 /// One simple command: program and arguments.
-fn simple_command(words: &[String]) -> Vec<(NudgeKind, String)> {
+fn simple_command(words: &[String], background: bool) -> Vec<(NudgeKind, String)> {
     let mut i = 0;
     // Skip assignments (FOO=bar) and wrappers (sudo, env, exec, ...) with their flags.
     while let Some(w) = words.get(i) {
@@ -157,18 +285,14 @@ fn simple_command(words: &[String]) -> Vec<(NudgeKind, String)> {
         args.iter().any(|a| a == long || (a.starts_with('-') && !a.starts_with("--") && a[1..].contains(short)))
     };
     let sub = |n: usize| args.iter().filter(|a| !a.starts_with('-')).nth(n).map(String::as_str);
-    let detached_run = matches!(sub(0), Some("run") | Some("start") | Some("create")) && has("--detach", 'd');
     use NudgeKind::{OutsideTree, StoppedOnExit};
     let hit = match prog.as_str() {
-        "nohup" | "setsid" | "disown" | "daemonize" => Some((StoppedOnExit, prog.clone())),
-        "docker" | "podman" | "nerdctl" if detached_run => {
-            Some((OutsideTree, format!("{prog} {} -d", sub(0).unwrap_or("run"))))
-        }
-        "docker" | "podman" | "nerdctl"
-            if sub(0) == Some("compose") && sub(1) == Some("up") && has("--detach", 'd') =>
-        {
-            Some((OutsideTree, format!("{prog} compose up -d")))
-        }
+        // `nohup x` in the foreground is just `x`; `nohup x &` is the job that outlives.
+        "nohup" if background => Some((StoppedOnExit, prog.clone())),
+        // `setsid -w` waits for its child; plain `setsid` in a group leader forks and exits.
+        "setsid" if !has("--wait", 'w') => Some((StoppedOnExit, prog.clone())),
+        "disown" | "daemonize" => Some((StoppedOnExit, prog.clone())),
+        "docker" | "podman" | "nerdctl" => container_detached(&prog, args).map(|m| (OutsideTree, m)),
         "docker-compose" | "podman-compose" if sub(0) == Some("up") && has("--detach", 'd') => {
             Some((OutsideTree, format!("{prog} up -d")))
         }
@@ -310,7 +434,7 @@ mod tests {
             (&["docker", "compose", "up", "-d"], OutsideTree),
             (&["docker-compose", "up", "--detach"], OutsideTree),
             (&["podman", "run", "-d", "redis"], OutsideTree),
-            (&["nohup", "python3", "server.py"], StoppedOnExit),
+            (&["sh", "-c", "nohup python3 server.py &"], StoppedOnExit),
             (&["setsid", "sleep", "100"], StoppedOnExit),
             (&["systemctl", "start", "postgresql"], OutsideTree),
             (&["service", "nginx", "start"], OutsideTree),
@@ -324,12 +448,15 @@ mod tests {
             (&["ssh", "-f", "-N", "-L", "8080:localhost:80", "host"], StoppedOnExit),
             (&["ssh", "-fN", "host"], StoppedOnExit),
             (&["sudo", "docker", "run", "-d", "x"], OutsideTree),
-            (&["/usr/bin/nohup", "x"], StoppedOnExit),
+            (&["docker", "compose", "-f", "x.yml", "up", "-d"], OutsideTree),
+            (&["docker", "container", "run", "-d", "nginx"], OutsideTree),
+            (&["docker", "run", "-p", "8080:80", "--name", "web", "-d", "nginx"], OutsideTree),
+            (&["docker", "start", "web"], OutsideTree),
             (&["sh", "-c", "npm run dev &"], StoppedOnExit),
             (&["bash", "-c", "sleep 100 & disown"], StoppedOnExit),
             (&["sh", "-c", "cd app && docker compose up -d"], OutsideTree),
             (&["bash", "-lc", "nohup ./serve > log 2>&1 &"], StoppedOnExit),
-            (&["sh", "-c", "FOO=1 nohup x"], StoppedOnExit),
+            (&["sh", "-c", "FOO=1 nohup x &"], StoppedOnExit),
         ];
         for (c, kind) in cases {
             assert_eq!(kinds(c), vec![*kind], "{c:?}");
@@ -374,6 +501,14 @@ mod tests {
             &["python3", "-m", "http.server"],
             &["sh", "-c", "# nohup in a comment\ntrue"],
             &["git", "commit", "-m", "use setsid & nohup"],
+            &["docker", "run", "--rm", "alpine", "ls", "-d", "/tmp"],
+            &["docker", "run", "nginx", "echo", "-d"],
+            &["docker", "start", "-a", "web"],
+            &["nohup", "sleep", "3"],
+            &["/usr/bin/nohup", "x"],
+            &["sh", "-c", "exec nohup sleep 1"],
+            &["bash", "-c", "sleep 2 & wait"],
+            &["setsid", "-w", "make"],
         ];
         for c in cases {
             assert!(!nudged(c), "should not nudge: {c:?}");

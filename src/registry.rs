@@ -167,6 +167,12 @@ pub struct Entry {
     /// result instead of reporting the cleanup as unfinished.
     pub cleanup_runner_pid: Option<i32>,
     pub cleanup_runner_start_time: Option<u64>,
+    /// The cleanup command's own process (`sh -c`, its group leader), once spawned: a cleanup
+    /// whose runner was killed may still run, and counts as running while it does.
+    #[serde(default)]
+    pub cleanup_pid: Option<i32>,
+    #[serde(default)]
+    pub cleanup_start_time: Option<u64>,
     /// How the cleanup ended, once it has.
     pub cleanup_result: Option<CleanupResult>,
     /// The extra environment given with `--env`, as `K=V` (the cleanup gets it too).
@@ -267,7 +273,8 @@ impl Entry {
         self.cleanup_started_at.is_some()
             && self.cleanup_result.is_none()
             && self.this_boot()
-            && identity_alive(self.cleanup_runner_pid, self.cleanup_runner_start_time)
+            && (identity_alive(self.cleanup_runner_pid, self.cleanup_runner_start_time)
+                || identity_alive(self.cleanup_pid, self.cleanup_start_time))
     }
 
     /// True while a cleanup is set, has not been claimed, and could still run (this boot): a

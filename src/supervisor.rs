@@ -29,8 +29,11 @@ pub const OWNER_POLL: Duration = Duration::from_millis(100);
 /// [`Observer::members`]: 10 ms; each later look waits twice as long, up to [`MEMBER_SCAN_MAX`].
 /// Forks send no event, so only looking finds them; most are made right after a start.
 pub const MEMBER_SCAN_MIN: Duration = Duration::from_millis(10);
-/// The longest wait between two looks at the descendants for [`Observer::members`]: 1000 ms.
-pub const MEMBER_SCAN_MAX: Duration = Duration::from_millis(1000);
+/// The longest wait between two looks at the descendants for [`Observer::members`]: 250 ms.
+/// It bounds the window in which a descendant that is orphaned and then loses its supervisor to
+/// a SIGKILL goes unrecorded (only the cgroup tier closes it); a look costs one read of
+/// `/proc/<pid>/task/*/children` per member.
+pub const MEMBER_SCAN_MAX: Duration = Duration::from_millis(250);
 
 /// Whom the supervisor answers to: when the owner dies, the tree is stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +98,10 @@ pub trait Observer {
     /// The live descendants of the provider, now and then while it runs: soon after the spawn
     /// and after each reaped child, then less often (see [`MEMBER_SCAN_MIN`]). A managed
     /// supervisor records them, so `reap` finds members that cleared their environment.
-    fn members(&mut self, _members: &[Member]) {}
+    /// Returns true if someone new was among them (the next look then comes soon again).
+    fn members(&mut self, _members: &[Member]) -> bool {
+        false
+    }
     /// Extra fds to poll for readability.
     fn fds(&self) -> Vec<RawFd> {
         Vec::new()
@@ -417,8 +423,8 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
             && provider.is_none()
             && (now >= t || reaped_any)
         {
-            observer.members(&tree.live_descendants());
-            scan_every = if reaped_any { MEMBER_SCAN_MIN } else { (scan_every * 2).min(MEMBER_SCAN_MAX) };
+            let news = observer.members(&tree.live_descendants());
+            scan_every = if reaped_any || news { MEMBER_SCAN_MIN } else { (scan_every * 2).min(MEMBER_SCAN_MAX) };
             next_scan = Some(now + scan_every);
         }
         if timeout_at.is_some_and(|t| now >= t) && !machine.stopping() {

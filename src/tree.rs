@@ -205,7 +205,9 @@ impl Tree {
                     }
                     let is_provider = s.pid == *provider && s.start_time == *provider_start;
                     let is_recorded = members.iter().any(|m| m.pid == s.pid && m.start_time == Some(s.start_time));
-                    if (is_provider || is_recorded) && procfs::uid(s.pid) == Some(*uid) {
+                    // By full identity (pid and start time, this boot): the supervisor saw it as
+                    // its own, whatever uid it switched to since (`su`, `setpriv`).
+                    if is_recorded || (is_provider && procfs::uid(s.pid) == Some(*uid)) {
                         push(Member::from_stat(&s), &mut out);
                         for d in procfs::descendants(s.pid) {
                             if !d.is_zombie() {

@@ -430,3 +430,109 @@ finally:
     assert!(err.contains("is gone") && err.contains("could not be recorded"), "{err}");
     assert_eq!(err.matches("sheepdog:").count(), 1, "one line: {err}");
 }
+
+/// Waits for `needle` in the entry's stdout log and returns the first word after it.
+fn logged_word(st: &State, id: &str, needle: &str) -> i32 {
+    let text = st.wait_log(id, "stdout.log", needle);
+    let rest = &text[text.find(needle).unwrap() + needle.len()..];
+    rest.split_whitespace().next().unwrap().parse().expect("a pid after the needle")
+}
+
+#[test]
+fn stop_past_a_stopped_supervisor_takes_its_unrecorded_orphans_before_killing_it() {
+    // The orphan is born after the supervisor was stopped, so it was never recorded; it is
+    // re-parented to the stopped supervisor (its subreaper), outside the group and session,
+    // without a tag.
+    let st = State::new();
+    let guard = Guard::new();
+    let go = st.path().join("go");
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.02; done; (setsid env -i sh -c 'echo $$ > {pf}; exec sleep 1238' &); exec sleep 1239",
+        go = go.display(),
+        pf = st.path().join("member").display()
+    );
+    let v = st.start(&["--term-grace", "300ms", "--kill-wait", "300ms", "--", "sh", "-c", &script]);
+    let id = id_of(&v);
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    guard.track(sup);
+    signal(sup, libc::SIGSTOP);
+    std::fs::write(&go, "").unwrap();
+    let member = pid_file(&st, "member");
+    guard.track(member);
+    let out = st.run(&["stop", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(wait_gone(&[member], SECS(5)), Vec::<i32>::new(), "stop said gone while an orphan lived");
+    assert_eq!(st.entry(&id)["treeGone"], true);
+}
+
+#[test]
+fn a_recorded_member_that_switched_uid_is_still_reaped() {
+    if std::process::Command::new("setpriv").arg("--version").output().is_err() || sheepdog::sys::process::getuid() != 0
+    {
+        eprintln!("SKIPPED: needs setpriv and root to switch a member's uid");
+        return;
+    }
+    let st = State::new();
+    let guard = Guard::new();
+    let script = "(setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'echo member $$; exec sleep 1244' &); exec sleep 1245";
+    let v = st.start(&["--", "sh", "-c", script]);
+    let id = id_of(&v);
+    let member = logged_word(&st, &id, "member ");
+    guard.track(member);
+    let entry_file = st.path().join("procs").join(&id).join("entry.json");
+    until(SECS(10), "the member recorded", || {
+        std::fs::read_to_string(&entry_file).unwrap_or_default().contains(&format!("\"pid\": {member}"))
+    });
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    guard.track(sup);
+    signal(sup, libc::SIGKILL);
+    assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
+    let _ = st.ok(&["reap"]);
+    assert_eq!(wait_gone(&[member], SECS(5)), Vec::<i32>::new(), "a recorded member of another uid survived");
+    assert_eq!(st.entry(&id)["treeGone"], true);
+}
+
+#[test]
+fn wait_right_after_owner_death_holds_for_the_cleanup_the_supervisor_is_about_to_run() {
+    let st = State::new();
+    let guard = Guard::new();
+    for _ in 0..3 {
+        let mut owner = guard.sleeper();
+        let id =
+            id_of(&st.start(&["--owner", &owner.id().to_string(), "--cleanup", "sleep 0.5; echo done", "--", "true"]));
+        let _ = st.run(&["wait", &id]);
+        owner.kill().unwrap();
+        owner.wait().unwrap();
+        let out = st.run(&["wait", "--json", &id]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        assert_eq!(doc["waited"][0]["cleanupResult"]["exitCode"], 0, "wait returned before the cleanup: {doc}");
+    }
+}
+
+#[test]
+fn a_cleanup_whose_runner_was_killed_still_counts_as_running_while_it_runs() {
+    let st = State::new();
+    let guard = Guard::new();
+    let mark = st.path().join("cleaned");
+    let cleanup = format!("sleep 1.5; echo b > {}", mark.display());
+    let id = id_of(&st.start(&["--session", "sx", "--cleanup", &cleanup, "--", "true"]));
+    let _ = st.run(&["wait", &id]);
+    let mut stop = st.cmd(&["stop", &id]).stdout(Stdio::null()).spawn().unwrap();
+    guard.track_child(&stop);
+    let entry_file = st.path().join("procs").join(&id).join("entry.json");
+    until(SECS(10), "the cleanup spawned", || {
+        let text = std::fs::read_to_string(&entry_file).unwrap_or_default();
+        serde_json::from_str::<serde_json::Value>(&text).is_ok_and(|v| v["cleanupPid"].is_number())
+    });
+    stop.kill().unwrap();
+    stop.wait().unwrap();
+    let out = st.run(&["clear", &id]);
+    assert_eq!(out.status.code(), Some(1), "clear while the cleanup still runs");
+    // A selection waits for it too, instead of saying nothing matched.
+    let out = st.run(&["stop", "--session", "sx"]);
+    assert_eq!(out.status.code(), Some(1), "its result is unknown (the runner was killed): {out:?} {}", st.entry(&id));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("had already exited (0)"), "{out:?}");
+    assert!(mark.exists(), "stop --session returned before the cleanup ended");
+    let _ = st.run(&["wait", &id]);
+    assert_eq!(st.ok(&["clear", &id]), format!("Cleared {id}.\n"));
+}

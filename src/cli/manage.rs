@@ -100,6 +100,18 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 pub const SESSION_ENV: &str = "SHEEPDOG_SESSION";
 pub const OWNER_ENV: &str = "SHEEPDOG_OWNER";
 
+/// `$SHEEPDOG_OWNER` as a pid: unset or empty is none; anything else must be a pid.
+fn owner_from_env() -> Result<Option<crate::sys::Pid>, CliError> {
+    let Some(raw) = std::env::var_os(OWNER_ENV).filter(|v| !v.is_empty()) else { return Ok(None) };
+    let text = raw.to_string_lossy();
+    text.trim()
+        .parse::<i32>()
+        .ok()
+        .and_then(crate::sys::Pid::new)
+        .map(Some)
+        .ok_or_else(|| CliError::usage(format!("{OWNER_ENV}={text}: not a process id (must be a number > 0)")))
+}
+
 /// `sheepdog start`.
 #[derive(Debug, clap::Args)]
 pub struct StartArgs {
@@ -113,8 +125,9 @@ pub struct StartArgs {
     /// The agent session (turn) this process belongs to; `stop --session` stops them all.
     #[arg(long, value_name = "ID", env = SESSION_ENV)]
     session: Option<String>,
-    /// Stop the process when this process dies (any process, identity-checked).
-    #[arg(long, value_name = "PID", env = OWNER_ENV, allow_hyphen_values = true)]
+    /// Stop the process when this process dies (any process, identity-checked). Default:
+    /// $SHEEPDOG_OWNER (unset or empty: none).
+    #[arg(long, value_name = "PID", allow_hyphen_values = true)]
     owner: Option<i32>,
     /// Working directory of the command (default: the current one).
     #[arg(long, value_name = "DIR")]
@@ -246,7 +259,10 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     if a.command.is_empty() {
         return Err(CliError::usage("start: missing command (usage: sheepdog start [OPTIONS] -- CMD [ARGS...])"));
     }
-    let owner = a.owner.map(|p| pid_arg("--owner", p)).transpose()?;
+    let owner = match a.owner {
+        Some(p) => Some(pid_arg("--owner", p)?),
+        None => owner_from_env()?,
+    };
     let (containment, limits) = a.containment.resolve()?;
     let ready = a.ready_spec()?;
     let session = a.session.clone().filter(|s| !s.is_empty());
@@ -309,11 +325,13 @@ pub(super) fn restart(a: RestartArgs, dir: Option<PathBuf>, json: bool) -> Resul
     for old in &targets {
         match manager::restart(&reg, old, a.term_grace) {
             Ok(r) => {
-                if let Some(line) = crate::cleanup::failure_line(&r.stopped.entry) {
-                    eprintln!("sheepdog: {}: {line}", old.label());
-                }
                 let c = render_started(&reg, &r.entry, r.ready.as_ref(), &[], json.then_some(&mut list));
                 code = code.max(c);
+                // The old entry's cleanup failed: said, and status 1, as `stop` does.
+                if let Some(line) = crate::cleanup::failure_line(&r.stopped.entry) {
+                    eprintln!("sheepdog: {}: {line}", old.label());
+                    code = code.max(1);
+                }
             }
             Err(err) => {
                 eprintln!("sheepdog: unable to restart {}: {err}", old.label());
@@ -338,11 +356,16 @@ pub struct PsArgs {
     session: Option<String>,
     /// Only entries with this status (running, exited, killed, stopped, timedOut, orphaned,
     /// reaped, lost, starting), finished or not, of any age.
-    #[arg(long, value_name = "STATUS")]
+    #[arg(long, value_name = "STATUS", value_parser = parse_status)]
     status: Option<Status>,
     /// List each entry's live processes (pid, pgid, sid = Unix session id, command).
     #[arg(long)]
     tree: bool,
+}
+
+/// A status token (`timedOut`; `timed out` too), strictly: an unknown word is an error.
+fn parse_status(s: &str) -> Result<Status, String> {
+    s.parse()
 }
 
 /// How long a failed finished entry stays in the default `ps` listing: 1 hour.
@@ -620,7 +643,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let reg = open(dir)?;
     // A selection takes what still runs and what ended with its cleanup still pending: a
     // cleanup belongs to its entry, and every stop runs it.
-    let stoppable = |e: &Entry| !e.is_finished() || e.cleanup_pending();
+    let stoppable = |e: &Entry| !e.is_finished() || e.cleanup_pending() || e.cleanup_running();
     let targets: Vec<Entry> = if let Some(s) = &a.session {
         let (entries, aside) = reg.list();
         warn_set_aside(&aside);
