@@ -645,3 +645,45 @@ fn reap_removes_a_cgroup_a_supervisor_left_behind() {
     assert!(!cg.path.exists(), "reap removed the leftover");
     assert_eq!(st.entry(&id).get("cgroupLeftover"), None);
 }
+
+#[test]
+fn reap_removes_the_empty_cgroup_of_a_run_supervisor_killed_by_sigkill() {
+    let Some(own) = need_cgroup("reap_removes_the_empty_cgroup_of_a_run_supervisor_killed_by_sigkill") else {
+        return;
+    };
+    // The supervisor and the reap run in a cgroup of this test's own: `reap` sweeps only below
+    // its own cgroup, so the reaps of tests running alongside cannot take this one first.
+    let home = TestCgroup::new(&own);
+    let enter = format!("echo $$ > {}/cgroup.procs && exec", home.path_str());
+    let guard = Guard::new();
+    let script = format!(
+        "{enter} {} run --events-fd 3 --containment cgroup -- sh -c 'echo member $$; exec sleep 100' 3>&1",
+        bin()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script]).env_remove("SHEEPDOG_CONTAINMENT").stdin(Stdio::null());
+    let (mut child, lines) = spawn_lines(cmd, &guard);
+    let mut member = None;
+    let mut path = None;
+    while member.is_none() || path.is_none() {
+        let l = lines.next(SECS(10));
+        if let Some(p) = l.strip_prefix("member ") {
+            member = p.parse::<i32>().ok();
+        } else if let Ok(v) = serde_json::from_str::<Value>(&l) {
+            path = v["cgroup"].as_str().map(PathBuf::from);
+        }
+    }
+    let (member, path) = (member.unwrap(), path.unwrap());
+    guard.track(member);
+    assert!(path.starts_with(&home.path), "{}", path.display());
+    signal(child.id() as i32, libc::SIGKILL);
+    wait_child(&mut child, SECS(5));
+    signal(member, libc::SIGKILL);
+    assert_eq!(wait_gone(&[member], SECS(5)), Vec::<i32>::new());
+    assert!(path.exists(), "a SIGKILLed run cannot remove its cgroup");
+    let st = State::new();
+    let reap = format!("{enter} {} --state-dir {} reap", bin(), st.path().display());
+    let out = Command::new("sh").args(["-c", &reap]).env_remove("SHEEPDOG_CONTAINMENT").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!path.exists(), "reap removed {}", path.display());
+}
