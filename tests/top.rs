@@ -303,7 +303,7 @@ fn not_a_terminal_points_at_ps_with_status_125() {
     assert_eq!(out.status.code(), Some(125));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("sheepdog: ") && err.contains("not") && err.contains("sheepdog ps"), "{err}");
+    assert!(err.starts_with("sheepdog: ") && err.contains("not a terminal") && err.contains("'sheepdog ps'"), "{err}");
     assert!(out.stdout.is_empty());
 }
 

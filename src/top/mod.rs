@@ -102,7 +102,7 @@ pub fn main() -> i32 {
 pub fn run(args: TopArgs) -> i32 {
     if !std::io::stdout().is_terminal() {
         eprintln!(
-            "sheepdog: top needs a terminal, and stdout is not one; for a one-time listing use 'sheepdog ps' (or 'sheepdog ps --json')"
+            "sheepdog: top: stdout is not a terminal; for a one-time listing use 'sheepdog ps' (or 'sheepdog ps --json')"
         );
         return EXIT_NOT_A_TERMINAL;
     }
