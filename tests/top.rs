@@ -395,3 +395,34 @@ fn a_missing_top_binary_is_one_line_and_125() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("sheepdog: unable to run ") && err.contains("sheepdog-top"), "{err}");
 }
+
+#[test]
+fn a_flooding_log_keeps_the_screen_live() {
+    let st = State::new();
+    // As fast as it can: `yes` with 100-byte lines, tens of MB/s into the logs (capped: 4 MiB).
+    let e = st.start(&[
+        "--name",
+        "flood",
+        "--log-max",
+        "4MiB",
+        "--",
+        "sh",
+        "-c",
+        "yes 0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789",
+    ]);
+    let id = e["id"].as_str().unwrap().to_string();
+    let t = Tmux::start(&st, 120, 30, &[]);
+    let s = t.wait("flood's lines in the pane", SECS(10), |s| s.contains("0123456789012345678901234567890"));
+    assert!(s.contains(&format!("log: flood ({id})")), "{s}");
+    // Keys still act at once: hide the pane, show it again, open the tree.
+    t.keys(&["l"]);
+    t.wait("the pane hidden", SECS(5), |s| !s.contains("log: flood"));
+    t.keys(&["l"]);
+    t.wait("the pane back", SECS(5), |s| s.contains("log: flood"));
+    t.keys(&["Enter"]);
+    t.wait_for(&format!("tree: flood ({id})"));
+    let footer = t.screen().lines().rfind(|l| !l.trim().is_empty()).unwrap_or("").to_string();
+    for k in ["s stop", "r restart", "c clear", "l logs", "t tree", "/ search", "f pause", "q quit", "jk move"] {
+        assert!(footer.contains(k), "{k} missing in the footer {footer:?}");
+    }
+}

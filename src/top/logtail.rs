@@ -61,12 +61,14 @@ pub struct LogTail {
     partial: Vec<u8>,
     /// The last [`KEEP_LINES`] lines.
     pub lines: VecDeque<LogLine>,
+    /// Bytes the last [`LogTail::poll`] read (at most [`TAIL_BYTES`]).
+    pub last_read: u64,
 }
 
 impl LogTail {
     /// A reader of `path` (which may not exist yet); nothing is read until [`LogTail::poll`].
     pub fn new(path: PathBuf) -> LogTail {
-        LogTail { path, file: None, ino: 0, pos: 0, partial: Vec::new(), lines: VecDeque::new() }
+        LogTail { path, file: None, ino: 0, pos: 0, partial: Vec::new(), lines: VecDeque::new(), last_read: 0 }
     }
 
     /// Reads what was appended since the last call (bounded by [`TAIL_BYTES`]); true if any
@@ -99,6 +101,7 @@ impl LogTail {
             return false;
         }
         self.pos += buf.len() as u64;
+        self.last_read = buf.len() as u64;
         let mut rest = &buf[..];
         if skip_partial {
             // We landed inside a line: drop up to its end.
@@ -162,6 +165,7 @@ mod tests {
             (0..100_000).map(|i| if i == 99_999 { "[out] last\n".to_string() } else { line.clone() }).collect();
         f.write_all(big.as_bytes()).unwrap();
         assert!(t.poll());
+        assert!(t.last_read <= TAIL_BYTES, "read {} bytes of a 10 MB append", t.last_read);
         assert_eq!(t.lines.back().unwrap().text, "last");
         assert!(t.lines.iter().all(|l| l.kind == LineKind::Out));
         assert!(t.lines.len() <= KEEP_LINES);
