@@ -18,6 +18,9 @@ use crate::status::Status;
 pub const KEYS: &str =
     "↑↓/jk move  ⏎/→/t tree  s stop  r restart  c clear  l logs  / search  f pause  PgUp/Dn scroll  q quit";
 
+/// The footer on a terminal too narrow for [`KEYS`] (under 101 columns): the keys alone.
+pub const KEYS_SHORT: &str = "↑↓jk ⏎→t s r c l / f PgUp/Dn q";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Col {
     Name,
@@ -332,7 +335,10 @@ pub fn draw(app: &App, f: &mut Frame) {
             m.clone(),
             if app.color { Style::default().fg(Color::Yellow) } else { Style::default() },
         )),
-        None => Line::from(Span::styled(KEYS, Style::default().add_modifier(Modifier::DIM))),
+        None => {
+            let keys = if KEYS.chars().count() > foot.width as usize { KEYS_SHORT } else { KEYS };
+            Line::from(Span::styled(keys, Style::default().add_modifier(Modifier::DIM)))
+        }
     };
     f.render_widget(Paragraph::new(footer), foot);
 
@@ -464,6 +470,7 @@ mod tests {
         let web = text.iter().position(|l| l.starts_with("web")).unwrap();
         assert!(text[web].contains("running"), "{:?}", text[web]);
         assert!(text[web + 1].starts_with("worker"), "{:?}", text[web + 1]);
+        assert_eq!(text.last().unwrap().trim_end(), KEYS_SHORT, "the short footer");
         // And a width in between keeps more than the narrow one.
         let mid = lines(&render(&app(true), 80, 20));
         assert!(mid[1].contains("CPU%") && mid[1].contains("MEM") && !mid[1].contains("SESSION"), "{:?}", mid[1]);
