@@ -76,6 +76,9 @@ enum Command {
     Reap(manage::ReapArgs),
     /// Remove finished entries and their logs.
     Clear(manage::ClearArgs),
+    /// Serve the Model Context Protocol on stdin/stdout: background processes as tools for an
+    /// agent (runs the `sheepdog-mcp` binary installed next to `sheepdog`).
+    Mcp(McpArgs),
     /// The detached supervisor of one entry (started by `sheepdog start`; not for direct use).
     #[command(hide = true)]
     SuperviseEntry(manage::SuperviseArgs),
@@ -107,6 +110,35 @@ struct RunArgs {
     command: Vec<OsString>,
 }
 
+/// `sheepdog mcp`: every argument is passed on to `sheepdog-mcp` (see `sheepdog mcp --help`).
+#[derive(Debug, clap::Args)]
+#[command(disable_help_flag = true)]
+struct McpArgs {
+    /// Arguments of the MCP server: `--owner PID`, `--help`.
+    #[arg(value_name = "ARGS", trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
+}
+
+/// The MCP server's binary: `sheepdog-mcp` in the directory of this executable. A separate
+/// binary so that `run` and every supervisor never load an async runtime (BENCHMARKS.md).
+pub const MCP_BINARY: &str = "sheepdog-mcp";
+
+/// Replaces this process with `sheepdog-mcp` (same pid, so the MCP client stays its parent and
+/// owner detection sees the same tree). Returns only on failure: status 125 with the path.
+fn mcp(a: McpArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {
+    use std::os::unix::process::CommandExt;
+    let exe =
+        std::env::current_exe().map_err(|e| CliError::usage(format!("unable to find the sheepdog executable: {e}")))?;
+    let server = exe.with_file_name(MCP_BINARY);
+    let mut cmd = std::process::Command::new(&server);
+    if let Some(d) = dir {
+        cmd.arg("--state-dir").arg(d);
+    }
+    cmd.args(&a.args);
+    let err = cmd.exec();
+    Err(CliError::usage(format!("unable to run {}: {err}", server.display())))
+}
+
 /// Parses the process's arguments, runs the subcommand, and returns the exit status (or does
 /// not return: `run` may die by the signal that stopped it).
 pub fn main() -> i32 {
@@ -128,6 +160,7 @@ pub fn main() -> i32 {
         Command::Wait(a) => manage::wait(a, dir, json),
         Command::Reap(a) => manage::reap(a, dir, json),
         Command::Clear(a) => manage::clear(a, dir, json),
+        Command::Mcp(a) => mcp(a, dir),
         Command::SuperviseEntry(a) => manage::supervise_entry(a, dir),
     };
     match result {

@@ -1,0 +1,125 @@
+//! The stdio transport: one JSON-RPC message per line on stdin and stdout (MCP's stdio
+//! transport), with an answer for every malformed line so the client is never left waiting and
+//! the server keeps serving.
+//!
+//! rmcp's own stdio transport drops a line that is not JSON without a word (rust-sdk issue 938:
+//! to avoid error storms between two peers that echo errors). A client that sent a broken
+//! request would then wait for a reply until its own timeout; JSON-RPC 2.0 says the answer is a
+//! Parse error (-32700, `id: null`). A line that is JSON but not a message gets Invalid Request
+//! (-32600) with its `id` when it has one; a malformed notification (a `method` and no `id`) gets
+//! nothing, as JSON-RPC says. Error replies never provoke a reply from us, so two such peers
+//! cannot storm.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use rmcp::RoleServer;
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::Mutex;
+
+/// The longest line accepted: 16 MiB. A longer one is answered with Invalid Request and skipped.
+const MAX_LINE: usize = 16 << 20;
+
+/// stdin/stdout as an rmcp transport.
+pub struct Stdio {
+    input: BufReader<tokio::io::Stdin>,
+    output: Arc<Mutex<Option<tokio::io::Stdout>>>,
+    line: Vec<u8>,
+}
+
+impl Stdio {
+    pub fn new() -> Stdio {
+        Stdio {
+            input: BufReader::new(tokio::io::stdin()),
+            output: Arc::new(Mutex::new(Some(tokio::io::stdout()))),
+            line: Vec::new(),
+        }
+    }
+
+    async fn write_line(output: &Mutex<Option<tokio::io::Stdout>>, mut bytes: Vec<u8>) -> std::io::Result<()> {
+        bytes.push(b'\n');
+        let mut guard = output.lock().await;
+        let Some(out) = guard.as_mut() else {
+            return Err(std::io::Error::new(std::io::ErrorKind::NotConnected, "stdout closed"));
+        };
+        out.write_all(&bytes).await?;
+        out.flush().await
+    }
+
+    async fn reply_error(&self, id: Value, code: i32, message: String) {
+        let msg = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+        let _ = Self::write_line(&self.output, msg.to_string().into_bytes()).await;
+    }
+}
+
+impl rmcp::transport::Transport<RoleServer> for Stdio {
+    type Error = std::io::Error;
+
+    fn name() -> Cow<'static, str> {
+        "stdio".into()
+    }
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let output = self.output.clone();
+        async move {
+            let bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
+            Self::write_line(&output, bytes).await
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            self.line.clear();
+            let n = match (&mut self.input).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut self.line).await {
+                Ok(n) => n,
+                Err(_) => return None,
+            };
+            if n == 0 {
+                return None;
+            }
+            if self.line.len() > MAX_LINE && !self.line.ends_with(b"\n") {
+                // Skip the rest of the oversized line.
+                let mut rest = Vec::new();
+                if self.input.read_until(b'\n', &mut rest).await.unwrap_or(0) == 0 {
+                    return None;
+                }
+                self.reply_error(Value::Null, -32600, format!("Invalid Request: line longer than {MAX_LINE} bytes"))
+                    .await;
+                continue;
+            }
+            let text = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+            let text = text.strip_suffix(b"\r").unwrap_or(text);
+            let text = text.strip_prefix("\u{feff}".as_bytes()).unwrap_or(text);
+            if text.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(text) {
+                Ok(msg) => return Some(msg),
+                Err(e) if e.is_syntax() || e.is_eof() => {
+                    self.reply_error(Value::Null, -32700, format!("Parse error: {e}")).await;
+                }
+                Err(e) => {
+                    let value: Value = serde_json::from_slice(text).unwrap_or(Value::Null);
+                    let id = value.get("id").cloned();
+                    let notification = id.is_none() && value.get("method").is_some();
+                    if !notification {
+                        self.reply_error(id.unwrap_or(Value::Null), -32600, format!("Invalid Request: {e}")).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        let mut guard = self.output.lock().await;
+        if let Some(mut out) = guard.take() {
+            let _ = out.flush().await;
+        }
+        Ok(())
+    }
+}
