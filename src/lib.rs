@@ -15,18 +15,28 @@
 //! - [`events`]: the JSON lines of `--events-fd`.
 //! - [`duration`]: `250ms`, `1.5s` on the command line.
 //! - [`sys`]: the only place with `unsafe`: signals, pidfds, `/proc`, `poll`.
+//! - [`status`]: the status vocabulary, one enum.
+//! - [`view`]: the one entry view every `--json`, MCP and `top` render.
+//! - [`ports`]: TCP ports a set of processes listens on (`/proc/net/tcp{,6}`).
+//! - [`ready`]: readiness of a started command (port, log line, any listen).
+//! - [`logread`]: reading logs: tail, head, grep, since, cursor, caps, follow.
 //! - [`cli`]: argument parsing and one handler per subcommand.
 
 pub mod cleanup;
 pub mod cli;
 pub mod duration;
 pub mod events;
+pub mod logread;
 pub mod logs;
 pub mod manager;
 pub mod nudge;
+pub mod ports;
+pub mod ready;
 pub mod registry;
 pub mod spawn;
+pub mod status;
 pub mod stop;
 pub mod supervisor;
 pub mod sys;
 pub mod tree;
+pub mod view;

@@ -39,7 +39,21 @@ impl Stream {
     }
 }
 
+/// Suffix of a log's time index: `combined.log.times` (rotated with it to `.times.1`).
+pub const TIMES_SUFFIX: &str = ".times";
+
+/// The time index of a log file: `<path>.times`.
+pub fn times_path(log: &Path) -> PathBuf {
+    let mut p = log.as_os_str().to_owned();
+    p.push(TIMES_SUFFIX);
+    PathBuf::from(p)
+}
+
 /// One file with a size cap and one rotation.
+///
+/// Beside it, a time index (`<name>.times`): one text line `OFFSET UNIX_MS` for the first write
+/// of each wall-clock second (and the first write of a file), so `logs --since` knows when each
+/// line arrived, to the second, without changing the log's own bytes.
 #[derive(Debug)]
 pub struct CappedFile {
     path: PathBuf,
@@ -48,6 +62,9 @@ pub struct CappedFile {
     cap: u64,
     /// Bytes of the marker line that starts a rotated file (0 for the first file).
     header: u64,
+    times: Option<File>,
+    /// The unix second of the last index line (`u64::MAX`: none yet in this file).
+    last_sec: u64,
 }
 
 impl CappedFile {
@@ -55,7 +72,28 @@ impl CappedFile {
     pub fn open(path: &Path, cap: u64) -> io::Result<CappedFile> {
         let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
         let size = file.metadata()?.len();
-        Ok(CappedFile { path: path.to_path_buf(), file, size, cap: cap.max(1024), header: 0 })
+        let times = OpenOptions::new().create(true).append(true).mode(0o600).open(times_path(path)).ok();
+        Ok(CappedFile {
+            path: path.to_path_buf(),
+            file,
+            size,
+            cap: cap.max(1024),
+            header: 0,
+            times,
+            last_sec: u64::MAX,
+        })
+    }
+
+    /// Writes an index line for the write about to happen at `self.size`, once per second.
+    fn stamp(&mut self) {
+        let ms = crate::registry::now_ms();
+        if ms / 1000 == self.last_sec {
+            return;
+        }
+        self.last_sec = ms / 1000;
+        if let Some(t) = &mut self.times {
+            let _ = t.write_all(format!("{} {ms}\n", self.size).as_bytes());
+        }
     }
 
     /// Appends `bytes`, rotating first if they would cross the cap. Rotation happens on a line
@@ -77,6 +115,7 @@ impl CappedFile {
             } else {
                 room.max(1)
             };
+            self.stamp();
             if self.file.write_all(&rest[..n]).is_err() {
                 return;
             }
@@ -92,9 +131,16 @@ impl CappedFile {
         let mut old = self.path.clone().into_os_string();
         old.push(".1");
         let _ = fs::rename(&self.path, &old);
+        let mut old_times = times_path(&self.path).into_os_string();
+        old_times.push(".1");
+        let _ = fs::rename(times_path(&self.path), &old_times);
+        self.times =
+            OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(times_path(&self.path)).ok();
+        self.last_sec = u64::MAX;
         if let Ok(f) = OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&self.path) {
             self.file = f;
             self.size = 0;
+            self.stamp();
             let marker =
                 format!("[sheepdog] log reached its cap of {} bytes; the earlier part is in {}\n", self.cap, {
                     Path::new(&old).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()

@@ -19,8 +19,10 @@ use std::time::{Duration, Instant};
 
 use crate::duration;
 use crate::logs::{self, LogSet, Stream};
+use crate::ready::{ReadyOutcome, ReadySpec};
 use crate::registry::{self, Cleanup, Entry, Registry, RegistryError, StopTimings};
 use crate::spawn::{SpawnOptions, Spawned};
+use crate::status::Status;
 use crate::stop::{self, StopPolicy, Trigger};
 use crate::supervisor::{self, Observer, OnStdinEof, Options, Outcome, Owner};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
@@ -87,6 +89,10 @@ pub struct StartRequest {
     pub cleanup: Option<Cleanup>,
     /// Per-file log cap in bytes.
     pub log_max: Option<u64>,
+    /// Readiness options, recorded for `restart` (the wait itself is [`crate::ready::wait_ready`]).
+    pub ready: Option<ReadySpec>,
+    /// The entry this start replaces (`restart`, `start --replace`).
+    pub restart_of: Option<String>,
     pub argv: Vec<OsString>,
 }
 
@@ -181,6 +187,8 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         timeout_ms: req.timeout.map(|d| d.as_millis() as u64),
         status: "starting".into(),
         log_max_bytes: req.log_max,
+        ready: req.ready.clone(),
+        restart_of: req.restart_of.clone(),
         env: req.env.iter().map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy())).collect(),
         ..Entry::default()
     };
@@ -364,7 +372,7 @@ impl Managed<'_> {
         let _ = self.reg.update(&self.id, |e| {
             let (status, t) = result_status(outcome, e.timeout_ms);
             text = t;
-            e.status = status.to_string();
+            e.status = status.into();
             e.status_text = Some(text.clone());
             match outcome.provider {
                 Some(WaitStatus::Exited(c)) => e.exit_code = Some(c),
@@ -388,7 +396,7 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (&'static str, S
     match (outcome.trigger, outcome.provider) {
         (Some(Trigger::Timeout), _) => {
             let after = timeout_ms.map(|ms| duration::format(Duration::from_millis(ms)));
-            ("timed out", format!("timed out after {}", after.unwrap_or_default()))
+            ("timedOut", format!("timed out after {}", after.unwrap_or_default()))
         }
         (Some(Trigger::OwnerDied), _) => ("stopped", "stopped (owner exited)".into()),
         (Some(_), _) => ("stopped", "stopped".into()),
@@ -454,17 +462,17 @@ impl Observer for Managed<'_> {
 /// kernel says now: `running`/`starting` while the supervisor lives, `orphaned` when it is gone
 /// but the tree is alive, `lost` when nothing is alive and no result was recorded (or the entry
 /// is from a previous boot). `census` is taken at most once, on the first entry that needs it.
-pub fn live_status(e: &Entry, census: &OnceCell<Census>) -> String {
+pub fn live_status(e: &Entry, census: &OnceCell<Census>) -> Status {
     if e.is_finished() {
-        return e.status.clone();
+        return e.status;
     }
     if !e.this_boot() {
-        return "lost".into();
+        return Status::Lost;
     }
     if e.supervisor_alive() || e.starter_alive() {
-        return e.status.clone();
+        return e.status;
     }
-    if recorded_alive(e, census) { "orphaned".into() } else { "lost".into() }
+    if recorded_alive(e, census) { Status::Orphaned } else { Status::Lost }
 }
 
 /// True if anything of an entry's recorded tree is alive: the provider itself (full identity),
@@ -667,7 +675,7 @@ fn wait_pidfd(fd: &PidFd, timeout: Option<Duration>) -> bool {
 }
 
 /// The result of `wait`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Waited {
     /// Finished: the entry with its result.
     Finished(Entry),
@@ -903,4 +911,173 @@ pub fn update(reg: &Registry, e: &Entry, req: &UpdateRequest) -> Result<Entry, M
         )));
     }
     Ok(e)
+}
+
+/// How long `restart` waits for the ports the old tree listened on to be free before it starts
+/// the new command anyway: 5 s (a tree that is gone has closed its sockets; this covers a
+/// listening socket still held by a process that is exiting).
+pub const PORT_FREE_MAX: Duration = Duration::from_secs(5);
+
+/// Starts a managed process and, if `req.ready` is set, waits until it is ready
+/// ([`crate::ready::wait_ready`]). Errors: those of [`start`]; the entry vanishing meanwhile.
+pub fn start_ready(reg: &Registry, req: StartRequest) -> Result<(Entry, Option<ReadyOutcome>), ManagerError> {
+    let spec = req.ready.clone().filter(|s| s.is_set());
+    // A port that already accepts before the start is someone else's: only the tree's own
+    // listening socket will count.
+    let port_was_open = spec.as_ref().and_then(|s| s.port).is_some_and(crate::ready::port_accepts);
+    let e = start(reg, req)?;
+    let outcome = match spec {
+        Some(s) => Some(crate::ready::wait_ready(reg, &e, &s, port_was_open)?),
+        None => None,
+    };
+    Ok((e, outcome))
+}
+
+/// The start request that repeats `e`: same argv, cwd, env, name, session, owner, timeout,
+/// stop timings, cleanup, log cap and readiness options.
+pub fn request_of(e: &Entry) -> StartRequest {
+    StartRequest {
+        name: e.name.clone(),
+        session_id: e.session_id.clone(),
+        owner: e.owner_pid.and_then(Pid::new),
+        cwd: Some(PathBuf::from(&e.cwd)),
+        env: e
+            .env
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                (OsString::from(k), OsString::from(v))
+            })
+            .collect(),
+        timeout: e.timeout_ms.map(Duration::from_millis),
+        policy: StopPolicy { stdin_grace: Duration::ZERO, ..policy(&e.stop) },
+        cleanup: e.cleanup.clone(),
+        log_max: e.log_max_bytes,
+        ready: e.ready.clone(),
+        restart_of: None,
+        argv: e.argv.iter().map(OsString::from).collect(),
+    }
+}
+
+/// What `restart` (and `start --replace`) did.
+#[derive(Debug)]
+pub struct Restarted {
+    /// The stop of the old entry.
+    pub stopped: StopOutcome,
+    /// The new entry (`restartOf` = the old id).
+    pub entry: Entry,
+    /// Readiness, when the options asked for it.
+    pub ready: Option<ReadyOutcome>,
+}
+
+/// `restart`: the one stop of `old` (cleanup included), then a new start with the same options
+/// ([`request_of`]), recorded as `restartOf` the old id.
+pub fn restart(reg: &Registry, old: &Entry, term_grace: Option<Duration>) -> Result<Restarted, ManagerError> {
+    replace(reg, old, request_of(old), term_grace)
+}
+
+/// Stops `old` (cleanup included), waits until the TCP ports its tree listened on (and the
+/// `--ready-port` of `req`) are free, at most [`PORT_FREE_MAX`], then starts `req` as
+/// `restartOf` the old id, waiting for readiness if asked. Errors: the old tree was not confirmed
+/// gone (124; nothing new is started), and those of [`start_ready`].
+pub fn replace(
+    reg: &Registry,
+    old: &Entry,
+    mut req: StartRequest,
+    term_grace: Option<Duration>,
+) -> Result<Restarted, ManagerError> {
+    let pids: Vec<Pid> = live_tree(old).iter().filter_map(|(p, ..)| Pid::new(*p)).collect();
+    let mut ports = crate::ports::listening(&pids);
+    ports.extend(req.ready.as_ref().and_then(|r| r.port));
+    let stopped = stop(reg, old, term_grace)?;
+    if !stopped.tree_gone {
+        return Err(ManagerError::Start {
+            code: 124,
+            message: format!("the tree of {} was not confirmed gone; nothing new was started", old.label()),
+        });
+    }
+    let end = Instant::now() + PORT_FREE_MAX;
+    while ports.iter().any(|p| crate::ports::port_in_listen(*p)) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    req.restart_of = Some(old.id.clone());
+    let (entry, ready) = start_ready(reg, req)?;
+    Ok(Restarted { stopped, entry, ready })
+}
+
+/// What `wait` on several entries returns.
+#[derive(Debug)]
+pub struct WaitedMany {
+    /// One result per entry, in the order given; `TimedOut` for one still running when the
+    /// wait returned (the timeout passed, or with `any` another finished first).
+    pub results: Vec<Waited>,
+    /// The index of the entry that decides the exit status: with `any` the first that finished,
+    /// else the last to finish (by its recorded end). `None` if none finished.
+    pub decisive: Option<usize>,
+}
+
+/// True when `wait` on this entry would return at once: it is final and its cleanup is not
+/// running, or its supervisor is gone.
+fn wait_would_return(e: &Entry) -> bool {
+    (e.is_finished() && !e.cleanup_running()) || (!e.supervisor_alive() && !e.starter_alive())
+}
+
+/// `wait` on several entries: all of them, or with `any` until the first finishes; bounded by
+/// `timeout`. Each finished entry's result is [`wait`]'s.
+pub fn wait_many(
+    reg: &Registry,
+    entries: &[Entry],
+    any: bool,
+    timeout: Option<Duration>,
+) -> Result<WaitedMany, ManagerError> {
+    let end = timeout.map(|t| Instant::now() + t);
+    let left = || end.map(|e| e.saturating_duration_since(Instant::now()));
+    let mut results: Vec<Option<Waited>> = vec![None; entries.len()];
+    if !any {
+        for (i, e) in entries.iter().enumerate() {
+            results[i] = Some(wait(reg, e, left())?);
+        }
+        let decisive = results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| match w {
+                Some(Waited::Finished(e)) => Some((e.ended_at.unwrap_or(0), i)),
+                _ => None,
+            })
+            .max()
+            .map(|(_, i)| i);
+        return Ok(WaitedMany {
+            results: results.into_iter().map(|w| w.unwrap_or(Waited::TimedOut)).collect(),
+            decisive,
+        });
+    }
+    let mut decisive = None;
+    'outer: loop {
+        let mut sups = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            let cur = match reg.read(&e.id) {
+                Ok(c) => c,
+                Err(RegistryError::NotFound(_)) => continue,
+                Err(err) => return Err(err.into()),
+            };
+            if cur.status != Status::Starting && wait_would_return(&cur) {
+                results[i] = Some(wait(reg, &cur, Some(left().unwrap_or(Duration::from_secs(10))))?);
+                decisive = Some(i);
+                break 'outer;
+            }
+            sups.extend(verified_supervisor(&cur));
+        }
+        let tick = Duration::from_millis(100);
+        let wait_for = left().map_or(tick, |l| l.min(tick));
+        if left() == Some(Duration::ZERO) {
+            break;
+        }
+        let mut fds: Vec<PollFd> = sups.iter().map(|s| PollFd::new(s.as_raw_fd(), POLL_IN)).collect();
+        if fds.is_empty() {
+            std::thread::sleep(wait_for);
+        } else {
+            let _ = process::poll(&mut fds, Some(wait_for));
+        }
+    }
+    Ok(WaitedMany { results: results.into_iter().map(|w| w.unwrap_or(Waited::TimedOut)).collect(), decisive })
 }

@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::ready::ReadySpec;
+use crate::status::Status;
 use crate::sys::procfs;
 use crate::sys::{Pid, process};
 
@@ -148,9 +150,10 @@ pub struct Entry {
     pub timeout_ms: Option<u64>,
     /// Per-file log cap in bytes; `None`: the default (64 MiB).
     pub log_max_bytes: Option<u64>,
-    /// `starting`, `running`, `exited`, `killed`, `stopped`, `timed out`, `reaped`, `lost`.
-    /// `ps` derives `orphaned` (and `lost`) from the kernel for entries still marked running.
-    pub status: String,
+    /// `starting`, `running`, `exited`, `killed`, `stopped`, `timedOut`, `reaped`, `lost`
+    /// (older entries stored `timed out`; read the same). `ps` derives `orphaned` (and `lost`)
+    /// from the kernel for entries still marked running.
+    pub status: Status,
     /// The human form: `exited (0)`, `killed (SIGKILL)`, `timed out after 2s`, ...
     pub status_text: Option<String>,
     pub exit_code: Option<i32>,
@@ -164,18 +167,23 @@ pub struct Entry {
     /// finished entry is reported once, also across server restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_reported_at: Option<u64>,
+    /// The readiness options it was started with (`--ready-port`, `--ready-log`,
+    /// `--ready-listen`, `--ready-timeout`), kept for `restart`.
+    pub ready: Option<ReadySpec>,
+    /// The entry this one replaced (`restart`, `start --replace`).
+    pub restart_of: Option<String>,
     /// Fields this version does not know, carried through every rewrite.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Statuses after which nothing of the entry runs.
-pub const FINISHED: &[&str] = &["exited", "killed", "stopped", "timed out", "reaped", "lost"];
+/// Statuses after which nothing of the entry runs (tokens of [`Status`]).
+pub const FINISHED: &[&str] = &["exited", "killed", "stopped", "timedOut", "reaped", "lost"];
 
 impl Entry {
     /// True once a result is recorded.
     pub fn is_finished(&self) -> bool {
-        FINISHED.contains(&self.status.as_str())
+        self.status.is_finished()
     }
 
     /// `NAME (ID)` for messages. Without a name, the command's program name stands in

@@ -53,7 +53,7 @@ fn cleanup_that_fails_fails_the_stop_with_its_exit_code_and_output_tail() {
     assert_eq!(out.status.code(), Some(1));
     let out = st.run(&["stop", "--json", &id]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let c = &v["stopped"][0]["cleanup"];
+    let c = &v["stopped"][0]["cleanupResult"];
     assert_eq!(c["exitCode"], 1);
     assert_eq!(c["timedOut"], false);
     assert!(c["durationMs"].as_u64().is_some());

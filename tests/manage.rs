@@ -276,7 +276,7 @@ fn timeout_stops_and_records_timed_out_after_dur() {
     assert!(t0.elapsed() >= Duration::from_millis(400), "{:?}", t0.elapsed());
     assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{}", stderr(&out));
     let e = st.entry(&id);
-    assert_eq!(e["status"], "timed out");
+    assert_eq!(e["status"], "timedOut");
     assert_eq!(e["statusText"], "timed out after 500ms");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "timed out after 500ms");
 }
@@ -560,7 +560,7 @@ fn regression_attack_7_stop_with_a_shorter_grace_does_not_kill_a_supervisor_alre
     let out = st.run(&["stop", "tg", "--term-grace", "100ms"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let e = st.entry(&id);
-    assert_eq!(e["status"], "timed out", "{e}");
+    assert_eq!(e["status"], "timedOut", "{e}");
     assert_eq!(e["statusText"], "timed out after 300ms");
 }
 

@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 use crate::logs::{COMBINED_LOG, STDERR_LOG, STDOUT_LOG};
 use crate::manager::{self, ManagerError, StartRequest, Waited};
 use crate::registry::{Cleanup, Entry, Registry, RegistryError};
+use crate::status::Status;
 use crate::stop::StopPolicy;
+use crate::view;
 
 use super::{CliError, parse_duration, pid_arg};
 
@@ -117,7 +119,7 @@ pub struct StartArgs {
 }
 
 fn logs_json(reg: &Registry, id: &str) -> Value {
-    serde_json::to_value(LogPaths::of(reg, id)).unwrap_or(Value::Null)
+    serde_json::to_value(view::LogPaths::of(reg, id)).unwrap_or(Value::Null)
 }
 
 pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
@@ -140,6 +142,8 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         policy: StopPolicy { stdin_grace: Duration::ZERO, term_grace: a.term_grace, kill_wait: a.kill_wait },
         cleanup: a.cleanup.map(|command| Cleanup { command, timeout_ms: a.cleanup_timeout.as_millis() as u64 }),
         log_max: a.log_max,
+        ready: None,
+        restart_of: None,
         argv: a.command,
     };
     let e = manager::start(&reg, req)?;
@@ -187,54 +191,9 @@ fn age(ms: u64) -> String {
     }
 }
 
-/// Log paths of an entry, as in `start --json`.
-#[derive(serde::Serialize)]
-struct LogPaths {
-    stdout: PathBuf,
-    stderr: PathBuf,
-    combined: PathBuf,
-}
-
-impl LogPaths {
-    fn of(reg: &Registry, id: &str) -> LogPaths {
-        LogPaths {
-            stdout: reg.file(id, STDOUT_LOG),
-            stderr: reg.file(id, STDERR_LOG),
-            combined: reg.file(id, COMBINED_LOG),
-        }
-    }
-}
-
-/// One live process of an entry's tree (`ps --tree --json`).
-#[derive(serde::Serialize)]
-struct TreeProc {
-    pid: i32,
-    pgid: i32,
-    session: i32,
-    command: String,
-}
-
-/// An entry as `ps --json` prints it: its fields (status as the kernel says now), log paths, and
-/// with `--tree` its live processes.
-#[derive(serde::Serialize)]
-struct EntryView {
-    #[serde(flatten)]
-    entry: Entry,
-    logs: LogPaths,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tree: Option<Vec<TreeProc>>,
-}
-
-/// An entry as JSON, with the status `ps` derives from the kernel and the log paths.
-fn entry_json(reg: &Registry, e: &Entry, status: &str) -> Value {
-    serde_json::to_value(entry_view(reg, e, status, None)).unwrap_or(Value::Null)
-}
-
-/// An entry as every `--json` output shows it: a copy whose status is the one shown.
-fn entry_view(reg: &Registry, e: &Entry, status: &str, tree: Option<Vec<TreeProc>>) -> EntryView {
-    let mut entry = e.clone();
-    entry.status = status.to_string();
-    EntryView { logs: LogPaths::of(reg, &e.id), entry, tree }
+/// An entry as JSON: the one view ([`crate::view::EntryView`]) with the given status.
+fn entry_json(reg: &Registry, e: &Entry, status: Status) -> Value {
+    serde_json::to_value(view::view_with_status(reg, e, status, false)).unwrap_or(Value::Null)
 }
 
 pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
@@ -242,27 +201,21 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
     let (entries, aside) = reg.list();
     warn_set_aside(&aside);
     let census = std::cell::OnceCell::new();
-    let rows: Vec<(Entry, String)> = entries
+    let rows: Vec<(Entry, Status)> = entries
         .into_iter()
         .filter(|e| a.session.as_ref().is_none_or(|s| e.session_id.as_ref() == Some(s)))
         .map(|e| {
             let s = manager::live_status(&e, &census);
             (e, s)
         })
-        .filter(|(_, s)| a.all || matches!(s.as_str(), "running" | "starting" | "orphaned"))
+        .filter(|(_, s)| a.all || s.is_live())
         .collect();
     let mut out = io::BufWriter::new(io::stdout().lock());
     if json {
         // Streamed, one entry at a time: `ps --all --json` over thousands of entries stays fast.
         let _ = out.write_all(b"{\"entries\":[");
         for (i, (e, s)) in rows.iter().enumerate() {
-            let tree = a.tree.then(|| {
-                manager::live_tree(e)
-                    .into_iter()
-                    .map(|(pid, pgid, session, command)| TreeProc { pid, pgid, session, command })
-                    .collect()
-            });
-            let view = entry_view(&reg, e, s, tree);
+            let view = view::view_with_status(&reg, e, *s, a.tree);
             if i > 0 {
                 let _ = out.write_all(b",");
             }
@@ -274,7 +227,7 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
     }
     let _ = writeln!(out, "{:<10} {:<16} {:<26} {:>7} {:>5}  COMMAND", "ID", "NAME", "STATUS", "PID", "AGE");
     for (e, s) in &rows {
-        let shown = if e.is_finished() { e.status_text.clone().unwrap_or_else(|| s.clone()) } else { s.clone() };
+        let shown = if e.is_finished() { view::status_text(e, *s) } else { s.to_string() };
         let _ = writeln!(
             out,
             "{:<10} {:<16} {:<26} {:>7} {:>5}  {}",
@@ -483,13 +436,12 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             Ok(o) => {
                 let cleanup_failed = crate::cleanup::failure_line(&o.entry);
                 if json {
-                    let mut v = entry_json(&reg, &o.entry, &o.entry.status);
+                    let mut v = entry_json(&reg, &o.entry, o.entry.status);
                     if let Value::Object(m) = &mut v {
                         m.insert("alreadyFinished".into(), json!(o.already_finished));
                         m.insert("treeGone".into(), json!(o.tree_gone));
                         m.insert("ok".into(), json!(o.tree_gone && cleanup_failed.is_none()));
-                        // In a stop's result, `cleanup` is what the cleanup did (null: none).
-                        m.insert("cleanup".into(), cleanup_json(&o.entry));
+                        m.insert("cleanupError".into(), json!(cleanup_failed));
                     }
                     list.push(v);
                 } else {
@@ -514,31 +466,6 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         println!("{}", json!({ "stopped": list }));
     }
     Ok(code)
-}
-
-/// The cleanup's result for a stop's JSON: command, exit code or signal, timed out, duration in
-/// ms, the last 20 lines of output, and the failure line (null on success).
-fn cleanup_json(e: &Entry) -> Value {
-    match (&e.cleanup, &e.cleanup_result) {
-        (_, Some(r)) => json!({
-            "command": r.command,
-            "timeoutMs": e.cleanup.as_ref().map(|c| c.timeout_ms),
-            "exitCode": r.exit_code,
-            "signal": r.signal,
-            "timedOut": r.timed_out,
-            "durationMs": r.duration_ms,
-            "output": r.output,
-            "ranBy": r.ran_by,
-            "error": crate::cleanup::failure_line(e),
-        }),
-        (Some(c), None) => json!({
-            "command": c.command,
-            "timeoutMs": c.timeout_ms,
-            "ran": e.cleanup_started_at.is_some(),
-            "error": crate::cleanup::failure_line(e),
-        }),
-        (None, None) => Value::Null,
-    }
 }
 
 /// `sheepdog update`.
@@ -571,7 +498,7 @@ pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<
     };
     let e = manager::update(&reg, &e, &req)?;
     if json {
-        println!("{}", entry_json(&reg, &e, &manager::live_status(&e, &Default::default())));
+        println!("{}", entry_json(&reg, &e, manager::live_status(&e, &Default::default())));
     } else {
         println!("Updated {}.", e.label());
     }
@@ -595,9 +522,9 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     match manager::wait(&reg, &e, a.timeout)? {
         Waited::Finished(e) => {
             if json {
-                println!("{}", entry_json(&reg, &e, &e.status));
+                println!("{}", entry_json(&reg, &e, e.status));
             } else {
-                println!("{}", e.status_text.clone().unwrap_or_else(|| e.status.clone()));
+                println!("{}", view::status_text(&e, e.status));
             }
             manager::exit_status_of(&e).ok_or_else(|| {
                 CliError::usage(format!(
@@ -666,10 +593,7 @@ pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         let (entries, aside) = reg.list();
         warn_set_aside(&aside);
         let census = std::cell::OnceCell::new();
-        entries
-            .into_iter()
-            .filter(|e| !matches!(manager::live_status(e, &census).as_str(), "running" | "starting" | "orphaned"))
-            .collect()
+        entries.into_iter().filter(|e| !manager::live_status(e, &census).is_live()).collect()
     } else if a.targets.is_empty() {
         return Err(CliError::usage("clear: name an id or name, or --finished"));
     } else {

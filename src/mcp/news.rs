@@ -8,6 +8,9 @@
 //! stop, a wait that saw it finish, a start that ended inside its ready window) claims it too, so
 //! it is not repeated as news.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use schemars::JsonSchema;
 use serde::Serialize;
 use sheepdog::registry::{self, Entry, Registry};
@@ -37,6 +40,47 @@ pub struct Finished {
     pub last_lines: Vec<String>,
 }
 
+/// Entries a tool call of this server is acting on (stopping, waiting for, restarting): their
+/// end belongs in that call's reply, so no other reply reports it as news meanwhile. A count per
+/// id, as two calls may act on the same entry.
+static BUSY: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+
+/// Marks entries busy until dropped (after the reply's news is collected).
+pub struct Busy(Vec<String>);
+
+/// Marks `ids` busy for the life of the returned guard.
+pub fn busy(ids: impl IntoIterator<Item = String>) -> Busy {
+    let ids: Vec<String> = ids.into_iter().collect();
+    if let Ok(mut m) = BUSY.lock() {
+        let m = m.get_or_insert_with(HashMap::new);
+        for id in &ids {
+            *m.entry(id.clone()).or_insert(0) += 1;
+        }
+    }
+    Busy(ids)
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if let Ok(mut m) = BUSY.lock()
+            && let Some(m) = m.as_mut()
+        {
+            for id in &self.0 {
+                if let Some(n) = m.get_mut(id) {
+                    *n -= 1;
+                    if *n == 0 {
+                        m.remove(id);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn is_busy(id: &str) -> bool {
+    BUSY.lock().ok().and_then(|m| m.as_ref().map(|m| m.contains_key(id))).unwrap_or(false)
+}
+
 /// True if `e` belongs to this server's agent: its default session, or started for its owner.
 pub fn is_mine(ctx: &Ctx, e: &Entry) -> bool {
     e.session_id.as_deref() == Some(ctx.session.as_str())
@@ -64,7 +108,11 @@ pub fn collect(ctx: &Ctx, told: &[String]) -> Vec<Finished> {
     let (entries, _) = ctx.reg.list();
     let mut out = Vec::new();
     for e in entries {
-        if e.finished_reported_at.is_some() || !e.is_finished() || !is_mine(ctx, &e) {
+        // Reported once its cleanup (if one runs) is done, so the news is the whole story.
+        if e.finished_reported_at.is_some() || !e.is_finished() || !is_mine(ctx, &e) || e.cleanup_running() {
+            continue;
+        }
+        if !told.contains(&e.id) && is_busy(&e.id) {
             continue;
         }
         if !claim(&ctx.reg, &e.id) {
@@ -73,8 +121,8 @@ pub fn collect(ctx: &Ctx, told: &[String]) -> Vec<Finished> {
         let e = ctx.reg.read(&e.id).unwrap_or(e);
         out.push(Finished {
             name: e.display_name(),
-            status: crate::server::status_name(&e.status),
-            status_text: e.status_text.clone().unwrap_or_else(|| e.status.clone()),
+            status: e.status.as_str().into(),
+            status_text: sheepdog::view::status_text(&e, e.status),
             exit_code: e.exit_code,
             signal: e.signal.clone(),
             last_lines: last_lines(&ctx.reg, &e.id, NEWS_LINES),

@@ -9,6 +9,7 @@
 //!
 //! Library calls block (stops wait seconds), so each runs on tokio's blocking pool.
 
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -24,10 +25,15 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
-use sheepdog::manager::{self, StartRequest, UpdateRequest};
+use sheepdog::logread::{self, Cursor, LogQuery, LogStream};
+use sheepdog::manager::{self, StartRequest, UpdateRequest, Waited};
+use sheepdog::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome, ReadySpec};
 use sheepdog::registry::{Cleanup, Entry, Registry};
+use sheepdog::status::Status;
 use sheepdog::stop::StopPolicy;
 use sheepdog::sys::Pid;
+use sheepdog::tree::Census;
+use sheepdog::view::{EntryView, entry_view, view_with_status};
 
 use crate::news::{self, Finished};
 
@@ -66,8 +72,6 @@ const CLEANUP_TIMEOUT_MS: u64 = manager::CLEANUP_TIMEOUT_MS;
 /// The longest any wait inside one tool call lasts: 45 000 ms, under the 60 s call timeout
 /// common among clients, so no call outlives its client's patience.
 pub const WAIT_CAP_MS: u64 = 45_000;
-/// Lines of output a result carries for a process that ended: 20.
-const END_LINES: usize = 20;
 
 /// The instructions sent at initialization: when to use this server.
 pub const INSTRUCTIONS: &str = "sheepdog runs background processes safely. Anything slow or that does \
@@ -243,38 +247,80 @@ pub struct ClearArgs {
 // ---------------------------------------------------------------------------------------------
 // Results
 
-/// One managed process, as `sheepdog ps --json` shows it (more fields may be present).
+/// One managed process: the entry view every `--json` of the CLI shows (`sheepdog ps --json`);
+/// documented here are the fields an agent needs, more are present.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
+#[allow(dead_code)] // only its schema is used: the value is `sheepdog::view::EntryView`
 pub struct ProcessView {
     /// `proc_N`, stable across server restarts.
     pub id: String,
-    /// The name given at start, if any.
-    pub name: Option<String>,
-    /// running, starting, orphaned (supervisor gone, tree alive), exited, killed, stopped,
+    /// The name given at start, else the program's name.
+    pub name: String,
+    /// True if `name` was given at start.
+    pub name_given: bool,
+    /// starting, running, orphaned (supervisor gone, tree alive), exited, killed, stopped,
     /// timedOut, reaped, lost.
     pub status: String,
-    /// The human form: `exited (0)`, `killed (SIGKILL)`, `timed out after 2s`.
-    pub status_text: Option<String>,
+    /// The human form: `running`, `exited (0)`, `killed (SIGKILL)`, `timed out after 2s`.
+    pub status_text: String,
+    /// The exit code, when it exited by itself.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<String>,
     /// The command's pid (its process group leader).
     pub pid: Option<i32>,
+    /// The process whose death stops it (the agent); null with `keep: true`.
+    pub owner_pid: Option<i32>,
     pub session_id: Option<String>,
     /// Unix ms.
     pub started_at: u64,
     /// Unix ms.
     pub ended_at: Option<u64>,
-    pub exit_code: Option<i32>,
-    pub signal: Option<String>,
     /// The command as one short line.
     pub command_preview: String,
+    pub argv: Vec<String>,
     pub cwd: String,
+    /// Keys of its extra environment (values are never shown).
+    pub env_keys: Vec<String>,
+    /// TCP ports its live tree listens on.
+    pub ports: Vec<u16>,
     /// `{command, timeoutMs}` or null.
-    pub cleanup: Option<Value>,
-    /// How the cleanup ended, once it ran.
+    pub cleanup: Option<CleanupDoc>,
+    /// What the cleanup did once it ran: exitCode, signal, timedOut, durationMs, output.
     pub cleanup_result: Option<Value>,
     /// Paths of its `stdout`, `stderr` and `combined` logs.
     pub logs: Value,
+}
+
+/// A cleanup command as configured.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+pub struct CleanupDoc {
+    /// Run with `sh -c`.
+    pub command: String,
+    /// Its bound, ms.
+    pub timeout_ms: u64,
+}
+
+/// How a readiness wait went (as `sheepdog start --json` shows it).
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // only its schema is used: the value is `sheepdog::ready::ReadyReport`
+pub struct ReadyDoc {
+    /// True when the condition was met.
+    pub ok: bool,
+    /// How long the wait took, ms.
+    pub after_ms: u64,
+    /// The matching log line, or `port N`; null when not ready.
+    pub matched: Option<String>,
+    /// The port that made it ready.
+    pub port: Option<u16>,
+    /// `exited` (it ended before it was ready) or `timeout` (it keeps running) when not ok.
+    pub reason: Option<String>,
+    /// Its last lines of output when it exited before it was ready.
+    pub output: Option<Vec<String>>,
 }
 
 /// A result with the news every reply carries.
@@ -297,25 +343,10 @@ pub struct StartResult {
     /// Nudges: the command looks like it starts work outside its tree and has no cleanup.
     pub warnings: Vec<String>,
     /// The readiness check, when one was asked for.
-    pub ready: Option<ReadyReport>,
+    #[schemars(with = "Option<ReadyDoc>")]
+    pub ready: Option<Value>,
     /// Its last lines of output, when it already ended.
     pub last_lines: Option<Vec<String>>,
-}
-
-/// How the readiness check went.
-#[derive(Debug, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ReadyReport {
-    /// True when the condition was met.
-    pub ready: bool,
-    /// `port`, `logPattern`, `listen`, `exited` (it ended first) or `timeout`.
-    pub outcome: String,
-    /// One sentence on what was seen.
-    pub detail: String,
-    /// How long the wait took, ms.
-    pub elapsed_ms: u64,
-    /// TCP ports its tree listens on.
-    pub ports: Vec<u16>,
 }
 
 /// Result of `process_list`.
@@ -407,6 +438,12 @@ pub struct RestartResult {
     pub process: Value,
     /// The id it replaced.
     pub replaced: String,
+    /// The stop of the old one, as `process_stop` says it (`Stopped web (proc_4).`, and a
+    /// cleanup failure line when there was one).
+    pub lines: Vec<String>,
+    /// The readiness check (the same as at its start), when it had one.
+    #[schemars(with = "Option<ReadyDoc>")]
+    pub ready: Option<Value>,
 }
 
 /// Result of `process_update`.
@@ -438,58 +475,30 @@ pub struct ClearResult {
 // ---------------------------------------------------------------------------------------------
 // Rendering helpers
 
-/// The wire name of a stored status (`timed out` → `timedOut`).
-pub fn status_name(s: &str) -> String {
-    match s {
-        "timed out" => "timedOut".into(),
-        s => s.to_string(),
-    }
+/// An entry as every `--json` shows it ([`sheepdog::view::EntryView`]), status as the kernel
+/// says now.
+fn view(reg: &Registry, e: &Entry, census: &OnceCell<Census>) -> Value {
+    serde_json::to_value(entry_view(reg, e, census)).unwrap_or(Value::Null)
 }
 
-/// An entry as every `--json` shows it, with `status` as the kernel says now.
-fn view(reg: &Registry, e: &Entry) -> Value {
-    let status = manager::live_status(e, &Default::default());
-    view_with(reg, e, &status)
+/// The view with a status already known (a stop's result).
+fn view_as(reg: &Registry, e: &Entry, status: Status) -> Value {
+    serde_json::to_value(view_with_status(reg, e, status, false)).unwrap_or(Value::Null)
 }
 
-fn view_with(reg: &Registry, e: &Entry, status: &str) -> Value {
-    let mut v = serde_json::to_value(e).unwrap_or(Value::Null);
-    if let Value::Object(m) = &mut v {
-        m.insert("status".into(), Value::String(status_name(status)));
-        m.insert(
-            "logs".into(),
-            serde_json::json!({
-                "stdout": reg.file(&e.id, sheepdog::logs::STDOUT_LOG),
-                "stderr": reg.file(&e.id, sheepdog::logs::STDERR_LOG),
-                "combined": reg.file(&e.id, sheepdog::logs::COMBINED_LOG),
-            }),
-        );
-    }
-    v
-}
-
-/// The last `n` lines of an entry's combined log (the end of the file, at most 64 KiB read).
+/// The last `n` lines of an entry's combined log (tags and markers kept).
 pub fn last_lines(reg: &Registry, id: &str, n: usize) -> Vec<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(reg.file(id, sheepdog::logs::COMBINED_LOG)) else { return Vec::new() };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let from = len.saturating_sub(64 * 1024);
-    let _ = f.seek(SeekFrom::Start(from));
-    let mut buf = Vec::new();
-    let _ = f.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf);
-    let mut lines: Vec<&str> = text.lines().collect();
-    if from > 0 && !lines.is_empty() {
-        lines.remove(0);
-    }
-    lines[lines.len().saturating_sub(n)..].iter().map(|s| s.to_string()).collect()
+    logread::last_lines(reg, id, n)
 }
 
-fn entry_line(e: &Entry, status: &str) -> String {
-    let shown =
-        if e.is_finished() { e.status_text.clone().unwrap_or_else(|| status.to_string()) } else { status.to_string() };
-    let pid = e.pid.map(|p| format!(" pid {p}")).unwrap_or_default();
-    format!("{} {}: {shown}{pid} — {}", e.id, e.display_name(), e.command_preview)
+fn entry_line(v: &EntryView) -> String {
+    let pid = v.pid.filter(|_| !v.status.is_finished()).map(|p| format!(" pid {p}")).unwrap_or_default();
+    let ports = if v.ports.is_empty() {
+        String::new()
+    } else {
+        format!(" ports {}", v.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","))
+    };
+    format!("{} {}: {}{pid}{ports} — {}", v.id, v.name, v.status_text, v.command_preview)
 }
 
 /// What one tool call produced before the news is added.
@@ -499,11 +508,13 @@ pub struct Done<R> {
     is_error: bool,
     /// Entries whose end this reply itself reports (not repeated as news).
     told: Vec<String>,
+    /// Entries this call acted on, kept from other replies' news until this reply's is made.
+    busy: Option<news::Busy>,
 }
 
 impl<R> Done<R> {
     fn ok(result: R, text: String) -> Done<R> {
-        Done { result, text, is_error: false, told: Vec::new() }
+        Done { result, text, is_error: false, told: Vec::new(), busy: None }
     }
 }
 
@@ -565,8 +576,11 @@ impl Sheepdog {
         };
         let ctx = self.ctx.clone();
         let joined = tokio::task::spawn_blocking(move || {
-            let done = op(&ctx, a)?;
+            let mut done = op(&ctx, a)?;
+            let busy = done.busy.take();
             let finished = news::collect(&ctx, &done.told);
+            // Only now may other replies report what this call acted on.
+            drop(busy);
             Ok::<_, ToolError>((done, finished))
         })
         .await;
@@ -738,6 +752,10 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
     if a.timeout_ms == Some(0) {
         return Err("`timeoutMs` must be more than 0.".into());
     }
+    let ready = match a.ready {
+        Some(r) => Some(ready_spec(r)?),
+        None => None,
+    };
     let argv_os: Vec<OsString> = argv.iter().map(OsString::from).collect();
     let warnings = sheepdog::nudge::check(&argv_os, a.cleanup.is_some());
     let req = StartRequest {
@@ -752,70 +770,302 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
             .cleanup
             .map(|c| Cleanup { command: c.command, timeout_ms: c.timeout_ms.unwrap_or(CLEANUP_TIMEOUT_MS) }),
         log_max: a.log_max,
+        ready,
+        restart_of: None,
         argv: argv_os,
     };
-    let e = manager::start(&ctx.reg, req).map_err(|e| sentence(&e.to_string()))?;
+    let (e, outcome) = manager::start_ready(&ctx.reg, req).map_err(|e| sentence(&e.to_string()))?;
     let e = ctx.reg.read(&e.id).unwrap_or(e);
-    let status = manager::live_status(&e, &Default::default());
+    let v = entry_view(&ctx.reg, &e, &OnceCell::new());
     let mut text = format!("Started {}{}.", e.label(), e.pid.map(|p| format!(", pid {p}")).unwrap_or_default());
+    let mut told = Vec::new();
+    let mut tail = None;
+    if let Some(o) = &outcome {
+        text.push('\n');
+        text.push_str(&ready_text(o, &e));
+        if let ReadyOutcome::Exited { last_lines, .. } = o {
+            tail = Some(last_lines.clone());
+        }
+    }
+    if v.status.is_finished() {
+        told.push(e.id.clone());
+        if tail.is_none() {
+            text.push_str(&format!("\nIt already ended: {}.", v.status_text));
+            tail = Some(sheepdog::ready::output_tail(&ctx.reg, &e.id));
+        }
+    }
+    if let Some(lines) = &tail {
+        for l in lines {
+            text.push_str(&format!("\n    {l}"));
+        }
+    }
     for w in &warnings {
         text.push_str(&format!("\nWarning: {w}"));
     }
-    let mut done = Done::ok(
-        StartResult { process: view_with(&ctx.reg, &e, &status), warnings, ready: None, last_lines: None },
+    let ready = outcome.as_ref().map(|o| serde_json::to_value(o.report()).unwrap_or(Value::Null));
+    let process = serde_json::to_value(&v).unwrap_or(Value::Null);
+    Ok(Done {
+        result: StartResult { process, warnings, ready, last_lines: tail },
         text,
-    );
-    if e.is_finished() {
-        let lines = last_lines(&ctx.reg, &e.id, END_LINES);
-        done.text.push_str(&format!("\nIt already ended: {}.", e.status_text.clone().unwrap_or(status)));
-        done.result.last_lines = Some(lines);
-        done.told.push(e.id.clone());
+        is_error: false,
+        told,
+        busy: None,
+    })
+}
+
+/// `ready` as the library's spec; a bad pattern or an empty check is a tool error.
+fn ready_spec(r: ReadyArg) -> Result<ReadySpec, ToolError> {
+    if let Some(p) = &r.log_pattern
+        && let Err(e) = regex::Regex::new(p)
+    {
+        let why = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+        return Err(format!("`ready.logPattern` '{p}' is not a valid regular expression: {why}"));
     }
-    Ok(done)
+    if r.port == Some(0) {
+        return Err("`ready.port` must be a TCP port from 1 to 65535.".into());
+    }
+    let spec = ReadySpec {
+        port: r.port,
+        log: r.log_pattern,
+        listen: r.listen.unwrap_or(false),
+        timeout_ms: r.timeout_ms.unwrap_or(DEFAULT_READY_TIMEOUT_MS).min(WAIT_CAP_MS),
+    };
+    if !spec.is_set() {
+        return Err("`ready` needs `port`, `logPattern` or `listen: true`.".into());
+    }
+    Ok(spec)
+}
+
+fn ready_text(o: &ReadyOutcome, e: &Entry) -> String {
+    match o {
+        ReadyOutcome::Ready { after_ms, matched, .. } => {
+            format!("Ready after {after_ms} ms ({}).", matched.as_deref().unwrap_or("condition met"))
+        }
+        ReadyOutcome::Exited { after_ms, entry, .. } => format!(
+            "It ended before it was ready, after {after_ms} ms: {}. Its last lines:",
+            sheepdog::view::status_text(entry, entry.status)
+        ),
+        ReadyOutcome::TimedOut { after_ms } => format!(
+            "Not ready after {after_ms} ms; {} keeps running (process_logs to see why, process_stop to end it).",
+            e.label()
+        ),
+    }
 }
 
 fn list(ctx: &Ctx, a: ListArgs) -> Result<Done<ListResult>, ToolError> {
-    const STATUSES: &[&str] =
-        &["running", "starting", "orphaned", "exited", "killed", "stopped", "timedOut", "reaped", "lost"];
-    if let Some(s) = &a.status
-        && !STATUSES.contains(&s.as_str())
-    {
-        return Err(format!("Unknown status '{s}': use one of {}.", STATUSES.join(", ")));
-    }
+    let wanted = match &a.status {
+        Some(s) => Some(Status::parse(s).filter(|st| st.as_str() == s).ok_or_else(|| {
+            let all: Vec<&str> = sheepdog::status::ALL.iter().map(|s| s.as_str()).collect();
+            format!("Unknown status '{s}': use one of {}.", all.join(", "))
+        })?),
+        None => None,
+    };
     let session = a.session.unwrap_or_else(|| ctx.session.clone());
     let (entries, _) = ctx.reg.list();
-    let census = Default::default();
+    let census = OnceCell::new();
     let mut processes = Vec::new();
     let mut lines = Vec::new();
     for e in entries {
         if session != "*" && e.session_id.as_deref() != Some(session.as_str()) {
             continue;
         }
-        let status = manager::live_status(&e, &census);
-        let live = matches!(status.as_str(), "running" | "starting" | "orphaned");
-        if !a.all.unwrap_or(false) && !live && a.status.is_none() {
+        let v = entry_view(&ctx.reg, &e, &census);
+        if !a.all.unwrap_or(false) && v.status.is_finished() && wanted.is_none() {
             continue;
         }
-        if a.status.as_ref().is_some_and(|s| *s != status_name(&status)) {
+        if wanted.is_some_and(|w| w != v.status) {
             continue;
         }
-        lines.push(entry_line(&e, &status));
-        processes.push(view_with(&ctx.reg, &e, &status));
+        lines.push(entry_line(&v));
+        processes.push(serde_json::to_value(&v).unwrap_or(Value::Null));
     }
     let text = if lines.is_empty() { "No processes.".to_string() } else { lines.join("\n") };
     Ok(Done::ok(ListResult { processes }, text))
 }
 
-fn logs(_ctx: &Ctx, _a: LogsArgs) -> Result<Done<LogsResult>, ToolError> {
-    Err("process_logs is not available yet.".into())
+/// Default `maxBytes` of `process_logs`: 16 KiB.
+const LOGS_MAX_BYTES: usize = 16 * 1024;
+
+fn logs(ctx: &Ctx, a: LogsArgs) -> Result<Done<LogsResult>, ToolError> {
+    let stream = match a.stream.as_deref() {
+        None => LogStream::All,
+        Some(s) => LogStream::parse(s).ok_or_else(|| format!("Unknown stream '{s}': use out, err or all."))?,
+    };
+    let grep = match &a.grep {
+        Some(p) => Some(regex::Regex::new(p).map_err(|e| {
+            let why = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+            format!("`grep` '{p}' is not a valid regular expression: {why}")
+        })?),
+        None => None,
+    };
+    let cursor = match &a.cursor {
+        Some(c) => Some(Cursor::parse(c).map_err(|_| {
+            format!("Invalid cursor '{c}': pass the `cursor` of a previous process_logs result, or leave it out.")
+        })?),
+        None => None,
+    };
+    if a.max_bytes == Some(0) {
+        return Err("`maxBytes` must be more than 0.".into());
+    }
+    let e = find(&ctx.reg, &a.id)?;
+    let q = LogQuery {
+        stream,
+        tail: a.tail,
+        grep,
+        cursor,
+        max_bytes: Some(a.max_bytes.unwrap_or(LOGS_MAX_BYTES)),
+        partial: true,
+        ..LogQuery::default()
+    };
+    let chunk = logread::read(&ctx.reg, &e.id, &q).map_err(|err| sentence(&err.to_string()))?;
+    let status = manager::live_status(&ctx.reg.read(&e.id).unwrap_or(e.clone()), &OnceCell::new());
+    let text = String::from_utf8_lossy(&chunk.bytes).into_owned();
+    let mut summary = if text.is_empty() {
+        format!("No {}output from {}.", if cursor.is_some() { "new " } else { "" }, e.label())
+    } else {
+        text.trim_end_matches('\n').to_string()
+    };
+    if chunk.truncated {
+        summary.push_str("\n[more output: call again with this cursor, or use tail/grep]");
+    }
+    summary.push_str(&format!(
+        "\n[cursor {}; {} is {}{}]",
+        chunk.cursor,
+        e.id,
+        status,
+        if chunk.eof { "; end of log" } else { "" }
+    ));
+    let result = LogsResult {
+        id: e.id.clone(),
+        stream: stream.as_str().into(),
+        text,
+        cursor: chunk.cursor,
+        truncated: chunk.truncated,
+        eof: chunk.eof,
+        status: status.as_str().into(),
+    };
+    Ok(Done::ok(result, summary))
 }
 
-fn wait(_ctx: &Ctx, _a: WaitArgs) -> Result<Done<WaitResult>, ToolError> {
-    Err("process_wait is not available yet.".into())
+fn wait(ctx: &Ctx, a: WaitArgs) -> Result<Done<WaitResult>, ToolError> {
+    let timeout = a.timeout_ms.unwrap_or(WAIT_CAP_MS).min(WAIT_CAP_MS);
+    let targets: Vec<Entry> = match (&a.ids, &a.session) {
+        (Some(_), Some(_)) => return Err("Give either `ids` or `session`, not both.".into()),
+        (Some(ids), None) if !ids.is_empty() => {
+            let mut out: Vec<Entry> = Vec::new();
+            for k in ids {
+                let e = find(&ctx.reg, k)?;
+                if !out.iter().any(|x| x.id == e.id) {
+                    out.push(e);
+                }
+            }
+            out
+        }
+        (Some(_), None) => return Err("`ids` is empty: give the ids or names to wait for.".into()),
+        (None, session) => {
+            let session = session.clone().unwrap_or_else(|| ctx.session.clone());
+            let (entries, _) = ctx.reg.list();
+            let census = OnceCell::new();
+            entries
+                .into_iter()
+                .filter(|e| e.session_id.as_deref() == Some(session.as_str()))
+                .filter(|e| !manager::live_status(e, &census).is_finished())
+                .collect()
+        }
+    };
+    if targets.is_empty() {
+        return Ok(Done::ok(
+            WaitResult { done: true, processes: Vec::new() },
+            "No running processes to wait for.".into(),
+        ));
+    }
+    let busy = news::busy(targets.iter().map(|e| e.id.clone()));
+    let any = a.any.unwrap_or(false);
+    let waited = manager::wait_many(&ctx.reg, &targets, any, Some(Duration::from_millis(timeout)))
+        .map_err(|e| sentence(&e.to_string()))?;
+    let mut items = Vec::new();
+    let mut lines = Vec::new();
+    let mut told = Vec::new();
+    for (e, w) in targets.iter().zip(waited.results) {
+        let (done, cur) = match w {
+            Waited::Finished(x) | Waited::NoResult(x) => (true, x),
+            Waited::TimedOut => (false, ctx.reg.read(&e.id).unwrap_or_else(|_| e.clone())),
+        };
+        let status = manager::live_status(&cur, &OnceCell::new());
+        let done = done || status.is_finished();
+        let status_text = sheepdog::view::status_text(&cur, status);
+        if done {
+            told.push(cur.id.clone());
+            lines.push(format!("{}: {status_text}.", cur.label()));
+        } else {
+            lines.push(format!("{}: still {status_text}.", cur.label()));
+        }
+        let last = sheepdog::ready::output_tail(&ctx.reg, &cur.id);
+        if done {
+            lines.extend(last.iter().rev().take(5).rev().map(|l| format!("    {l}")));
+        }
+        items.push(WaitItem {
+            id: cur.id.clone(),
+            name: cur.display_name(),
+            done,
+            status: status.as_str().into(),
+            status_text,
+            exit_code: if done { manager::exit_status_of(&cur) } else { None },
+            last_lines: last,
+        });
+    }
+    let all_done = if any { items.iter().any(|i| i.done) } else { items.iter().all(|i| i.done) };
+    if !all_done {
+        lines.push(format!(
+            "Still running after {}; nothing was stopped (call process_wait again, or process_stop).",
+            sheepdog::duration::format(Duration::from_millis(timeout))
+        ));
+    }
+    Ok(Done {
+        result: WaitResult { done: all_done, processes: items },
+        text: lines.join("\n"),
+        is_error: false,
+        told,
+        busy: Some(busy),
+    })
 }
 
-fn restart(_ctx: &Ctx, _a: RestartArgs) -> Result<Done<RestartResult>, ToolError> {
-    Err("process_restart is not available yet.".into())
+fn restart(ctx: &Ctx, a: RestartArgs) -> Result<Done<RestartResult>, ToolError> {
+    let key = match (&a.id, &a.name) {
+        (Some(k), None) | (None, Some(k)) => k,
+        _ => return Err("Give exactly one of `id` or `name`.".into()),
+    };
+    let old = find(&ctx.reg, key)?;
+    let busy = news::busy([old.id.clone()]);
+    let r = manager::restart(&ctx.reg, &old, None).map_err(|e| sentence(&e.to_string()))?;
+    let mut lines = vec![format!("Stopped {}.", r.stopped.entry.label())];
+    if let Some(f) = sheepdog::cleanup::failure_line(&r.stopped.entry) {
+        lines.push(f);
+    }
+    let e = ctx.reg.read(&r.entry.id).unwrap_or(r.entry);
+    let v = entry_view(&ctx.reg, &e, &OnceCell::new());
+    let mut text = lines.join("\n");
+    text.push_str(&format!("\nStarted {}{}.", e.label(), e.pid.map(|p| format!(", pid {p}")).unwrap_or_default()));
+    if let Some(o) = &r.ready {
+        text.push('\n');
+        text.push_str(&ready_text(o, &e));
+        if let ReadyOutcome::Exited { last_lines, .. } = o {
+            for l in last_lines {
+                text.push_str(&format!("\n    {l}"));
+            }
+        }
+    }
+    let mut told = vec![old.id.clone()];
+    if v.status.is_finished() {
+        told.push(e.id.clone());
+    }
+    let result = RestartResult {
+        process: serde_json::to_value(&v).unwrap_or(Value::Null),
+        replaced: old.id.clone(),
+        lines,
+        ready: r.ready.as_ref().map(|o| serde_json::to_value(o.report()).unwrap_or(Value::Null)),
+    };
+    Ok(Done { result, text, is_error: false, told, busy: Some(busy) })
 }
 
 /// The cleanup's result for a stop: as `sheepdog stop --json` shows it.
@@ -856,6 +1106,7 @@ fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError> {
     if targets.is_empty() {
         return Ok(Done::ok(StopResult { stopped: Vec::new() }, "No running processes to stop.".into()));
     }
+    let busy = news::busy(targets.iter().map(|e| e.id.clone()));
     // Each entry on its own thread: a whole session stops in one grace, not one per entry.
     let results: Vec<Result<manager::StopOutcome, manager::ManagerError>> = std::thread::scope(|s| {
         let handles: Vec<_> = targets.iter().map(|e| s.spawn(|| manager::stop(&ctx.reg, e, None))).collect();
@@ -891,7 +1142,7 @@ fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError> {
                 }
                 told.push(o.entry.id.clone());
                 stopped.push(StopItem {
-                    process: view_with(&ctx.reg, &o.entry, &o.entry.status),
+                    process: view_as(&ctx.reg, &o.entry, o.entry.status),
                     lines,
                     already_finished: o.already_finished,
                     tree_gone: o.tree_gone,
@@ -905,7 +1156,7 @@ fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError> {
             }
         }
     }
-    Ok(Done { result: StopResult { stopped }, text: text.join("\n"), is_error, told })
+    Ok(Done { result: StopResult { stopped }, text: text.join("\n"), is_error, told, busy: Some(busy) })
 }
 
 fn update(ctx: &Ctx, a: UpdateArgs) -> Result<Done<UpdateResult>, ToolError> {
@@ -937,7 +1188,10 @@ fn update(ctx: &Ctx, a: UpdateArgs) -> Result<Done<UpdateResult>, ToolError> {
         Some(Some(c)) => format!("; cleanup: sh -c {:?}", c.command),
         None => String::new(),
     };
-    Ok(Done::ok(UpdateResult { process: view(&ctx.reg, &e) }, format!("Updated {}{what}.", e.label())))
+    Ok(Done::ok(
+        UpdateResult { process: view(&ctx.reg, &e, &OnceCell::new()) },
+        format!("Updated {}{what}.", e.label()),
+    ))
 }
 
 fn clear(ctx: &Ctx, a: ClearArgs) -> Result<Done<ClearResult>, ToolError> {
@@ -955,11 +1209,11 @@ fn clear(ctx: &Ctx, a: ClearArgs) -> Result<Done<ClearResult>, ToolError> {
         }
         (None, true) => {
             let (entries, _) = ctx.reg.list();
-            let census = Default::default();
+            let census = OnceCell::new();
             entries
                 .into_iter()
                 .filter(|e| e.session_id.as_deref() == Some(ctx.session.as_str()))
-                .filter(|e| !matches!(manager::live_status(e, &census).as_str(), "running" | "starting" | "orphaned"))
+                .filter(|e| manager::live_status(e, &census).is_finished())
                 .collect()
         }
         _ => return Err("Give `ids` (an array of ids or names) or `finished: true`.".into()),
@@ -978,5 +1232,5 @@ fn clear(ctx: &Ctx, a: ClearArgs) -> Result<Done<ClearResult>, ToolError> {
         text.push("Nothing to clear.".into());
     }
     let is_error = !refused.is_empty();
-    Ok(Done { result: ClearResult { cleared, refused }, text: text.join("\n"), is_error, told: Vec::new() })
+    Ok(Done { result: ClearResult { cleared, refused }, text: text.join("\n"), is_error, told: Vec::new(), busy: None })
 }

@@ -1,0 +1,388 @@
+//! Reading a managed process's logs: the one reader behind `sheepdog logs`, the MCP server and
+//! `top` (tail, head, grep, since, cursor, caps, follow), across the one rotation each log has.
+//!
+//! A log is its current file plus, after a rotation, `<name>.1`. A [`Cursor`] names a file by
+//! inode and a byte offset in it, so a caller that polls with the cursor of its previous read
+//! gets exactly what came after, also across a rotation: if the cursor's file is now `.1`, the
+//! rest of `.1` comes first, then the new file. If it rotated away twice (the data in between
+//! is gone), what is left is returned and `truncated` says so.
+//!
+//! Times: each log has a time index beside it (see [`crate::logs::CappedFile`]): the arrival
+//! second of every line, for `since`. Lines of logs written before the index existed have no
+//! time and are always included.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use regex::Regex;
+use serde::Serialize;
+
+use crate::logs::{COMBINED_LOG, STDERR_LOG, STDOUT_LOG, times_path};
+use crate::registry::{Entry, Registry, RegistryError};
+
+/// Default cap of one read when the caller gives no `tail`/`head`/`cursor`: 200 lines.
+pub const DEFAULT_MAX_LINES: usize = 200;
+/// Default byte cap of one read: 64 KiB (whichever of the two is smaller wins).
+pub const DEFAULT_MAX_BYTES: usize = 64 * 1024;
+
+/// Which log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LogStream {
+    /// stdout, byte-exact.
+    Out,
+    /// stderr, byte-exact.
+    Err,
+    /// The combined log: `[out] `/`[err] ` tagged lines in arrival order, `[sheepdog] ` markers.
+    #[default]
+    All,
+}
+
+impl LogStream {
+    /// The file name in the entry's directory.
+    pub fn file(self) -> &'static str {
+        match self {
+            LogStream::Out => STDOUT_LOG,
+            LogStream::Err => STDERR_LOG,
+            LogStream::All => COMBINED_LOG,
+        }
+    }
+
+    /// `out`, `err`, `all`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogStream::Out => "out",
+            LogStream::Err => "err",
+            LogStream::All => "all",
+        }
+    }
+
+    /// Reads `out`, `err`, `all`.
+    pub fn parse(s: &str) -> Option<LogStream> {
+        match s {
+            "out" => Some(LogStream::Out),
+            "err" => Some(LogStream::Err),
+            "all" => Some(LogStream::All),
+            _ => None,
+        }
+    }
+}
+
+/// A position in a log: the file's inode and a byte offset in it. Printed as `INODE:OFFSET`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cursor {
+    pub ino: u64,
+    pub offset: u64,
+}
+
+impl Cursor {
+    /// Reads `INODE:OFFSET`. Errors: a one-line message naming the text.
+    pub fn parse(s: &str) -> Result<Cursor, String> {
+        let bad = || format!("invalid cursor '{s}': expected the 'cursor' of a previous 'logs --json' read");
+        let (a, b) = s.split_once(':').ok_or_else(bad)?;
+        Ok(Cursor { ino: a.parse().map_err(|_| bad())?, offset: b.parse().map_err(|_| bad())? })
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.ino, self.offset)
+    }
+}
+
+/// What to read.
+#[derive(Clone, Debug, Default)]
+pub struct LogQuery {
+    pub stream: LogStream,
+    /// The last N lines (after `grep` and `since`).
+    pub tail: Option<usize>,
+    /// The first N lines (after `grep` and `since`).
+    pub head: Option<usize>,
+    /// Only lines whose text matches (for the combined log, the text after its `[out] ` tag).
+    pub grep: Option<Regex>,
+    /// Only lines that arrived at or after this unix time in ms (to the second).
+    pub since_ms: Option<u64>,
+    /// Only what came after this position (a previous read's `cursor`).
+    pub cursor: Option<Cursor>,
+    /// At most this many lines; which ones are kept: the last, except with `head` or `cursor`
+    /// (then the first, so the next read with the cursor continues without a gap).
+    pub max_lines: Option<usize>,
+    /// At most this many bytes of lines (same rule).
+    pub max_bytes: Option<usize>,
+    /// Include an unterminated last line (and move the cursor past it). Always included once the
+    /// entry is final.
+    pub partial: bool,
+}
+
+/// One read of a log.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogChunk {
+    pub id: String,
+    pub stream: LogStream,
+    /// The lines, without their newline (lossy UTF-8).
+    pub lines: Vec<String>,
+    /// Where the next read should start (`--cursor`).
+    pub cursor: String,
+    /// Lines were left out: by a cap, `tail`/`head`, or lost to rotation before this read.
+    pub truncated: bool,
+    /// Nothing more will come: the entry is final and this read reached the end.
+    pub eof: bool,
+    /// How many selected lines a cap or `tail`/`head` left out.
+    pub skipped_lines: usize,
+    /// The file read (the current one).
+    pub path: PathBuf,
+    /// The returned lines as bytes, newlines included (byte-exact for `out`/`err`).
+    #[serde(skip)]
+    pub bytes: Vec<u8>,
+}
+
+/// One file of a log: inode, first offset read, its bytes from there, and its time index.
+struct Segment {
+    ino: u64,
+    start: u64,
+    data: Vec<u8>,
+    times: Vec<(u64, u64)>,
+}
+
+fn read_from(path: &Path, offset: u64) -> Option<Segment> {
+    let mut f = File::open(path).ok()?;
+    let ino = f.metadata().ok()?.ino();
+    let mut data = Vec::new();
+    f.read_to_end(&mut data).ok()?;
+    let start = offset.min(data.len() as u64);
+    data.drain(..start as usize);
+    Some(Segment { ino, start, data, times: read_times(&times_path(path)) })
+}
+
+fn ino_of(path: &Path) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// Reads a time index: `OFFSET UNIX_MS` per line, sorted by offset.
+fn read_times(path: &Path) -> Vec<(u64, u64)> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut v: Vec<(u64, u64)> = text
+        .lines()
+        .filter_map(|l| {
+            let (a, b) = l.split_once(' ')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// True when nothing can write to the entry's logs any more: no supervisor (it also writes the
+/// cleanup's output), no cleanup runner, no `start` in progress.
+pub fn writers_gone(e: &Entry) -> bool {
+    !e.supervisor_alive() && !e.cleanup_running() && !e.starter_alive()
+}
+
+struct Line {
+    /// Segment index, offset of the end of the line in its file.
+    seg: usize,
+    end: u64,
+    bytes: std::ops::Range<usize>,
+    ms: Option<u64>,
+}
+
+fn line_text(tagged: bool, raw: &[u8]) -> &[u8] {
+    let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
+    if !tagged {
+        return raw;
+    }
+    for tag in [&b"[out] "[..], b"[err] ", b"[sheepdog] "] {
+        if let Some(rest) = raw.strip_prefix(tag) {
+            return rest;
+        }
+    }
+    raw
+}
+
+/// Reads one chunk of an entry's log. Errors: the entry is gone (`NotFound`).
+pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, RegistryError> {
+    // Whether writers are gone is decided before reading, so a final read holds everything.
+    let done = writers_gone(&reg.read(id)?);
+    let path = reg.file(id, q.stream.file());
+    let mut rotated = path.clone().into_os_string();
+    rotated.push(".1");
+    let rotated = PathBuf::from(rotated);
+    let mut gap = false;
+    let mut segs: Vec<Segment> = Vec::new();
+    let cur_ino = ino_of(&path);
+    match q.cursor {
+        Some(c) if Some(c.ino) == cur_ino => segs.extend(read_from(&path, c.offset)),
+        Some(c) if ino_of(&rotated) == Some(c.ino) => {
+            segs.extend(read_from(&rotated, c.offset));
+            segs.extend(read_from(&path, 0));
+        }
+        Some(c) => {
+            // The cursor's file rotated away (or a fresh log): what is left, whole.
+            gap = c != Cursor::default();
+            segs.extend(read_from(&rotated, 0));
+            segs.extend(read_from(&path, 0));
+        }
+        None => {
+            segs.extend(read_from(&rotated, 0));
+            segs.extend(read_from(&path, 0));
+        }
+    }
+    // A cursor whose file still exists whole may be ahead of a truncated file; start over then.
+    let tagged = q.stream == LogStream::All;
+    let partial = q.partial || done;
+    let mut lines: Vec<Line> = Vec::new();
+    let mut all_bytes: Vec<u8> = Vec::new();
+    let mut end_cursor = q.cursor.unwrap_or_default();
+    let nsegs = segs.len();
+    for (si, s) in segs.iter().enumerate() {
+        let last = si + 1 == nsegs;
+        let mut pos = 0usize;
+        let mut t = 0usize;
+        while pos < s.data.len() {
+            let (stop, complete) = match s.data[pos..].iter().position(|b| *b == b'\n') {
+                Some(nl) => (pos + nl + 1, true),
+                None => (s.data.len(), false),
+            };
+            if !complete && last && !partial {
+                break;
+            }
+            let off = s.start + pos as u64;
+            while t < s.times.len() && s.times[t].0 <= off {
+                t += 1;
+            }
+            let ms = t.checked_sub(1).map(|i| s.times[i].1);
+            let begin = all_bytes.len();
+            all_bytes.extend_from_slice(&s.data[pos..stop]);
+            lines.push(Line { seg: si, end: s.start + stop as u64, bytes: begin..all_bytes.len(), ms });
+            end_cursor = Cursor { ino: s.ino, offset: s.start + stop as u64 };
+            pos = stop;
+        }
+        if last && pos == s.data.len() {
+            end_cursor = Cursor { ino: s.ino, offset: s.start + pos as u64 };
+        }
+    }
+    let reached_end =
+        segs.last().is_none_or(|s| end_cursor.ino == s.ino && end_cursor.offset == s.start + s.data.len() as u64);
+    // Filters.
+    let since_sec = q.since_ms.map(|m| m / 1000);
+    let selected: Vec<&Line> = lines
+        .iter()
+        .filter(|l| since_sec.is_none_or(|s| l.ms.is_none_or(|ms| ms / 1000 >= s)))
+        .filter(|l| {
+            q.grep
+                .as_ref()
+                .is_none_or(|re| re.is_match(&String::from_utf8_lossy(line_text(tagged, &all_bytes[l.bytes.clone()]))))
+        })
+        .collect();
+    let total = selected.len();
+    // Which end to keep: the first lines for head and cursor reads, else the last.
+    let keep_first = q.head.is_some() || q.cursor.is_some();
+    let mut n = total;
+    if let Some(h) = q.head {
+        n = n.min(h);
+    }
+    if let Some(t) = q.tail {
+        n = n.min(t);
+    }
+    if let Some(m) = q.max_lines {
+        n = n.min(m);
+    }
+    let mut pick: Vec<&Line> = if keep_first { selected[..n].to_vec() } else { selected[total - n..].to_vec() };
+    if let Some(maxb) = q.max_bytes {
+        let mut sum = 0usize;
+        let mut k = 0;
+        let iter: Box<dyn Iterator<Item = &&Line>> =
+            if keep_first { Box::new(pick.iter()) } else { Box::new(pick.iter().rev()) };
+        for l in iter {
+            let len = l.bytes.len();
+            if sum + len > maxb && k > 0 {
+                break;
+            }
+            sum += len;
+            k += 1;
+        }
+        if keep_first {
+            pick.truncate(k);
+        } else {
+            pick.drain(..pick.len() - k);
+        }
+    }
+    let skipped = total - pick.len();
+    // A cursor read that was cut continues right after the last line it returned.
+    if keep_first
+        && skipped > 0
+        && q.cursor.is_some()
+        && let Some(l) = pick.last()
+    {
+        end_cursor = Cursor { ino: segs[l.seg].ino, offset: l.end };
+    }
+    let cut_short = keep_first && skipped > 0 && q.cursor.is_some();
+    let mut bytes = Vec::new();
+    let mut out_lines = Vec::with_capacity(pick.len());
+    for l in &pick {
+        let raw = &all_bytes[l.bytes.clone()];
+        bytes.extend_from_slice(raw);
+        out_lines.push(String::from_utf8_lossy(raw.strip_suffix(b"\n").unwrap_or(raw)).into_owned());
+    }
+    Ok(LogChunk {
+        id: id.to_string(),
+        stream: q.stream,
+        lines: out_lines,
+        cursor: end_cursor.to_string(),
+        truncated: gap || (skipped > 0 && !cut_short) || (cut_short && q.head.is_some()),
+        eof: done && reached_end && !cut_short,
+        skipped_lines: skipped,
+        path,
+        bytes,
+    })
+}
+
+/// The last `n` lines of an entry's output (combined log, tags kept), for messages such as
+/// "it exited before it was ready".
+pub fn last_lines(reg: &Registry, id: &str, n: usize) -> Vec<String> {
+    let q = LogQuery { tail: Some(n), partial: true, ..LogQuery::default() };
+    read(reg, id, &q).map(|c| c.lines).unwrap_or_default()
+}
+
+/// How often [`follow`] looks for new output: 50 ms.
+pub const FOLLOW_TICK: Duration = Duration::from_millis(50);
+
+/// Prints a log and keeps printing as it grows, across rotations, until nothing more can come
+/// (the entry is final, its cleanup done, the log drained) or `emit` returns false (a reader that
+/// went away). `emit` is also called with an empty slice on every quiet tick, so the caller can
+/// notice a closed output. The first read applies `q` (tail, grep...); later ones only `grep`.
+pub fn follow(
+    reg: &Registry,
+    id: &str,
+    q: &LogQuery,
+    emit: &mut dyn FnMut(&[u8]) -> bool,
+) -> Result<(), RegistryError> {
+    let mut q = LogQuery { partial: true, ..q.clone() };
+    let first = read(reg, id, &q)?;
+    if !emit(&first.bytes) || first.eof {
+        return Ok(());
+    }
+    let mut cursor = Cursor::parse(&first.cursor).unwrap_or_default();
+    q.tail = None;
+    q.head = None;
+    q.max_bytes = None;
+    q.max_lines = None;
+    q.since_ms = None;
+    loop {
+        std::thread::sleep(FOLLOW_TICK);
+        q.cursor = Some(cursor);
+        let chunk = match read(reg, id, &q) {
+            Ok(c) => c,
+            Err(RegistryError::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if !emit(&chunk.bytes) || chunk.eof {
+            return Ok(());
+        }
+        cursor = Cursor::parse(&chunk.cursor).unwrap_or(cursor);
+    }
+}

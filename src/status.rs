@@ -1,0 +1,162 @@
+//! The status vocabulary of a managed process: one enum for the registry, every `--json` view,
+//! the MCP server and `top`.
+//!
+//! Serialized as one camelCase token (`running`, `exited`, `killed`, `stopped`, `timedOut`,
+//! `orphaned`, `reaped`, `lost`, `starting`). Entries written by earlier versions stored
+//! `timed out`; it is read as [`Status::TimedOut`]. An unknown stored word (a newer version's)
+//! is read as [`Status::Lost`] rather than making the entry unreadable.
+//!
+//! The human line (`exited (0)`, `timed out after 2s`) is the entry's `statusText`, not this.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Where an entry is in its life.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// Registered; its supervisor has not yet spawned the command.
+    #[default]
+    Starting,
+    /// The supervisor lives and runs the command.
+    Running,
+    /// The command exited by itself with a code (`exitCode`).
+    Exited,
+    /// The command was killed by a signal nobody at sheepdog sent (`signal`).
+    Killed,
+    /// Stopped by a stop trigger: `sheepdog stop`, owner death, a signal to the supervisor.
+    Stopped,
+    /// Stopped by its `--timeout`.
+    TimedOut,
+    /// Derived, never stored: the supervisor is gone but the tree is alive (`reap` stops it).
+    Orphaned,
+    /// `reap` stopped a tree whose supervisor was gone.
+    Reaped,
+    /// No result can be known: the supervisor is gone and nothing is alive, or a previous boot.
+    Lost,
+}
+
+/// Every status, in the order of a life.
+pub const ALL: [Status; 9] = [
+    Status::Starting,
+    Status::Running,
+    Status::Exited,
+    Status::Killed,
+    Status::Stopped,
+    Status::TimedOut,
+    Status::Orphaned,
+    Status::Reaped,
+    Status::Lost,
+];
+
+impl Status {
+    /// The camelCase token, as in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Starting => "starting",
+            Status::Running => "running",
+            Status::Exited => "exited",
+            Status::Killed => "killed",
+            Status::Stopped => "stopped",
+            Status::TimedOut => "timedOut",
+            Status::Orphaned => "orphaned",
+            Status::Reaped => "reaped",
+            Status::Lost => "lost",
+        }
+    }
+
+    /// Reads a token, also the older stored spelling `timed out` (and `timed-out`,
+    /// `timed_out`, any case). `None` for anything else.
+    pub fn parse(s: &str) -> Option<Status> {
+        let norm: String = s.chars().filter(|c| !matches!(c, ' ' | '-' | '_')).collect::<String>().to_lowercase();
+        ALL.into_iter().find(|st| st.as_str().to_lowercase() == norm)
+    }
+
+    /// True once a result is recorded: nothing of the entry runs (its cleanup may still).
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            Status::Exited | Status::Killed | Status::Stopped | Status::TimedOut | Status::Reaped | Status::Lost
+        )
+    }
+
+    /// True while something of the entry may run: `starting`, `running`, `orphaned`.
+    pub fn is_live(self) -> bool {
+        !self.is_finished()
+    }
+
+    /// A failure worth showing after the fact: `killed`, `timedOut`, `reaped`, `lost`
+    /// (`exited` with a non-zero code is judged on the entry, see `view`).
+    pub fn is_failure(self) -> bool {
+        matches!(self, Status::Killed | Status::TimedOut | Status::Reaped | Status::Lost)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Status {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Status, String> {
+        Status::parse(s).ok_or_else(|| {
+            format!(
+                "invalid status '{s}' (possible values: {})",
+                ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            )
+        })
+    }
+}
+
+/// Lenient conversion for code that writes statuses as words (`e.status = "stopped".into()`):
+/// an unknown word becomes [`Status::Lost`].
+impl From<&str> for Status {
+    fn from(s: &str) -> Status {
+        Status::parse(s).unwrap_or(Status::Lost)
+    }
+}
+
+impl PartialEq<&str> for Status {
+    fn eq(&self, other: &&str) -> bool {
+        Status::parse(other) == Some(*self)
+    }
+}
+
+impl PartialEq<str> for Status {
+    fn eq(&self, other: &str) -> bool {
+        Status::parse(other) == Some(*self)
+    }
+}
+
+impl Serialize for Status {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Status {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Status, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(Status::from(s.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_and_old_spellings_are_read() {
+        for s in ALL {
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+            let j = serde_json::to_string(&s).unwrap();
+            assert_eq!(serde_json::from_str::<Status>(&j).unwrap(), s);
+        }
+        assert_eq!(serde_json::from_str::<Status>("\"timed out\"").unwrap(), Status::TimedOut);
+        assert_eq!(serde_json::to_string(&Status::TimedOut).unwrap(), "\"timedOut\"");
+        assert_eq!(Status::parse("bogus"), None);
+        assert!(Status::Stopped == "stopped");
+    }
+}
