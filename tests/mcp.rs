@@ -591,13 +591,15 @@ async fn the_owner_is_found_through_a_launcher_and_keep_means_none() {
     s.close().await;
 
     // --owner overrides.
-    let owner = guard.sleeper();
+    let mut owner = guard.sleeper();
     let s = Server::spawn(&state, &guard, &["--owner", &owner.id().to_string()]).await;
     let v = s.ok("process_start", json!({"command": "sleep 100"})).await;
     assert_eq!(v["process"]["ownerPid"], owner.id(), "{v}");
     assert_ne!(v["process"]["sessionId"].as_str().unwrap(), session);
     s.ok("process_stop", json!({"all": true})).await;
     s.close().await;
+    let _ = owner.kill();
+    let _ = owner.wait();
 }
 
 #[tokio::test]
