@@ -559,6 +559,9 @@ async fn managed_processes_never_hold_the_servers_stdio() {
     let v = s.ok("process_start", json!({"command": "sleep 100"})).await;
     let pid = v["process"]["pid"].as_i64().unwrap() as i32;
     let sup = v["process"]["supervisorPid"].as_i64().unwrap() as i32;
+    // Supervisors are the small `sheepdog` binary, never the server with its runtime.
+    let exe = std::fs::read_link(format!("/proc/{sup}/exe")).unwrap();
+    assert_eq!(exe.file_name().unwrap(), "sheepdog", "{exe:?}");
     let link = |p: i32, fd: u32| std::fs::read_link(format!("/proc/{p}/fd/{fd}")).ok();
     let channel = [link(s.pid, 0).unwrap(), link(s.pid, 1).unwrap()];
     for p in [pid, sup] {
