@@ -1,4 +1,4 @@
-//! Durations on the command line: `250ms`, `1s`, `1.5s`, `2m`, `1h`.
+//! Durations on the command line: `250ms`, `1s`, `1.5s`, `2m`, `1h`, and compounds (`1m30s`).
 
 use std::time::Duration;
 
@@ -14,31 +14,58 @@ use std::time::Duration;
 /// assert!(sheepdog::duration::parse("5").is_err());
 /// ```
 pub fn parse(text: &str) -> Result<Duration, String> {
-    let bad =
-        || format!("invalid duration '{text}': expected a number with a unit (ms, s, m, h), like 250ms, 1s or 1.5s");
+    let bad = || {
+        format!(
+            "invalid duration '{text}': expected a number with a unit (ms, s, m, h), like 250ms, 1.5s, 2m, 1h or 1m30s"
+        )
+    };
     let t = text.trim();
+    if t.starts_with('-') {
+        return Err(format!("invalid duration '{text}': a duration cannot be negative"));
+    }
     if t == "0" {
         return Ok(Duration::ZERO);
     }
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
-    let (num, unit) = t.split_at(split);
-    if num.is_empty() || num.starts_with('.') || num.ends_with('.') {
+    if t.is_empty() {
         return Err(bad());
     }
-    let value: f64 = num.parse().map_err(|_| bad())?;
-    let ms_per_unit = match unit {
-        "ms" => 1.0,
-        "s" => 1000.0,
-        "m" | "min" => 60_000.0,
-        "h" => 3_600_000.0,
-        _ => return Err(bad()),
-    };
-    let ms = value * ms_per_unit;
+    // One or more NUMBER UNIT parts, largest first in practice (`1h30m`, `1m30s`, `1s500ms`).
+    let mut rest = t;
+    let mut ms = 0.0f64;
+    while !rest.is_empty() {
+        let split = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
+        let (num, tail) = rest.split_at(split);
+        if num.is_empty() || num.starts_with('.') || num.ends_with('.') {
+            return Err(bad());
+        }
+        let value: f64 = num.parse().map_err(|_| bad())?;
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        let ms_per_unit = match unit {
+            "ms" => 1.0,
+            "s" => 1000.0,
+            "m" | "min" => 60_000.0,
+            "h" => 3_600_000.0,
+            _ => return Err(bad()),
+        };
+        ms += value * ms_per_unit;
+        rest = next;
+    }
     // A year is far past any grace or timeout a host means; larger is a typo.
     if !ms.is_finite() || ms > 365.0 * 24.0 * 3_600_000.0 {
         return Err(bad());
     }
     Ok(Duration::from_micros((ms * 1000.0).round() as u64))
+}
+
+/// [`parse`], refusing zero: for bounds such as `--timeout` and `--ready-timeout`, where `0s`
+/// would mean "stop at once" (certainly a mistake).
+pub fn parse_positive(text: &str) -> Result<Duration, String> {
+    let d = parse(text)?;
+    if d.is_zero() {
+        return Err(format!("invalid duration '{text}': must be more than 0"));
+    }
+    Ok(d)
 }
 
 /// Formats a duration the way `parse` reads it back: `250ms`, `10s`, `1.5s`, `2m`.
@@ -71,6 +98,11 @@ mod tests {
         assert_eq!(parse("1.5s").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse("0").unwrap(), Duration::ZERO);
+        assert_eq!(parse("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse("1s500ms").unwrap(), Duration::from_millis(1500));
+        assert!(parse("-1s").unwrap_err().contains("cannot be negative"));
+        assert!(parse_positive("0s").is_err());
     }
 
     #[test]

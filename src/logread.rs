@@ -148,30 +148,51 @@ struct Segment {
     times: Vec<(u64, u64)>,
 }
 
-fn read_from(path: &Path, offset: u64) -> Option<Segment> {
-    let mut f = File::open(path).ok()?;
+fn seg_of(mut f: File, path: &Path, offset: u64) -> Option<Segment> {
     let ino = f.metadata().ok()?.ino();
     let mut data = Vec::new();
     f.read_to_end(&mut data).ok()?;
     let start = offset.min(data.len() as u64);
     data.drain(..start as usize);
-    Some(Segment { ino, start, data, times: read_times(&times_path(path)) })
+    Some(Segment { ino, start, data, times: read_times(&times_path(path), ino) })
+}
+
+/// Opens the current file, then `.1`, as one consistent pair: opened in that order, a rotation in
+/// between shows as `.1` being the file just opened, and the pair is taken again.
+fn open_pair(path: &Path, rotated: &Path) -> (Option<File>, Option<File>) {
+    for _ in 0..10 {
+        let cur = File::open(path).ok();
+        let old = File::open(rotated).ok();
+        let ino = |f: &Option<File>| f.as_ref().and_then(|f| f.metadata().ok()).map(|m| m.ino());
+        if ino(&cur).is_none() || ino(&cur) != ino(&old) {
+            return (cur, old);
+        }
+    }
+    (File::open(path).ok(), None)
 }
 
 fn ino_of(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.ino())
 }
 
-/// Reads a time index: `OFFSET UNIX_MS` per line, sorted by offset.
-fn read_times(path: &Path) -> Vec<(u64, u64)> {
+/// Reads the records of file `ino` from a time index (`INODE OFFSET UNIX_MS` per line), sorted
+/// by offset. A record at offset 0 starts a file: an inode number reused by a later file starts
+/// over there.
+fn read_times(path: &Path, ino: u64) -> Vec<(u64, u64)> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut v: Vec<(u64, u64)> = text
-        .lines()
-        .filter_map(|l| {
-            let (a, b) = l.split_once(' ')?;
-            Some((a.parse().ok()?, b.parse().ok()?))
-        })
-        .collect();
+    let mut v: Vec<(u64, u64)> = Vec::new();
+    for l in text.lines() {
+        let mut f = l.split(' ');
+        let (Some(i), Some(off), Some(ms)) = (f.next(), f.next(), f.next()) else { continue };
+        let (Ok(i), Ok(off), Ok(ms)) = (i.parse::<u64>(), off.parse::<u64>(), ms.parse::<u64>()) else { continue };
+        if i != ino {
+            continue;
+        }
+        if off == 0 {
+            v.clear();
+        }
+        v.push((off, ms));
+    }
     v.sort_unstable();
     v
 }
@@ -213,22 +234,26 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
     let rotated = PathBuf::from(rotated);
     let mut gap = false;
     let mut segs: Vec<Segment> = Vec::new();
-    let cur_ino = ino_of(&path);
+    let (cur, old) = open_pair(&path, &rotated);
+    let ino = |f: &Option<File>| f.as_ref().and_then(|f| f.metadata().ok()).map(|m| m.ino());
+    let (cur_ino, old_ino) = (ino(&cur), ino(&old));
+    let cur_seg = |off: u64| cur.and_then(|f| seg_of(f, &path, off));
+    let old_seg = |off: u64| old.and_then(|f| seg_of(f, &rotated, off));
     match q.cursor {
-        Some(c) if Some(c.ino) == cur_ino => segs.extend(read_from(&path, c.offset)),
-        Some(c) if ino_of(&rotated) == Some(c.ino) => {
-            segs.extend(read_from(&rotated, c.offset));
-            segs.extend(read_from(&path, 0));
+        Some(c) if Some(c.ino) == cur_ino => segs.extend(cur_seg(c.offset)),
+        Some(c) if Some(c.ino) == old_ino => {
+            segs.extend(old_seg(c.offset));
+            segs.extend(cur_seg(0));
         }
         Some(c) => {
             // The cursor's file rotated away (or a fresh log): what is left, whole.
             gap = c != Cursor::default();
-            segs.extend(read_from(&rotated, 0));
-            segs.extend(read_from(&path, 0));
+            segs.extend(old_seg(0));
+            segs.extend(cur_seg(0));
         }
         None => {
-            segs.extend(read_from(&rotated, 0));
-            segs.extend(read_from(&path, 0));
+            segs.extend(old_seg(0));
+            segs.extend(cur_seg(0));
         }
     }
     // A cursor whose file still exists whole may be ahead of a truncated file; start over then.
@@ -268,10 +293,9 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
     let reached_end =
         segs.last().is_none_or(|s| end_cursor.ino == s.ino && end_cursor.offset == s.start + s.data.len() as u64);
     // Filters.
-    let since_sec = q.since_ms.map(|m| m / 1000);
     let selected: Vec<&Line> = lines
         .iter()
-        .filter(|l| since_sec.is_none_or(|s| l.ms.is_none_or(|ms| ms / 1000 >= s)))
+        .filter(|l| q.since_ms.is_none_or(|s| l.ms.is_none_or(|ms| ms >= s)))
         .filter(|l| {
             q.grep
                 .as_ref()
@@ -354,35 +378,115 @@ pub const FOLLOW_TICK: Duration = Duration::from_millis(50);
 /// Prints a log and keeps printing as it grows, across rotations, until nothing more can come
 /// (the entry is final, its cleanup done, the log drained) or `emit` returns false (a reader that
 /// went away). `emit` is also called with an empty slice on every quiet tick, so the caller can
-/// notice a closed output. The first read applies `q` (tail, grep...); later ones only `grep`.
+/// notice a closed output. The first read applies `q` (tail, grep, since...); later output only
+/// `grep` (whole lines).
+///
+/// The followed file stays open, so what was written to it before a rotation is read to its end
+/// even after it was renamed (or replaced twice over: the file in between, now `.1`, is printed
+/// whole).
 pub fn follow(
     reg: &Registry,
     id: &str,
     q: &LogQuery,
     emit: &mut dyn FnMut(&[u8]) -> bool,
 ) -> Result<(), RegistryError> {
-    let mut q = LogQuery { partial: true, ..q.clone() };
+    use std::io::{Seek, SeekFrom};
+    let q = LogQuery { partial: q.grep.is_none(), ..q.clone() };
     let first = read(reg, id, &q)?;
     if !emit(&first.bytes) || first.eof {
         return Ok(());
     }
-    let mut cursor = Cursor::parse(&first.cursor).unwrap_or_default();
-    q.tail = None;
-    q.head = None;
-    q.max_bytes = None;
-    q.max_lines = None;
-    q.since_ms = None;
+    let cursor = Cursor::parse(&first.cursor).unwrap_or_default();
+    let path = reg.file(id, q.stream.file());
+    let mut rotated = path.clone().into_os_string();
+    rotated.push(".1");
+    let rotated = PathBuf::from(rotated);
+    let open = |p: &Path| File::open(p).ok().and_then(|f| f.metadata().ok().map(|m| (m.ino(), f)));
+    let (mut ino, mut f, mut pos) = match (open(&path), open(&rotated)) {
+        (Some((i, f)), _) if i == cursor.ino => (i, Some(f), cursor.offset),
+        (_, Some((i, f))) if i == cursor.ino => (i, Some(f), cursor.offset),
+        (Some((i, f)), _) => (i, Some(f), 0),
+        _ => (0, None, 0),
+    };
+    let tagged = q.stream == LogStream::All;
+    let mut pending: Vec<u8> = Vec::new();
+    // With grep, only whole matching lines go out.
+    let mut out = |bytes: &[u8], flush: bool, emit: &mut dyn FnMut(&[u8]) -> bool| -> bool {
+        let Some(re) = &q.grep else { return emit(bytes) };
+        pending.extend_from_slice(bytes);
+        let mut sel = Vec::new();
+        let mut start = 0;
+        while let Some(nl) = pending[start..].iter().position(|b| *b == b'\n') {
+            let line = &pending[start..start + nl + 1];
+            if re.is_match(&String::from_utf8_lossy(line_text(tagged, line))) {
+                sel.extend_from_slice(line);
+            }
+            start += nl + 1;
+        }
+        pending.drain(..start);
+        if flush && !pending.is_empty() {
+            let line = std::mem::take(&mut pending);
+            if re.is_match(&String::from_utf8_lossy(line_text(tagged, &line))) {
+                sel.extend_from_slice(&line);
+            }
+        }
+        emit(&sel)
+    };
+    // Set once nothing could write any more; the next look that finds nothing new ends.
+    let mut done = false;
     loop {
-        std::thread::sleep(FOLLOW_TICK);
-        q.cursor = Some(cursor);
-        let chunk = match read(reg, id, &q) {
-            Ok(c) => c,
-            Err(RegistryError::NotFound(_)) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        if !emit(&chunk.bytes) || chunk.eof {
+        let mut chunk = Vec::new();
+        if let Some(file) = &mut f {
+            let _ = file.seek(SeekFrom::Start(pos));
+            let _ = file.read_to_end(&mut chunk);
+            pos += chunk.len() as u64;
+        }
+        if !chunk.is_empty() && !out(&chunk, false, emit) {
             return Ok(());
         }
-        cursor = Cursor::parse(&chunk.cursor).unwrap_or(cursor);
+        let now_ino = ino_of(&path);
+        if now_ino.is_some() && now_ino != Some(ino) {
+            // The followed file is finished (read to its end above). If the log rotated more
+            // than once since the last look, the file in between is now `.1`: print it whole
+            // before the new file.
+            if f.is_some()
+                && let Some((i, mut m)) = open(&rotated)
+                && i != ino
+            {
+                let mut all = Vec::new();
+                let _ = m.read_to_end(&mut all);
+                if !out(&all, false, emit) {
+                    return Ok(());
+                }
+            }
+            if let Some((i, nf)) = open(&path) {
+                ino = i;
+                f = Some(nf);
+                pos = 0;
+                continue;
+            }
+        }
+        if !chunk.is_empty() {
+            // Output flows: look again at once, so a fast writer's rotations are seen one at a
+            // time.
+            continue;
+        }
+        if done {
+            let _ = out(&[], true, emit);
+            return Ok(());
+        }
+        // Whether writers are gone is decided before the next look, so that look sees all.
+        done = match reg.read(id) {
+            Ok(e) => writers_gone(&e),
+            Err(RegistryError::NotFound(_)) => true,
+            Err(e) => return Err(e),
+        };
+        if done {
+            continue;
+        }
+        if !out(&[], false, emit) {
+            return Ok(());
+        }
+        std::thread::sleep(FOLLOW_TICK);
     }
 }

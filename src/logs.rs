@@ -39,7 +39,7 @@ impl Stream {
     }
 }
 
-/// Suffix of a log's time index: `combined.log.times` (rotated with it to `.times.1`).
+/// Suffix of a log's time index: `combined.log.times` (one for the file and its `.1`).
 pub const TIMES_SUFFIX: &str = ".times";
 
 /// The time index of a log file: `<path>.times`.
@@ -51,9 +51,11 @@ pub fn times_path(log: &Path) -> PathBuf {
 
 /// One file with a size cap and one rotation.
 ///
-/// Beside it, a time index (`<name>.times`): one text line `OFFSET UNIX_MS` for the first write
-/// of each wall-clock second (and the first write of a file), so `logs --since` knows when each
-/// line arrived, to the second, without changing the log's own bytes.
+/// Beside it, a time index (`<name>.times`): one text line `INODE OFFSET UNIX_MS` for the first
+/// write of each wall-clock second (and the first write of a file), so `logs --since` knows when
+/// each line arrived, to the second, without changing the log's own bytes. The index is not
+/// rotated (a rotation must stay cheap: a follower loses data if the writer rotates twice between
+/// its looks); past [`TIMES_MAX`] it is compacted to the records of the current file and `.1`.
 #[derive(Debug)]
 pub struct CappedFile {
     path: PathBuf,
@@ -65,7 +67,12 @@ pub struct CappedFile {
     times: Option<File>,
     /// The unix second of the last index line (`u64::MAX`: none yet in this file).
     last_sec: u64,
+    /// Inode of the current file.
+    ino: u64,
 }
+
+/// Size past which a time index is compacted: 256 KiB (about three days of a line every second).
+pub const TIMES_MAX: u64 = 256 * 1024;
 
 impl CappedFile {
     /// Opens (appending) `path`. Errors: the open's.
@@ -73,6 +80,7 @@ impl CappedFile {
         let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
         let size = file.metadata()?.len();
         let times = OpenOptions::new().create(true).append(true).mode(0o600).open(times_path(path)).ok();
+        let ino = std::os::unix::fs::MetadataExt::ino(&file.metadata()?);
         Ok(CappedFile {
             path: path.to_path_buf(),
             file,
@@ -81,6 +89,7 @@ impl CappedFile {
             header: 0,
             times,
             last_sec: u64::MAX,
+            ino,
         })
     }
 
@@ -91,8 +100,30 @@ impl CappedFile {
             return;
         }
         self.last_sec = ms / 1000;
-        if let Some(t) = &mut self.times {
-            let _ = t.write_all(format!("{} {ms}\n", self.size).as_bytes());
+        let Some(t) = &mut self.times else { return };
+        let _ = t.write_all(format!("{} {} {ms}\n", self.ino, self.size).as_bytes());
+        if t.metadata().map(|m| m.len()).unwrap_or(0) > TIMES_MAX {
+            self.compact_times();
+        }
+    }
+
+    /// Rewrites the time index with the records of the current file and `.1` only.
+    fn compact_times(&mut self) {
+        let path = times_path(&self.path);
+        let mut old = self.path.clone().into_os_string();
+        old.push(".1");
+        let keep: Vec<u64> = [Some(self.ino), fs::metadata(&old).ok().map(|m| std::os::unix::fs::MetadataExt::ino(&m))]
+            .into_iter()
+            .flatten()
+            .collect();
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        let kept: String = text
+            .lines()
+            .filter(|l| l.split(' ').next().and_then(|i| i.parse::<u64>().ok()).is_some_and(|i| keep.contains(&i)))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        if crate::registry::write_atomic(&path, kept.as_bytes()).is_ok() {
+            self.times = OpenOptions::new().append(true).open(&path).ok();
         }
     }
 
@@ -131,13 +162,9 @@ impl CappedFile {
         let mut old = self.path.clone().into_os_string();
         old.push(".1");
         let _ = fs::rename(&self.path, &old);
-        let mut old_times = times_path(&self.path).into_os_string();
-        old_times.push(".1");
-        let _ = fs::rename(times_path(&self.path), &old_times);
-        self.times =
-            OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(times_path(&self.path)).ok();
         self.last_sec = u64::MAX;
         if let Ok(f) = OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&self.path) {
+            self.ino = f.metadata().map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0);
             self.file = f;
             self.size = 0;
             self.stamp();

@@ -219,6 +219,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         Ok(c) => c,
         Err(e) => {
             let _ = reg.remove(&id);
+            reg.release_id(&id);
             return Err(io_err("start the supervisor")(e));
         }
     };
@@ -237,6 +238,8 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     }
     if let Some(rest) = line.strip_prefix("err ") {
         let (code, message) = rest.split_once(' ').unwrap_or((rest, "the command could not start"));
+        // The supervisor removed the entry: give its id back.
+        reg.release_id(&id);
         return Err(ManagerError::Start { code: code.parse().unwrap_or(125), message: message.to_string() });
     }
     let _ = reg.update(&id, |e| {

@@ -49,6 +49,8 @@ pub enum RegistryError {
     NotOwner { path: PathBuf, owner: u32, me: u32 },
     #[error("no entry with id or name '{0}'")]
     NotFound(String),
+    #[error("the name '{name}' is ambiguous: {candidates}; use an id")]
+    Ambiguous { name: String, candidates: String },
     #[error("the name '{name}' is already used by running entry {id}")]
     NameInUse { name: String, id: String },
     #[error("corrupt entry {path}: {reason}")]
@@ -329,6 +331,38 @@ impl Registry {
         Ok(reg)
     }
 
+    /// Opens the state dir only if it exists: read-only commands (`ps`, `logs`, `wait`) never
+    /// create it or its parents. `Ok(None)`: there is no state (nothing was ever started here).
+    /// Errors: as [`Registry::open`] for an existing dir.
+    pub fn open_existing(explicit: Option<PathBuf>) -> Result<Option<Registry>, RegistryError> {
+        let root = state_dir(explicit)?;
+        let meta = match fs::metadata(&root) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_at(&root)(e)),
+        };
+        let me = process::getuid();
+        if meta.uid() != me {
+            return Err(RegistryError::NotOwner { path: root, owner: meta.uid(), me });
+        }
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o022 != 0 {
+            return Err(RegistryError::Insecure { path: root, mode });
+        }
+        Ok(Some(Registry { root }))
+    }
+
+    /// Gives back the id of an entry that was created and removed because its start failed, if
+    /// no later id was handed out meanwhile: failed starts do not use up ids.
+    pub fn release_id(&self, id: &str) {
+        let Ok(_lock) = self.global_lock() else { return };
+        let seq_path = self.root.join("seq");
+        let last: u64 = fs::read_to_string(&seq_path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+        if id_number(id) == last && !self.dir(id).exists() {
+            let _ = write_atomic(&seq_path, format!("{}\n", last - 1).as_bytes());
+        }
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -453,7 +487,9 @@ impl Registry {
         SetAside { path, reason, moved_to: moved.then_some(dest) }
     }
 
-    /// Finds an entry by id, or by name (the newest with that name: a running one first).
+    /// Finds an entry by id, or by name. A name means the live entry with that name (running,
+    /// starting or orphaned: names are unique among those), else the newest finished one. Two
+    /// live entries with one name (only possible across a crash) are `Ambiguous`, listed.
     pub fn find(&self, key: &str) -> Result<Entry, RegistryError> {
         if !key.contains('/') && !key.starts_with('.') {
             match self.read(key) {
@@ -464,6 +500,14 @@ impl Registry {
         }
         let (entries, _) = self.list();
         let mut named: Vec<Entry> = entries.into_iter().filter(|e| e.name.as_deref() == Some(key)).collect();
+        let live: Vec<&Entry> = named
+            .iter()
+            .filter(|e| !e.is_finished() && (e.supervisor_alive() || e.provider_alive() || e.starter_alive()))
+            .collect();
+        if live.len() > 1 {
+            let candidates = live.iter().map(|e| format!("{} ({})", e.id, e.status)).collect::<Vec<_>>().join(", ");
+            return Err(RegistryError::Ambiguous { name: key.to_string(), candidates });
+        }
         named.sort_by_key(|e| (!e.is_finished(), e.started_at));
         named.pop().ok_or_else(|| RegistryError::NotFound(key.to_string()))
     }

@@ -462,12 +462,12 @@ fn a_state_dir_that_others_can_write_is_refused() {
 fn the_state_dir_is_created_private_from_the_environment() {
     let base = tempfile::tempdir().unwrap();
     let dir = base.path().join("nested/state");
-    let out = sheepdog().args(["ps"]).env("SHEEPDOG_STATE_DIR", &dir).output().unwrap();
+    let out = sheepdog().args(["reap"]).env("SHEEPDOG_STATE_DIR", &dir).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
     let xdg = base.path().join("xdg");
-    let out = sheepdog().args(["ps"]).env_remove("SHEEPDOG_STATE_DIR").env("XDG_STATE_HOME", &xdg).output().unwrap();
+    let out = sheepdog().args(["reap"]).env_remove("SHEEPDOG_STATE_DIR").env("XDG_STATE_HOME", &xdg).output().unwrap();
     assert!(out.status.success());
     assert!(xdg.join("sheepdog/procs").is_dir());
 }

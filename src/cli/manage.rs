@@ -2,20 +2,21 @@
 //! and the hidden `supervise-entry`.
 
 use std::ffi::OsString;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::logs::{COMBINED_LOG, STDERR_LOG, STDOUT_LOG};
+use crate::logread::{self, Cursor, LogQuery, LogStream};
 use crate::manager::{self, ManagerError, StartRequest, Waited};
+use crate::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome, ReadySpec};
 use crate::registry::{Cleanup, Entry, Registry, RegistryError};
 use crate::status::Status;
 use crate::stop::StopPolicy;
 use crate::view;
 
-use super::{CliError, parse_duration, pid_arg};
+use super::{CliError, parse_duration, parse_positive_duration, pid_arg};
 
 impl From<RegistryError> for CliError {
     fn from(e: RegistryError) -> Self {
@@ -58,23 +59,35 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
     }
 }
 
-/// Sizes: `1048576`, `64KiB`, `64MiB`, `1GiB` (also `K`, `M`, `G`, `KB`, `MB`, `GB` as powers of
-/// 1024).
+/// Sizes: `1048576`, `64KiB`, `64MiB`, `1GiB`, decimals such as `1.5MiB` (also `K`, `M`, `G`,
+/// `KB`, `MB`, `GB` as powers of 1024). At least 1 KiB.
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let bad = || format!("invalid size '{s}': expected bytes or a number with KiB, MiB or GiB, like 64MiB");
+    let bad = || format!("invalid size '{s}': expected bytes or a number with KiB, MiB or GiB, like 64MiB or 1.5MiB");
     let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
+    if num.is_empty() || num.starts_with('.') || num.ends_with('.') {
+        return Err(bad());
+    }
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "kib" => 1024.0,
+        "m" | "mb" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
         _ => return Err(bad()),
     };
-    n.checked_mul(mult).filter(|v| *v >= 1024).ok_or_else(|| format!("invalid size '{s}': at least 1KiB"))
+    let v = (n * mult).round();
+    if !v.is_finite() || v > u64::MAX as f64 / 2.0 {
+        return Err(bad());
+    }
+    Some(v as u64).filter(|v| *v >= 1024).ok_or_else(|| format!("invalid size '{s}': at least 1KiB"))
 }
+
+/// Environment defaults of `start --session` and `start --owner` (the flags win): a host sets
+/// them once for an agent's turn.
+pub const SESSION_ENV: &str = "SHEEPDOG_SESSION";
+pub const OWNER_ENV: &str = "SHEEPDOG_OWNER";
 
 /// `sheepdog start`.
 #[derive(Debug, clap::Args)]
@@ -82,44 +95,138 @@ pub struct StartArgs {
     /// A name, unique among running entries; every command takes it in place of the id.
     #[arg(long, value_parser = parse_name)]
     name: Option<String>,
+    /// With --name: if an entry of that name is running, stop it (cleanup included), wait for
+    /// its ports to be free, then start this one in its place (`restartOf` links them).
+    #[arg(long, requires = "name")]
+    replace: bool,
     /// The agent session (turn) this process belongs to; `stop --session` stops them all.
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", env = SESSION_ENV)]
     session: Option<String>,
     /// Stop the process when this process dies (any process, identity-checked).
-    #[arg(long, value_name = "PID")]
+    #[arg(long, value_name = "PID", env = OWNER_ENV, allow_hyphen_values = true)]
     owner: Option<i32>,
     /// Working directory of the command (default: the current one).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
-    /// Extra environment for the command; repeatable.
+    /// Extra environment for the command; repeatable. Values are kept in the entry file (0600)
+    /// and never shown: `ps` and JSON show the keys only.
     #[arg(long, value_name = "K=V", value_parser = parse_env)]
     env: Vec<(String, String)>,
-    /// Run the one stop after this long and record `timed out after DUR`.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    /// Run the one stop after this long and record `timed out after DUR` (more than 0).
+    #[arg(long, value_name = "DUR", value_parser = parse_positive_duration, allow_hyphen_values = true)]
     timeout: Option<Duration>,
     /// After SIGTERM, how long the tree may take to exit before SIGKILL.
-    #[arg(long, value_name = "DUR", default_value = "3s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "3s", value_parser = parse_duration, allow_hyphen_values = true)]
     term_grace: Duration,
     /// After SIGKILL, how long to wait for the kernel.
-    #[arg(long, value_name = "DUR", default_value = "1.5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "1.5s", value_parser = parse_duration, allow_hyphen_values = true)]
     kill_wait: Duration,
     /// A command (run with `sh -c`) that undoes what CMD started outside its own tree; it runs
     /// after every stop.
     #[arg(long, value_name = "CMD")]
     cleanup: Option<String>,
     /// Bound on the cleanup command.
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     cleanup_timeout: Duration,
     /// Cap per log file; at the cap it rotates to one `.1`.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     log_max: Option<u64>,
+    /// Return once a process of the tree listens on this TCP port (status 1 if the command exits
+    /// first, 124 if --ready-timeout passes: the process keeps running).
+    #[arg(long, value_name = "PORT", conflicts_with_all = ["ready_log", "ready_listen"])]
+    ready_port: Option<u16>,
+    /// Return once a line of stdout or stderr matches this regex.
+    #[arg(long, value_name = "REGEX", conflicts_with = "ready_listen")]
+    ready_log: Option<String>,
+    /// Return once any process of the tree listens on a TCP port (reported).
+    #[arg(long)]
+    ready_listen: bool,
+    /// How long --ready-* may wait (default 30s).
+    #[arg(long, value_name = "DUR", value_parser = parse_positive_duration, allow_hyphen_values = true)]
+    ready_timeout: Option<Duration>,
     /// The command, after `--`.
     #[arg(value_name = "CMD", trailing_var_arg = true)]
     command: Vec<OsString>,
 }
 
-fn logs_json(reg: &Registry, id: &str) -> Value {
-    serde_json::to_value(view::LogPaths::of(reg, id)).unwrap_or(Value::Null)
+impl StartArgs {
+    fn ready_spec(&self) -> Result<Option<ReadySpec>, CliError> {
+        let spec = ReadySpec {
+            port: self.ready_port,
+            log: self.ready_log.clone(),
+            listen: self.ready_listen,
+            timeout_ms: self.ready_timeout.map_or(DEFAULT_READY_TIMEOUT_MS, |d| d.as_millis() as u64),
+        };
+        if !spec.is_set() {
+            if self.ready_timeout.is_some() {
+                return Err(CliError::usage("--ready-timeout needs --ready-port, --ready-log or --ready-listen"));
+            }
+            return Ok(None);
+        }
+        spec.validate().map_err(CliError::usage)?;
+        Ok(Some(spec))
+    }
+}
+
+/// Prints a start's (or restart's) result and returns its status: 0, or 1 when the command
+/// exited before it was ready (its last lines on stderr), 124 when it was not ready in time.
+fn render_started(
+    reg: &Registry,
+    e: &Entry,
+    ready: Option<&ReadyOutcome>,
+    warnings: &[String],
+    json_out: Option<&mut Vec<Value>>,
+) -> i32 {
+    let code = match ready {
+        Some(ReadyOutcome::Exited { .. }) => 1,
+        Some(ReadyOutcome::TimedOut { .. }) => 124,
+        _ => 0,
+    };
+    let shown = match ready {
+        Some(ReadyOutcome::Exited { entry, .. }) => (**entry).clone(),
+        _ => e.clone(),
+    };
+    if let Some(list) = json_out {
+        let mut v = entry_json(reg, &shown, manager::live_status(&shown, &Default::default()));
+        if let Value::Object(m) = &mut v {
+            m.insert("ready".into(), ready.map(|r| json!(r.report())).unwrap_or(Value::Null));
+            m.insert("warnings".into(), json!(warnings));
+        }
+        list.push(v);
+        return code;
+    }
+    println!("{}", e.id);
+    match ready {
+        Some(ReadyOutcome::Ready { after_ms, matched, port }) => match (matched, port) {
+            (_, Some(p)) => println!("Ready after {}: listening on port {p}.", ms_text(*after_ms)),
+            (Some(line), None) => println!("Ready after {}: {line}", ms_text(*after_ms)),
+            _ => println!("Ready after {}.", ms_text(*after_ms)),
+        },
+        Some(ReadyOutcome::Exited { entry, last_lines, .. }) => {
+            eprintln!(
+                "sheepdog: {} {} before it was ready; its last {} lines:",
+                entry.label(),
+                view::status_text(entry, entry.status),
+                last_lines.len()
+            );
+            for l in last_lines {
+                eprintln!("{l}");
+            }
+        }
+        Some(ReadyOutcome::TimedOut { after_ms }) => eprintln!(
+            "sheepdog: {} is not ready yet after {}; it keeps running (stop it with 'sheepdog stop {}')",
+            e.label(),
+            ms_text(*after_ms),
+            e.id
+        ),
+        None => {}
+    }
+    code
+}
+
+/// `1.2s`, `350ms`.
+fn ms_text(ms: u64) -> String {
+    if ms >= 1000 { format!("{:.1}s", ms as f64 / 1000.0) } else { format!("{ms}ms") }
 }
 
 pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
@@ -127,14 +234,16 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         return Err(CliError::usage("start: missing command (usage: sheepdog start [OPTIONS] -- CMD [ARGS...])"));
     }
     let owner = a.owner.map(|p| pid_arg("--owner", p)).transpose()?;
+    let ready = a.ready_spec()?;
+    let session = a.session.clone().filter(|s| !s.is_empty());
     let reg = open(dir)?;
     let warnings = crate::nudge::check(&a.command, a.cleanup.is_some());
     for w in &warnings {
         eprintln!("sheepdog: warning: {w}");
     }
     let req = StartRequest {
-        name: a.name,
-        session_id: a.session,
+        name: a.name.clone(),
+        session_id: session,
         owner,
         cwd: a.cwd,
         env: a.env.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
@@ -142,29 +251,64 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         policy: StopPolicy { stdin_grace: Duration::ZERO, term_grace: a.term_grace, kill_wait: a.kill_wait },
         cleanup: a.cleanup.map(|command| Cleanup { command, timeout_ms: a.cleanup_timeout.as_millis() as u64 }),
         log_max: a.log_max,
-        ready: None,
+        ready,
         restart_of: None,
         argv: a.command,
     };
-    let e = manager::start(&reg, req)?;
+    let running = match (&a.name, a.replace) {
+        (Some(n), true) => reg.find(n).ok().filter(|e| manager::live_status(e, &Default::default()).is_live()),
+        _ => None,
+    };
+    let (e, outcome) = match running {
+        Some(old) => {
+            let r = manager::replace(&reg, &old, req, None)?;
+            (r.entry, r.ready)
+        }
+        None => manager::start_ready(&reg, req)?,
+    };
+    let mut list = Vec::new();
+    let code = render_started(&reg, &e, outcome.as_ref(), &warnings, json.then_some(&mut list));
     if json {
-        println!(
-            "{}",
-            json!({
-                "id": e.id,
-                "name": e.name,
-                "pid": e.pid,
-                "pgid": e.pgid,
-                "supervisorPid": e.supervisor_pid,
-                "sessionId": e.session_id,
-                "logs": logs_json(&reg, &e.id),
-                "warnings": warnings,
-            })
-        );
-    } else {
-        println!("{}", e.id);
+        println!("{}", list.pop().unwrap_or(Value::Null));
     }
-    Ok(0)
+    Ok(code)
+}
+
+/// `sheepdog restart`.
+#[derive(Debug, clap::Args)]
+pub struct RestartArgs {
+    /// Ids or names.
+    #[arg(value_name = "ID|NAME", required = true)]
+    targets: Vec<String>,
+    /// Override the entry's term grace for the stop.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    term_grace: Option<Duration>,
+}
+
+pub(super) fn restart(a: RestartArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
+    let reg = open(dir)?;
+    let targets = resolve(&reg, &a.targets)?;
+    let mut code = 0;
+    let mut list = Vec::new();
+    for old in &targets {
+        match manager::restart(&reg, old, a.term_grace) {
+            Ok(r) => {
+                if let Some(line) = crate::cleanup::failure_line(&r.stopped.entry) {
+                    eprintln!("sheepdog: {}: {line}", old.label());
+                }
+                let c = render_started(&reg, &r.entry, r.ready.as_ref(), &[], json.then_some(&mut list));
+                code = code.max(c);
+            }
+            Err(err) => {
+                eprintln!("sheepdog: unable to restart {}: {err}", old.label());
+                code = code.max(err.exit_code());
+            }
+        }
+    }
+    if json {
+        println!("{}", json!({ "restarted": list }));
+    }
+    Ok(code)
 }
 
 /// `sheepdog ps`.
@@ -176,10 +320,17 @@ pub struct PsArgs {
     /// Only this session's entries.
     #[arg(long, value_name = "ID")]
     session: Option<String>,
-    /// List each entry's live processes (pid, pgid, session, command).
+    /// Only entries with this status (running, exited, killed, stopped, timedOut, orphaned,
+    /// reaped, lost, starting), finished or not, of any age.
+    #[arg(long, value_name = "STATUS")]
+    status: Option<Status>,
+    /// List each entry's live processes (pid, pgid, sid = Unix session id, command).
     #[arg(long)]
     tree: bool,
 }
+
+/// How long a failed finished entry stays in the default `ps` listing: 1 hour.
+pub const PS_RECENT_FAILED_MS: u64 = 3_600_000;
 
 fn age(ms: u64) -> String {
     let s = crate::registry::now_ms().saturating_sub(ms) / 1000;
@@ -196,53 +347,106 @@ fn entry_json(reg: &Registry, e: &Entry, status: Status) -> Value {
     serde_json::to_value(view::view_with_status(reg, e, status, false)).unwrap_or(Value::Null)
 }
 
+/// Cuts `s` to `w` characters, with `…` when cut.
+fn fit(s: &str, w: usize) -> String {
+    if s.chars().count() <= w { s.to_string() } else { s.chars().take(w.saturating_sub(1)).collect::<String>() + "…" }
+}
+
 pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
-    let reg = open(dir)?;
+    let Some(reg) = Registry::open_existing(dir)? else {
+        // Read-only: no state dir means nothing was ever started here; do not create one.
+        if json {
+            println!("{}", json!({"entries": [], "hidden": 0}));
+        } else {
+            println!("No managed processes.");
+        }
+        return Ok(0);
+    };
     let (entries, aside) = reg.list();
     warn_set_aside(&aside);
     let census = std::cell::OnceCell::new();
-    let rows: Vec<(Entry, Status)> = entries
-        .into_iter()
-        .filter(|e| a.session.as_ref().is_none_or(|s| e.session_id.as_ref() == Some(s)))
-        .map(|e| {
-            let s = manager::live_status(&e, &census);
-            (e, s)
-        })
-        .filter(|(_, s)| a.all || s.is_live())
-        .collect();
+    let now = crate::registry::now_ms();
+    let mut hidden = 0usize;
+    let mut live_rows = Vec::new();
+    let mut failed_rows = Vec::new();
+    for e in entries.iter().filter(|e| a.session.as_ref().is_none_or(|s| e.session_id.as_ref() == Some(s))) {
+        let s = manager::live_status(e, &census);
+        if let Some(want) = a.status {
+            if s == want {
+                live_rows.push(view::view_with_status(&reg, e, s, a.tree));
+            }
+            continue;
+        }
+        if a.all || s.is_live() {
+            live_rows.push(view::view_with_status(&reg, e, s, a.tree));
+            continue;
+        }
+        let v = view::view_with_status(&reg, e, s, false);
+        let recent = now.saturating_sub(e.ended_at.unwrap_or(e.started_at)) < PS_RECENT_FAILED_MS;
+        if v.failed() && recent {
+            failed_rows.push(v);
+        } else {
+            hidden += 1;
+        }
+    }
+    live_rows.extend(failed_rows);
+    let rows = live_rows;
     let mut out = io::BufWriter::new(io::stdout().lock());
     if json {
-        // Streamed, one entry at a time: `ps --all --json` over thousands of entries stays fast.
         let _ = out.write_all(b"{\"entries\":[");
-        for (i, (e, s)) in rows.iter().enumerate() {
-            let view = view::view_with_status(&reg, e, *s, a.tree);
+        for (i, v) in rows.iter().enumerate() {
             if i > 0 {
                 let _ = out.write_all(b",");
             }
-            let _ = serde_json::to_writer(&mut out, &view);
+            let _ = serde_json::to_writer(&mut out, v);
         }
-        let _ = out.write_all(b"]}\n");
+        let _ = writeln!(out, "],\"hidden\":{hidden}}}");
         let _ = out.flush();
         return Ok(0);
     }
-    let _ = writeln!(out, "{:<10} {:<16} {:<26} {:>7} {:>5}  COMMAND", "ID", "NAME", "STATUS", "PID", "AGE");
-    for (e, s) in &rows {
-        let shown = if e.is_finished() { view::status_text(e, *s) } else { s.to_string() };
+    let width = |f: &dyn Fn(&view::EntryView) -> usize, min: usize, max: usize| {
+        rows.iter().map(f).max().unwrap_or(0).clamp(min, max)
+    };
+    let wid = width(&|v| v.id.len(), 2, 16);
+    let wname = width(&|v| v.name.chars().count(), 4, 24);
+    let wsess = width(&|v| v.session_id.as_deref().unwrap_or("-").chars().count(), 7, 20);
+    let wstat = width(&|v| v.status_text.chars().count(), 6, 40);
+    let ports = |v: &view::EntryView| {
+        if v.ports.is_empty() {
+            "-".to_string()
+        } else {
+            v.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")
+        }
+    };
+    let wports = width(&|v| ports(v).len(), 5, 24);
+    let _ = writeln!(
+        out,
+        "{:<wid$} {:<wname$} {:<wsess$} {:<wstat$} {:>7} {:<wports$} {:>5}  COMMAND",
+        "ID", "NAME", "SESSION", "STATUS", "PID", "PORTS", "AGE"
+    );
+    for v in &rows {
         let _ = writeln!(
             out,
-            "{:<10} {:<16} {:<26} {:>7} {:>5}  {}",
-            e.id,
-            e.name.as_deref().unwrap_or("-"),
-            shown,
-            e.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-            age(e.started_at),
-            e.command_preview
+            "{:<wid$} {:<wname$} {:<wsess$} {:<wstat$} {:>7} {:<wports$} {:>5}  {}",
+            fit(&v.id, wid),
+            fit(&v.name, wname),
+            fit(v.session_id.as_deref().unwrap_or("-"), wsess),
+            fit(&v.status_text, wstat),
+            v.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            fit(&ports(v), wports),
+            age(v.started_at),
+            v.command_preview
         );
-        if a.tree {
-            for (pid, pgid, sid, cmd) in manager::live_tree(e) {
-                let _ = writeln!(out, "    {pid:>7}  pgid {pgid:<7} session {sid:<7} {cmd}");
-            }
+        for p in v.tree.iter().flatten() {
+            let _ = writeln!(out, "    {:>7}  pgid {:<7} sid {:<7} {}", p.pid, p.pgid, p.sid, p.command);
         }
+    }
+    if hidden > 0 {
+        let _ = writeln!(
+            out,
+            "({hidden} finished {} hidden: 'sheepdog ps --all' lists every entry)",
+            if hidden == 1 { "entry" } else { "entries" }
+        );
     }
     Ok(0)
 }
@@ -257,124 +461,90 @@ pub struct LogsArgs {
     /// sheepdog's markers).
     #[arg(long, default_value = "all", value_parser = ["out", "err", "all"])]
     stream: String,
-    /// Only the last N lines.
-    #[arg(long, value_name = "N")]
+    /// Only the last N lines (after --grep and --since).
+    #[arg(long, value_name = "N", conflicts_with = "head")]
     tail: Option<usize>,
+    /// Only the first N lines (after --grep and --since).
+    #[arg(long, value_name = "N", conflicts_with = "follow")]
+    head: Option<usize>,
+    /// Only lines matching this regex (for the combined log, the text after its [out]/[err] tag).
+    #[arg(long, value_name = "REGEX")]
+    grep: Option<String>,
+    /// Only lines that arrived in the last DUR (to the second).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    since: Option<Duration>,
+    /// Only what came after a previous read's cursor (`logs --json` prints it), rotations
+    /// included.
+    #[arg(long, value_name = "CURSOR", conflicts_with = "follow")]
+    cursor: Option<String>,
     /// Keep printing as the log grows; ends when the process has exited and the log is drained.
     #[arg(long, short = 'f')]
     follow: bool,
 }
 
-/// How often `logs --follow` looks for new output: 50 ms.
-const FOLLOW_TICK: Duration = Duration::from_millis(50);
-
-pub(super) fn logs(a: LogsArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {
-    let reg = open(dir)?;
+pub(super) fn logs(a: LogsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
+    let grep = a
+        .grep
+        .as_deref()
+        .map(|g| {
+            regex::Regex::new(g).map_err(|e| CliError::usage(format!("--grep '{g}': {}", one_line(&e.to_string()))))
+        })
+        .transpose()?;
+    let cursor = a.cursor.as_deref().map(Cursor::parse).transpose().map_err(CliError::usage)?;
+    if json && a.follow {
+        return Err(CliError::usage("logs: --json prints one document; use --cursor to poll instead of --follow"));
+    }
+    let reg = Registry::open_existing(dir)?.ok_or_else(|| RegistryError::NotFound(a.target.clone()))?;
     let e = reg.find(&a.target)?;
-    let file = match a.stream.as_str() {
-        "out" => STDOUT_LOG,
-        "err" => STDERR_LOG,
-        _ => COMBINED_LOG,
+    let default_cap = a.tail.is_none() && a.head.is_none() && cursor.is_none() && !a.follow;
+    let q = LogQuery {
+        stream: LogStream::parse(&a.stream).unwrap_or_default(),
+        tail: a.tail,
+        head: a.head,
+        grep,
+        since_ms: a.since.map(|d| crate::registry::now_ms().saturating_sub(d.as_millis() as u64)),
+        cursor,
+        max_lines: default_cap.then_some(logread::DEFAULT_MAX_LINES),
+        max_bytes: default_cap.then_some(logread::DEFAULT_MAX_BYTES),
+        partial: !json,
     };
-    let path = reg.file(&e.id, file);
+    if a.follow {
+        let mut out = io::stdout().lock();
+        // A closed stdout (`| head -n 1`) ends the command quietly with status 0, as ripgrep
+        // does; a reader that went away ends it even while the process is quiet.
+        let mut emit = |bytes: &[u8]| -> bool {
+            if bytes.is_empty() {
+                return !crate::sys::process::peer_closed(1);
+            }
+            out.write_all(bytes).and_then(|_| out.flush()).is_ok()
+        };
+        logread::follow(&reg, &e.id, &q, &mut emit)?;
+        return Ok(0);
+    }
+    let chunk = logread::read(&reg, &e.id, &q)?;
+    if json {
+        println!("{}", serde_json::to_string(&chunk).unwrap_or_default());
+        return Ok(0);
+    }
     let mut out = io::stdout().lock();
-    // A closed stdout (`| head -n 1`) ends the command quietly with status 0, as ripgrep does.
-    let mut emit = |bytes: &[u8]| -> bool { out.write_all(bytes).and_then(|_| out.flush()).is_ok() };
-    let mut f = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => {
-            if !a.follow {
-                return Ok(0);
-            }
-            return Err(CliError::usage(format!("no log at {}", path.display())));
-        }
-        Err(err) => return Err(CliError::usage(format!("unable to read {}: {err}", path.display()))),
-    };
-    let mut data = Vec::new();
-    f.read_to_end(&mut data).map_err(|err| CliError::usage(format!("unable to read {}: {err}", path.display())))?;
-    let start = match a.tail {
-        Some(n) => tail_start(&data, n),
-        None => 0,
-    };
-    if !emit(&data[start..]) {
+    if out.write_all(&chunk.bytes).and_then(|_| out.flush()).is_err() {
         return Ok(0);
     }
-    if !a.follow {
-        return Ok(0);
+    if default_cap && chunk.skipped_lines > 0 {
+        eprintln!(
+            "sheepdog: {} earlier {} not shown (by default at most the last {} lines or {} KiB); use --tail N, --head N or --grep REGEX, or read {}",
+            chunk.skipped_lines,
+            if chunk.skipped_lines == 1 { "line" } else { "lines" },
+            logread::DEFAULT_MAX_LINES,
+            logread::DEFAULT_MAX_BYTES / 1024,
+            chunk.path.display()
+        );
     }
-    let mut pos = data.len() as u64;
-    let mut ino = file_id(&f);
-    let mut rotated_path = path.clone().into_os_string();
-    rotated_path.push(".1");
-    loop {
-        // Done once nothing can write any more: no supervisor (it also writes the cleanup's
-        // output after the result), no cleanup runner, no start in progress.
-        let done = reg
-            .read(&e.id)
-            .map(|x| !x.supervisor_alive() && !x.cleanup_running() && !x.starter_alive())
-            .unwrap_or(true);
-        let rotated = std::fs::metadata(&path).ok().map(|m| file_id_meta(&m)) != Some(ino);
-        let mut chunk = Vec::new();
-        let _ = f.seek(SeekFrom::Start(pos));
-        let _ = f.read_to_end(&mut chunk);
-        pos += chunk.len() as u64;
-        if !chunk.is_empty() && !emit(&chunk) {
-            return Ok(0);
-        }
-        if rotated {
-            // The file we followed is finished. If it rotated more than once since the last
-            // look, the one in between is now `.1`: print it whole before the new file.
-            let middle = std::fs::File::open(&rotated_path).ok().filter(|m| file_id(m) != ino);
-            if let Some(mut m) = middle {
-                let mut all = Vec::new();
-                let _ = m.read_to_end(&mut all);
-                if !emit(&all) {
-                    return Ok(0);
-                }
-            }
-            if let Ok(nf) = std::fs::File::open(&path) {
-                ino = file_id(&nf);
-                f = nf;
-                pos = 0;
-                continue;
-            }
-        }
-        if done && chunk.is_empty() {
-            return Ok(0);
-        }
-        // A reader that went away (`| head`) ends us even while the process is quiet.
-        if crate::sys::process::peer_closed(1) {
-            return Ok(0);
-        }
-        std::thread::sleep(FOLLOW_TICK);
-    }
+    Ok(0)
 }
 
-fn file_id(f: &std::fs::File) -> (u64, u64) {
-    f.metadata().map(|m| file_id_meta(&m)).unwrap_or((0, 0))
-}
-
-fn file_id_meta(m: &std::fs::Metadata) -> (u64, u64) {
-    use std::os::unix::fs::MetadataExt;
-    (m.dev(), m.ino())
-}
-
-/// Byte offset where the last `n` lines of `data` begin.
-fn tail_start(data: &[u8], n: usize) -> usize {
-    if n == 0 {
-        return data.len();
-    }
-    let body = data.strip_suffix(b"\n").unwrap_or(data);
-    let mut count = 0;
-    for (i, b) in body.iter().enumerate().rev() {
-        if *b == b'\n' {
-            count += 1;
-            if count == n {
-                return i + 1;
-            }
-        }
-    }
-    0
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// `sheepdog stop`.
@@ -390,7 +560,7 @@ pub struct StopArgs {
     #[arg(long, conflicts_with = "targets")]
     all: bool,
     /// Override the entry's term grace for this stop.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     term_grace: Option<Duration>,
 }
 
@@ -471,7 +641,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
 /// `sheepdog update`.
 #[derive(Debug, clap::Args)]
 pub struct UpdateArgs {
-    /// Id or name.
+    /// Id or name; running and exited entries alike (a cleanup attached to an exited entry runs at its next stop).
     #[arg(value_name = "ID|NAME")]
     target: String,
     /// Attach or replace the cleanup command (run with `sh -c` after the stop).
@@ -481,7 +651,7 @@ pub struct UpdateArgs {
     #[arg(long)]
     no_cleanup: bool,
     /// The cleanup's bound (default 10s, or the one already set).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     cleanup_timeout: Option<Duration>,
     /// Rename (unique among running entries).
     #[arg(long, value_parser = parse_name)]
@@ -489,6 +659,13 @@ pub struct UpdateArgs {
 }
 
 pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
+    let changes_cleanup = a.cleanup.is_some() || a.no_cleanup || a.cleanup_timeout.is_some();
+    if !changes_cleanup && a.name.is_none() {
+        return Err(CliError::usage(format!(
+            "update {}: nothing was changed (give --cleanup CMD, --no-cleanup, --cleanup-timeout DUR or --name N)",
+            a.target
+        )));
+    }
     let reg = open(dir)?;
     let e = reg.find(&a.target)?;
     let req = manager::UpdateRequest {
@@ -508,45 +685,142 @@ pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<
 /// `sheepdog wait`.
 #[derive(Debug, clap::Args)]
 pub struct WaitArgs {
-    /// Id or name.
+    /// Ids or names.
     #[arg(value_name = "ID|NAME")]
-    target: String,
-    /// Give up after this long (status 124).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    targets: Vec<String>,
+    /// Every running entry of this session.
+    #[arg(long, value_name = "ID", conflicts_with = "targets")]
+    session: Option<String>,
+    /// Return when the first one finishes (exit with its status).
+    #[arg(long)]
+    any: bool,
+    /// Give up after this long (status 124; the processes keep running).
+    #[arg(long, value_name = "DUR", value_parser = parse_positive_duration, allow_hyphen_values = true)]
     timeout: Option<Duration>,
 }
 
+/// Lines of output `wait --json` shows per entry: 20.
+const WAIT_TAIL: usize = 20;
+
 pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
-    let reg = open(dir)?;
-    let e = reg.find(&a.target)?;
-    match manager::wait(&reg, &e, a.timeout)? {
-        Waited::Finished(e) => {
-            if json {
-                println!("{}", entry_json(&reg, &e, e.status));
-            } else {
-                println!("{}", view::status_text(&e, e.status));
-            }
-            manager::exit_status_of(&e).ok_or_else(|| {
-                CliError::usage(format!(
-                    "wait: {} is {}; its exit status is unknown (its supervisor was killed)",
-                    e.label(),
-                    e.status
-                ))
-            })
-        }
-        Waited::TimedOut => Err(CliError::new(
-            124,
-            format!(
-                "wait: {} still running after {}",
-                e.label(),
-                crate::duration::format(a.timeout.unwrap_or_default())
-            ),
-        )),
-        Waited::NoResult(e) => Err(CliError::usage(format!(
-            "wait: {} ended without a recorded result (its supervisor was killed); run 'sheepdog reap'",
-            e.label()
-        ))),
+    if a.targets.is_empty() && a.session.is_none() {
+        return Err(CliError::usage("wait: name one or more ids or names, or --session ID"));
     }
+    let Some(reg) = Registry::open_existing(dir)? else {
+        let what = a.targets.first().cloned().unwrap_or_default();
+        if a.session.is_some() {
+            return Err(CliError::usage(format!("wait: no entries in session '{}'", a.session.unwrap_or_default())));
+        }
+        return Err(RegistryError::NotFound(what).into());
+    };
+    let targets: Vec<Entry> = match &a.session {
+        Some(s) => {
+            let (entries, aside) = reg.list();
+            warn_set_aside(&aside);
+            let census = std::cell::OnceCell::new();
+            entries
+                .into_iter()
+                .filter(|e| e.session_id.as_ref() == Some(s) && manager::live_status(e, &census).is_live())
+                .collect()
+        }
+        None => resolve(&reg, &a.targets)?,
+    };
+    if targets.is_empty() {
+        if json {
+            println!("{}", json!({"waited": [], "exitCode": 0}));
+        } else {
+            println!("Nothing to wait for.");
+        }
+        return Ok(0);
+    }
+    let many = manager::wait_many(&reg, &targets, a.any, a.timeout)?;
+    let single = targets.len() == 1;
+    let mut list = Vec::new();
+    let mut messages = Vec::new();
+    let mut code = 0;
+    let mut any_still_running = false;
+    for (i, (e, w)) in targets.iter().zip(&many.results).enumerate() {
+        let (entry, finished, status) = match w {
+            Waited::Finished(x) => (x.clone(), true, manager::exit_status_of(x)),
+            Waited::NoResult(x) => (x.clone(), false, None),
+            Waited::TimedOut => (reg.read(&e.id).unwrap_or_else(|_| e.clone()), false, None),
+        };
+        let st = manager::live_status(&entry, &Default::default());
+        if matches!(w, Waited::TimedOut) {
+            any_still_running = true;
+        }
+        if Some(i) == many.decisive {
+            code = match (w, status) {
+                (Waited::Finished(_), Some(c)) => c,
+                (Waited::Finished(x), None) => {
+                    messages.push(format!(
+                        "wait: {} is {}; its exit status is unknown (its supervisor was killed)",
+                        x.label(),
+                        x.status
+                    ));
+                    125
+                }
+                _ => code,
+            };
+        }
+        if let Waited::NoResult(x) = w {
+            messages.push(format!(
+                "wait: {} ended without a recorded result (its supervisor was killed); run 'sheepdog reap'",
+                x.label()
+            ));
+            code = code.max(125);
+        }
+        if json {
+            let mut v = entry_json(&reg, &entry, st);
+            if let Value::Object(m) = &mut v {
+                m.insert("finished".into(), json!(finished));
+                m.insert("exitStatus".into(), json!(status));
+                m.insert(
+                    "lastLines".into(),
+                    json!(
+                        crate::ready::output_tail(&reg, &entry.id)
+                            .into_iter()
+                            .rev()
+                            .take(WAIT_TAIL)
+                            .rev()
+                            .collect::<Vec<_>>()
+                    ),
+                );
+            }
+            list.push(v);
+        } else if finished {
+            if single {
+                println!("{}", view::status_text(&entry, entry.status));
+            } else {
+                println!("{}: {}", entry.label(), view::status_text(&entry, entry.status));
+            }
+        } else if !a.any && matches!(w, Waited::TimedOut) {
+            messages.push(format!(
+                "wait: {} still running after {}",
+                entry.label(),
+                crate::duration::format(a.timeout.unwrap_or_default())
+            ));
+        }
+    }
+    // Timed out: every entry (all mode) or the first (any mode) had to finish.
+    let timed_out = if a.any { many.decisive.is_none() } else { any_still_running };
+    if timed_out {
+        code = 124;
+        if a.any {
+            messages.push(format!(
+                "wait: none of {} finished within {}",
+                targets.iter().map(|e| e.label()).collect::<Vec<_>>().join(", "),
+                crate::duration::format(a.timeout.unwrap_or_default())
+            ));
+        }
+    }
+    for m in &messages {
+        eprintln!("sheepdog: {m}");
+    }
+    if json {
+        println!("{}", json!({"waited": list, "exitCode": code}));
+    }
+    Ok(code)
 }
 
 /// `sheepdog reap`.
@@ -562,7 +836,17 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let (actions, aside) = manager::reap(&reg, a.dry_run);
     warn_set_aside(&aside);
     if json {
-        println!("{}", json!({ "dryRun": a.dry_run, "actions": actions }));
+        let list: Vec<Value> = actions
+            .iter()
+            .map(|x| {
+                let mut v = json!(x);
+                if let (Value::Object(m), Ok(e)) = (&mut v, reg.read(&x.id)) {
+                    m.insert("entry".into(), entry_json(&reg, &e, manager::live_status(&e, &Default::default())));
+                }
+                v
+            })
+            .collect();
+        println!("{}", json!({ "dryRun": a.dry_run, "actions": list }));
         return Ok(0);
     }
     let would = if a.dry_run { "Would reap" } else { "Reaped" };
@@ -603,7 +887,7 @@ pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     let mut cleared = Vec::new();
     for e in &targets {
         match manager::clear(&reg, e) {
-            Ok(()) => cleared.push(e.id.clone()),
+            Ok(()) => cleared.push(e.clone()),
             Err(err) => {
                 eprintln!("sheepdog: {err}");
                 code = code.max(err.exit_code());
@@ -611,10 +895,11 @@ pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         }
     }
     if json {
-        println!("{}", json!({ "cleared": cleared }));
+        let views: Vec<Value> = cleared.iter().map(|e| entry_json(&reg, e, e.status)).collect();
+        println!("{}", json!({ "cleared": views }));
     } else {
-        for id in &cleared {
-            println!("Cleared {id}.");
+        for e in &cleared {
+            println!("Cleared {}.", e.id);
         }
     }
     Ok(code)

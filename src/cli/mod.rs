@@ -38,6 +38,10 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     crate::duration::parse(s)
 }
 
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    crate::duration::parse_positive(s)
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "sheepdog",
@@ -68,9 +72,11 @@ enum Command {
     Logs(manage::LogsArgs),
     /// Stop managed processes: their whole tree, then their cleanup command.
     Stop(manage::StopArgs),
-    /// Change a running process's cleanup command or name.
+    /// Stop managed processes and start them again with the same options; print the new ids.
+    Restart(manage::RestartArgs),
+    /// Change a process's cleanup command or name (running or exited entries).
     Update(manage::UpdateArgs),
-    /// Block until a managed process exits; exit with its status.
+    /// Block until managed processes exit; exit with the (last) one's status.
     Wait(manage::WaitArgs),
     /// Stop what a crash left behind (entries whose supervisor is gone) and record it.
     Reap(manage::ReapArgs),
@@ -94,13 +100,13 @@ struct RunArgs {
     #[arg(long, value_name = "ACTION", default_value = "ignore", value_parser = ["ignore", "stop"])]
     on_stdin_eof: String,
     /// After stdin EOF, how long CMD may take to exit on its own before SIGTERM.
-    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     stdin_grace: Duration,
     /// After SIGTERM, how long the tree may take to exit before SIGKILL.
-    #[arg(long, value_name = "DUR", default_value = "3s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "3s", value_parser = parse_duration, allow_hyphen_values = true)]
     term_grace: Duration,
     /// After SIGKILL, how long to wait for the kernel before giving up with status 124.
-    #[arg(long, value_name = "DUR", default_value = "1.5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "1.5s", value_parser = parse_duration, allow_hyphen_values = true)]
     kill_wait: Duration,
     /// Write one JSON line per event (spawned, stopping, escalated, exited) to this inherited fd.
     #[arg(long, value_name = "FD")]
@@ -154,7 +160,8 @@ pub fn main() -> i32 {
         Command::Run(a) => run::run(a, json),
         Command::Start(a) => manage::start(a, dir, json),
         Command::Ps(a) => manage::ps(a, dir, json),
-        Command::Logs(a) => manage::logs(a, dir),
+        Command::Logs(a) => manage::logs(a, dir, json),
+        Command::Restart(a) => manage::restart(a, dir, json),
         Command::Stop(a) => manage::stop(a, dir, json),
         Command::Update(a) => manage::update(a, dir, json),
         Command::Wait(a) => manage::wait(a, dir, json),
@@ -186,12 +193,39 @@ fn clap_error(e: clap::Error, json: bool) -> i32 {
             if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { EXIT_USAGE } else { 0 }
         }
         _ => {
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            report(&CliError::usage(format!("{first} (see 'sheepdog --help')")), json)
+            report(&CliError::usage(format!("{} (see 'sheepdog --help')", flatten_clap(&e.render().to_string()))), json)
         }
     }
+}
+
+/// clap's message as one line, keeping what it says: the missing arguments' names, an enum
+/// flag's possible values (`[possible values: out, err, all]` becomes `(possible values: ...)`).
+/// Usage and "for more information" lines are dropped.
+fn flatten_clap(text: &str) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let l = line.trim();
+        if l.is_empty() || l.starts_with("tip:") {
+            continue;
+        }
+        if l.starts_with("Usage:") || l.starts_with("For more information") {
+            break;
+        }
+        let l = l.strip_prefix("error: ").unwrap_or(l);
+        if let Some(v) = l.strip_prefix('[').and_then(|x| x.strip_suffix(']')) {
+            parts.push(format!("({v})"));
+        } else {
+            parts.push(l.to_string());
+        }
+    }
+    let mut out = String::new();
+    for p in parts {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&p);
+    }
+    if out.is_empty() { "invalid arguments".into() } else { out }
 }
 
 /// Converts a raw pid argument, refusing 0 and negatives (which `kill` reads as groups).
