@@ -40,6 +40,7 @@ const FINISH_MUTATIONS: Duration = Duration::from_secs(60);
 #[derive(Debug, Parser)]
 #[command(
     name = "sheepdog mcp",
+    bin_name = "sheepdog mcp",
     version,
     about = "MCP server on stdio: background processes as tools for an agent (process_start, process_list, \
              process_logs, process_wait, process_stop, process_restart, process_update, process_clear)."
