@@ -752,6 +752,14 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
     if a.timeout_ms == Some(0) {
         return Err("`timeoutMs` must be more than 0.".into());
     }
+    if let Some(c) = &a.cwd
+        && !std::path::Path::new(c).is_dir()
+    {
+        return Err(format!("`cwd` '{c}' is not a directory."));
+    }
+    if let Some(k) = a.env.iter().flatten().map(|(k, _)| k).find(|k| k.is_empty() || k.contains(['=', '\0'])) {
+        return Err(format!("`env` key {k:?} is not a variable name (empty, or with '=' or NUL)."));
+    }
     let ready = match a.ready {
         Some(r) => Some(ready_spec(r)?),
         None => None,
