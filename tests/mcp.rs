@@ -637,3 +637,42 @@ async fn wait_reports_done_or_still_running_and_never_kills() {
     assert_eq!(c["cleared"].as_array().unwrap().len(), 3, "{c}");
     s.close().await;
 }
+
+/// Regression (found by benches/mcp.rs): rmcp selects over the transport's `receive`, so a read
+/// cancelled halfway must keep what it read. A request that arrives in two pieces, right after
+/// the previous reply (when rmcp's send task completes and wins the select), is answered.
+#[tokio::test]
+async fn requests_split_across_reads_are_all_answered() {
+    let (state, guard) = (State::new(), Guard::new());
+    let mut child = std::process::Command::new(common::bin())
+        .arg("mcp")
+        .env("SHEEPDOG_STATE_DIR", state.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    guard.track_child(&child);
+    let mut stdin = child.stdin.take().unwrap();
+    let lines = common::Lines::new(child.stdout.take().unwrap());
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    writeln!(stdin, "{init}").unwrap();
+    lines.next(SECS(10));
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).unwrap();
+    for id in 1..=60u64 {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "process_list", "arguments": {"all": true}}});
+        let text = format!("{call}\n");
+        let (a, b) = text.split_at(text.len() - 1 - (id as usize % 7));
+        stdin.write_all(a.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(3));
+        stdin.write_all(b.as_bytes()).unwrap();
+        let line = lines.try_next(SECS(10)).unwrap_or_else(|| panic!("request {id} was never answered"));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["id"], id, "{v}");
+        assert_eq!(v["result"]["isError"], false, "{v}");
+    }
+    drop(stdin);
+    common::wait_child(&mut child, SECS(10));
+}

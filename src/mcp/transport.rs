@@ -26,7 +26,10 @@ const MAX_LINE: usize = 16 << 20;
 pub struct Stdio {
     input: BufReader<tokio::io::Stdin>,
     output: Arc<Mutex<Option<tokio::io::Stdout>>>,
+    /// What has been read of the current line (kept across cancelled `receive` calls).
     line: Vec<u8>,
+    /// Discarding the rest of a line longer than [`MAX_LINE`].
+    skipping: bool,
 }
 
 impl Stdio {
@@ -35,6 +38,7 @@ impl Stdio {
             input: BufReader::new(tokio::io::stdin()),
             output: Arc::new(Mutex::new(Some(tokio::io::stdout()))),
             line: Vec::new(),
+            skipping: false,
         }
     }
 
@@ -48,9 +52,39 @@ impl Stdio {
         out.flush().await
     }
 
-    async fn reply_error(&self, id: Value, code: i32, message: String) {
+    /// Answers a malformed line. On a task of its own: `receive` may be cancelled (rmcp selects
+    /// over it), and a reply cut in half would corrupt the channel.
+    fn reply_error(&self, id: Value, code: i32, message: String) {
         let msg = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
-        let _ = Self::write_line(&self.output, msg.to_string().into_bytes()).await;
+        let output = self.output.clone();
+        tokio::spawn(async move {
+            let _ = Self::write_line(&output, msg.to_string().into_bytes()).await;
+        });
+    }
+
+    /// Handles one complete line (without its newline): a message, or `None` after answering it.
+    fn parse(&self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
+        let text = line.strip_suffix(b"\r").unwrap_or(line);
+        let text = text.strip_prefix("\u{feff}".as_bytes()).unwrap_or(text);
+        if text.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(text) {
+            Ok(msg) => Some(msg),
+            Err(e) if e.is_syntax() || e.is_eof() => {
+                self.reply_error(Value::Null, -32700, format!("Parse error: {e}"));
+                None
+            }
+            Err(e) => {
+                let value: Value = serde_json::from_slice(text).unwrap_or(Value::Null);
+                let id = value.get("id").cloned();
+                let notification = id.is_none() && value.get("method").is_some();
+                if !notification {
+                    self.reply_error(id.unwrap_or(Value::Null), -32600, format!("Invalid Request: {e}"));
+                }
+                None
+            }
+        }
     }
 }
 
@@ -72,45 +106,39 @@ impl rmcp::transport::Transport<RoleServer> for Stdio {
         }
     }
 
+    /// Cancel-safe (rmcp selects over it): bytes read stay in `self.line` until a whole line
+    /// is there, and only then is the buffer taken.
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
-            self.line.clear();
-            let n = match (&mut self.input).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut self.line).await {
-                Ok(n) => n,
-                Err(_) => return None,
-            };
-            if n == 0 {
-                return None;
-            }
-            if self.line.len() > MAX_LINE && !self.line.ends_with(b"\n") {
-                // Skip the rest of the oversized line.
-                let mut rest = Vec::new();
-                if self.input.read_until(b'\n', &mut rest).await.unwrap_or(0) == 0 {
-                    return None;
-                }
-                self.reply_error(Value::Null, -32600, format!("Invalid Request: line longer than {MAX_LINE} bytes"))
-                    .await;
-                continue;
-            }
-            let text = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
-            let text = text.strip_suffix(b"\r").unwrap_or(text);
-            let text = text.strip_prefix("\u{feff}".as_bytes()).unwrap_or(text);
-            if text.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(text) {
-                Ok(msg) => return Some(msg),
-                Err(e) if e.is_syntax() || e.is_eof() => {
-                    self.reply_error(Value::Null, -32700, format!("Parse error: {e}")).await;
-                }
-                Err(e) => {
-                    let value: Value = serde_json::from_slice(text).unwrap_or(Value::Null);
-                    let id = value.get("id").cloned();
-                    let notification = id.is_none() && value.get("method").is_some();
-                    if !notification {
-                        self.reply_error(id.unwrap_or(Value::Null), -32600, format!("Invalid Request: {e}")).await;
+            if !self.line.ends_with(b"\n") {
+                let room = (MAX_LINE + 1).saturating_sub(self.line.len()) as u64;
+                let n = match (&mut self.input).take(room.max(1)).read_until(b'\n', &mut self.line).await {
+                    Ok(n) => n,
+                    Err(_) => return None,
+                };
+                if n == 0 {
+                    // EOF: a last line without its newline still counts.
+                    if self.line.is_empty() || self.skipping {
+                        return None;
                     }
+                    self.line.push(b'\n');
                 }
+                if !self.line.ends_with(b"\n") {
+                    if self.line.len() > MAX_LINE {
+                        // Too long: drop what we have and the rest of the line, then answer.
+                        self.line.clear();
+                        self.skipping = true;
+                    }
+                    continue;
+                }
+            }
+            let line = std::mem::take(&mut self.line);
+            if std::mem::take(&mut self.skipping) {
+                self.reply_error(Value::Null, -32600, format!("Invalid Request: line longer than {MAX_LINE} bytes"));
+                continue;
+            }
+            if let Some(msg) = self.parse(&line[..line.len() - 1]) {
+                return Some(msg);
             }
         }
     }
