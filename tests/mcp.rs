@@ -366,6 +366,22 @@ async fn finished_is_reported_once_also_after_a_server_restart() {
 }
 
 #[tokio::test]
+async fn start_warns_like_the_cli_when_work_may_outlive_the_tree() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let r = s.call("process_start", json!({"command": "nohup sleep 100 >/dev/null 2>&1 & wait"})).await;
+    let v = r.structured_content.clone().unwrap();
+    let w = v["warnings"].as_array().unwrap();
+    assert_eq!(w.len(), 1, "{v}");
+    assert!(w[0].as_str().unwrap().contains("'nohup'"), "{v}");
+    assert!(text(&r).contains("Warning: "), "{}", text(&r));
+    let v = s.ok("process_start", json!({"command": "nohup sleep 100 & wait", "cleanup": {"command": "true"}})).await;
+    assert_eq!(v["warnings"], json!([]), "a cleanup silences the nudge: {v}");
+    s.ok("process_stop", json!({"all": true})).await;
+    s.close().await;
+}
+
+#[tokio::test]
 async fn a_stop_is_not_repeated_as_news() {
     let (state, guard) = (State::new(), Guard::new());
     let s = Server::spawn(&state, &guard, &[]).await;
@@ -626,6 +642,13 @@ async fn wait_reports_done_or_still_running_and_never_kills() {
     assert_eq!(r["done"], false);
     assert_eq!(r["processes"][0]["status"], "running");
     assert!(alive(slow["process"]["pid"].as_i64().unwrap() as i32), "a wait killed it");
+    // Clearing a running process is refused with the CLI's sentence; a finished one goes.
+    let c = s.call("process_clear", json!({"ids": ["slow", q]})).await;
+    assert_eq!(c.is_error, Some(true), "{}", text(&c));
+    let sc = c.structured_content.unwrap();
+    assert_eq!(sc["cleared"], json!([q]), "{sc}");
+    assert_eq!(sc["refused"][0]["id"], w);
+    assert!(sc["refused"][0]["message"].as_str().unwrap().contains("is running; stop it first"), "{sc}");
     // Restart: the old tree gone, a new id running the same command.
     let r = s.ok("process_restart", json!({"name": "slow"})).await;
     assert_eq!(r["replaced"], w);
@@ -634,7 +657,7 @@ async fn wait_reports_done_or_still_running_and_never_kills() {
     assert!(wait_gone(&[slow["process"]["pid"].as_i64().unwrap() as i32], SECS(2)).is_empty());
     s.ok("process_stop", json!({"all": true})).await;
     let c = s.ok("process_clear", json!({"finished": true})).await;
-    assert_eq!(c["cleared"].as_array().unwrap().len(), 3, "{c}");
+    assert_eq!(c["cleared"].as_array().unwrap().len(), 2, "{c}");
     s.close().await;
 }
 
