@@ -184,6 +184,13 @@ fn main() {
         peers.push(Peer { name: "node supervisor".into(), prefix: vec!["node".into(), js] });
     }
     peers.push(Peer { name: "sheepdog".into(), prefix: vec![sheepdog.clone(), "run".into(), "--".into()] });
+    // Issue 9: the same binary kept in the subreaper tier, against `sheepdog` above, which gets
+    // the strongest tier this host allows (see "Containment" under the machine's facts).
+    peers.push(Peer {
+        name: "sheepdog (subreaper tier)".into(),
+        prefix: vec![sheepdog.clone(), "run".into(), "--containment".into(), "subreaper".into(), "--".into()],
+    });
+    let tier_here = containment_here(&sheepdog);
     if let Some(b) = &static_bin {
         peers.push(Peer {
             name: "sheepdog (static)".into(),
@@ -271,7 +278,8 @@ fn main() {
     eprintln!("bench: stdin eof latency");
     let mut eof_peers = peers.clone();
     for p in eof_peers.iter_mut().filter(|p| p.name.starts_with("sheepdog")) {
-        p.prefix = vec![p.prefix[0].clone(), "run".into(), "--on-stdin-eof".into(), "stop".into(), "--".into()];
+        p.prefix.pop(); // the trailing `--`
+        p.prefix.extend(["--on-stdin-eof".into(), "stop".into(), "--".into()]);
         p.name += " --on-stdin-eof stop";
     }
     let mut eof = vec![Samples::default(); eof_peers.len()];
@@ -333,6 +341,31 @@ fn main() {
     eprintln!("bench: registry");
     let reg = registry_bench(&sheepdog, reps(5).clamp(3, 5));
 
+    // 7 and 8. The two containment tiers (issue 9), interleaved round by round.
+    eprintln!("bench: containment tiers");
+    let tiers: Vec<&str> = if tier_here == "cgroup" { vec!["cgroup", "subreaper"] } else { vec!["subreaper"] };
+    let mut escape = vec![(Samples::default(), Samples::default(), 0usize, 0usize); tiers.len()];
+    for _ in 0..reps(10).clamp(3, 10) {
+        for (i, t) in tiers.iter().enumerate() {
+            if let Some((kill_to_gone, term_to_exit, survivors, total)) = escape_teardown(&sheepdog, t) {
+                escape[i].0.push(kill_to_gone);
+                escape[i].1.push(term_to_exit);
+                escape[i].2 += survivors;
+                escape[i].3 += total;
+            }
+        }
+    }
+    let perl = which("perl").is_some();
+    let mut storm: Vec<(Samples, Vec<String>, usize)> = vec![(Samples::default(), Vec::new(), 0); tiers.len()];
+    for _ in 0..if perl { reps(3).clamp(2, 3) } else { 0 } {
+        for (i, t) in tiers.iter().enumerate() {
+            let (secs, status, survivors) = fork_storm(&sheepdog, t);
+            storm[i].0.push(secs);
+            storm[i].1.push(status);
+            storm[i].2 += survivors;
+        }
+    }
+
     // Targets.
     let get = |s: &[Samples], n: &str| idx(n).map(|i| s[i].median());
     let tini_start = get(&start, "tini");
@@ -385,6 +418,42 @@ fn main() {
             *survivors == 0 && *secs <= 4.0,
         ));
     }
+    if let (Some(c), Some(s)) = (idx("sheepdog"), idx("sheepdog (subreaper tier)"))
+        && tier_here == "cgroup"
+    {
+        let cost = start[c].median() - start[s].median();
+        verdicts.push((
+            format!(
+                "cgroup tier: the probe costs `run` at most 0.2 ms over the subreaper tier (+{cost:.3} ms: {:.3} vs {:.3} ms)",
+                start[c].median(),
+                start[s].median()
+            ),
+            String::new(),
+            cost <= 0.2,
+        ));
+    }
+    if let Some(c) = tiers.iter().position(|t| *t == "cgroup") {
+        verdicts.push((
+            format!(
+                "cgroup tier: a 100-process tree with setsid and env -i escapes leaves no survivor ({} of {})",
+                escape[c].2, escape[c].3
+            ),
+            String::new(),
+            escape[c].2 == 0 && escape[c].3 > 0,
+        ));
+        if perl {
+            let all_gone = storm[c].2 == 0 && storm[c].1.iter().all(|s| s != "124");
+            verdicts.push((
+                format!(
+                    "cgroup tier: a fork storm ends with the tree gone, not 124 (statuses {}, {} survivors)",
+                    storm[c].1.join(", "),
+                    storm[c].2
+                ),
+                String::new(),
+                all_gone,
+            ));
+        }
+    }
     verdicts.push((
         format!("`ps` over 10,000 entries under 200 ms ({:.1} ms)", reg.ps.median()),
         String::new(),
@@ -432,6 +501,11 @@ fn main() {
     if !missing.is_empty() {
         let _ = writeln!(md, "- missing peers (not measured): {}", missing.join(", "));
     }
+    let _ = writeln!(
+        md,
+        "- containment: `sheepdog run` gets the **{tier_here}** tier here (`sheepdog doctor`); \
+         `sheepdog (subreaper tier)` is the same binary with `--containment subreaper`"
+    );
     let _ = writeln!(md, "\n## Targets\n");
     for (text, _, met) in &verdicts {
         let _ = writeln!(md, "- **{}** — {text}", if *met { "met" } else { "MISSED" });
@@ -478,6 +552,39 @@ fn main() {
         reg.starts_per_s,
         1000.0 / reg.starts_per_s
     );
+    let _ = writeln!(md, "\n### 7. Teardown of a 100-process tree with escapes, by tier\n");
+    let _ = writeln!(
+        md,
+        "One `sheepdog run --term-grace 100ms` per sample. The command ignores SIGTERM and starts 100 \
+         `sleep`s that ignore it too: a third in their own session (`setsid`), a third with an empty \
+         environment (`env -i`: no tag), a third plain. SIGTERM to the supervisor; \"kill → gone\" is \
+         from the `escalated` event (SIGKILL sent) to the supervisor's exit (tree gone).\n"
+    );
+    let _ = writeln!(
+        md,
+        "| tier | kill → gone, ms (median) | p10–p90 | SIGTERM → exit, ms | survivors (of processes, all samples) |\n|---|---|---|---|---|"
+    );
+    for (i, t) in tiers.iter().enumerate() {
+        let (k, e, sv, tot) = &escape[i];
+        let _ = writeln!(md, "| {t} | {:.3} | {} | {:.3} | {sv} of {tot} |", k.median(), k.spread(), e.median());
+    }
+    if perl {
+        let _ = writeln!(md, "\n### 8. Fork storm, by tier\n");
+        let _ = writeln!(
+            md,
+            "`sheepdog run --term-grace 200ms --kill-wait 1.5s -- perl -e STORM`: 32 chains, each process forks \
+             and exits at once (the live pids keep moving), SIGTERM ignored, each chain ending by itself after \
+             10 s. The command exits at once, so the stop starts at the spawn.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| tier | spawn → supervisor exit, s (median) | exit statuses | survivors at exit (all samples) |\n|---|---|---|---|"
+        );
+        for (i, t) in tiers.iter().enumerate() {
+            let (secs, statuses, sv) = &storm[i];
+            let _ = writeln!(md, "| {t} | {:.3} | {} | {sv} |", secs.median(), statuses.join(", "));
+        }
+    }
     if let Ok(notes) = std::fs::read_to_string(root.join("bench/NOTES.md")) {
         let _ = writeln!(md, "\n{notes}");
     }
@@ -624,4 +731,127 @@ fn registry_bench(sheepdog: &str, reps: usize) -> RegistryFigures {
     }
     let starts_per_s = n as f64 / t.elapsed().as_secs_f64();
     RegistryFigures { ps, ps_all, reap_ms, starts_per_s }
+}
+
+/// The tier `sheepdog run` gets here, from `sheepdog doctor --json`.
+fn containment_here(sheepdog: &str) -> String {
+    let out = Command::new(sheepdog).args(["doctor", "--json"]).env_remove("SHEEPDOG_CONTAINMENT").output();
+    out.ok()
+        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
+        .and_then(|v| v["containment"].as_str().map(String::from))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Live processes whose environment carries `SHEEPDOG_BENCH_MARK=mark`.
+fn marked(mark: &str) -> Vec<(Pid, u64)> {
+    procfs::all()
+        .into_iter()
+        .filter(|s| !s.is_zombie() && procfs::environ_value(s.pid, "SHEEPDOG_BENCH_MARK").as_deref() == Some(mark))
+        .map(|s| (s.pid, s.start_time))
+        .collect()
+}
+
+/// Section 7: one 100-process tree with setsid and `env -i` escapes, all ignoring SIGTERM, under
+/// `sheepdog run --containment TIER`; SIGTERM to the supervisor. Returns (escalated → exit ms,
+/// SIGTERM → exit ms, survivors, processes tracked); `None` if the tree never came up.
+fn escape_teardown(sheepdog: &str, tier: &str) -> Option<(f64, f64, usize, usize)> {
+    let src = r#"
+import os, signal
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+for i in range(100):
+    if os.fork() == 0:
+        if i % 3 == 0:
+            os.setsid()
+        env = {} if i % 3 == 1 else dict(os.environ)
+        os.execve('/bin/sleep', ['sleep', '1000'], env)
+signal.pause()
+"#;
+    let script = format!(
+        "exec {sheepdog} run --containment {tier} --term-grace 100ms --kill-wait 5s --events-fd 3 -- python3 -c \"$1\" 3>&1 >/dev/null 2>&1"
+    );
+    let mut sup = Command::new("sh")
+        .args(["-c", &script, "sh", src])
+        .env_remove("SHEEPDOG_CONTAINMENT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let sup_pid = Pid::new(sup.id() as i32)?;
+    let (tx, rx) = std::sync::mpsc::channel::<(Instant, String)>();
+    let out = sup.stdout.take()?;
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok) {
+            let _ = tx.send((Instant::now(), line));
+        }
+    });
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut tracked: Vec<(Pid, u64)> = Vec::new();
+    while Instant::now() < end {
+        tracked =
+            procfs::descendants(sup_pid).iter().filter(|s| !s.is_zombie()).map(|s| (s.pid, s.start_time)).collect();
+        if tracked.len() >= 101 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let t0 = Instant::now();
+    let _ = sysproc::kill(sup_pid, Signal::TERM);
+    let _ = sup.wait();
+    let exited = Instant::now();
+    let alive = |(p, st): &(Pid, u64)| procfs::start_time(*p) == Some(*st);
+    let survivors: Vec<(Pid, u64)> = tracked.iter().copied().filter(|x| alive(x)).collect();
+    for (p, st) in &survivors {
+        if procfs::start_time(*p) == Some(*st) {
+            let _ = sysproc::kill(*p, Signal::KILL);
+        }
+    }
+    let escalated = rx.try_iter().find(|(_, l)| l.contains("\"escalated\"")).map(|(t, _)| t);
+    let full = tracked.len() >= 101;
+    full.then(|| {
+        (
+            escalated.map(|t| ms(exited.saturating_duration_since(t))).unwrap_or(f64::NAN),
+            ms(exited - t0),
+            survivors.len(),
+            tracked.len(),
+        )
+    })
+}
+
+/// Section 8: 32 fork chains that ignore SIGTERM under `sheepdog run --containment TIER`.
+/// Returns (seconds from the spawn to the supervisor's exit, its exit status, survivors at exit).
+/// Whatever survives is killed afterwards (each chain also ends by itself after 10 s).
+fn fork_storm(sheepdog: &str, tier: &str) -> (f64, String, usize) {
+    let storm = "$SIG{TERM}='IGNORE'; $end=time+10; for (1..31) { last if fork == 0 } \
+                 while (time < $end) { my $p = fork; exit 0 if defined $p && $p > 0; }";
+    let mark = sheepdog::registry::new_tag();
+    let t0 = Instant::now();
+    let status = Command::new(sheepdog)
+        .args(["run", "--containment", tier, "--term-grace", "200ms", "--kill-wait", "1.5s", "--", "perl", "-e", storm])
+        .env("SHEEPDOG_BENCH_MARK", &mark)
+        .env_remove("SHEEPDOG_CONTAINMENT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let secs = t0.elapsed().as_secs_f64();
+    let survivors = marked(&mark).len();
+    let status = match status {
+        Ok(s) => s.code().map(|c| c.to_string()).unwrap_or_else(|| "signal".into()),
+        Err(_) => "not run".into(),
+    };
+    // Chains outrun a scan: keep killing until none is seen three times in a row (or they end).
+    let end = Instant::now() + Duration::from_secs(15);
+    let mut quiet = 0;
+    while quiet < 3 && Instant::now() < end {
+        let left = marked(&mark);
+        quiet = if left.is_empty() { quiet + 1 } else { 0 };
+        for (p, st) in left {
+            if procfs::start_time(p) == Some(st) {
+                let _ = sysproc::kill(p, Signal::KILL);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (secs, status, survivors)
 }

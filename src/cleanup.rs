@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use crate::duration;
 use crate::logs::{COMBINED_LOG, CappedFile, DEFAULT_LOG_MAX};
 use crate::registry::{self, CleanupResult, Entry, Registry};
+use crate::status::CleanupRunner;
 use crate::stop::{self, StopPolicy};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
 use crate::sys::signal::{pipe_cloexec, set_nonblocking};
@@ -33,26 +34,41 @@ pub const OUTPUT_TAIL: usize = 20;
 
 /// Runs the entry's cleanup if it has one that has not run yet; returns the result (also of an
 /// earlier run). `ran_by` is recorded: `supervisor`, `stop` or `reap`.
-pub fn run_once(reg: &Registry, id: &str, ran_by: &str) -> Option<CleanupResult> {
+pub fn run_once(reg: &Registry, id: &str, ran_by: CleanupRunner) -> Option<CleanupResult> {
     let mut claimed = false;
-    let me = process::getpid();
-    let my_start = crate::sys::procfs::start_time(me);
-    let entry = reg
-        .update(id, |e| {
-            if e.cleanup.is_some() && e.cleanup_started_at.is_none() && e.this_boot() {
-                e.cleanup_started_at = Some(registry::now_ms());
-                e.cleanup_runner_pid = Some(me.as_raw());
-                e.cleanup_runner_start_time = my_start;
-                claimed = true;
-            }
-        })
-        .ok()?;
+    let entry = reg.update(id, |e| claimed = claim(e)).ok()?;
     if !claimed {
         return wait_for_runner(reg, entry);
     }
-    let result = execute(reg, &entry, ran_by);
-    let _ = reg.update(id, |e| e.cleanup_result = Some(result.clone()));
-    Some(result)
+    Some(run_claimed(reg, &entry, ran_by))
+}
+
+/// Claims the entry's pending cleanup for this process, inside a registry update (so a result
+/// and the claim can be written together): records the claim time and this process's identity.
+/// Returns false when there is nothing to claim (no cleanup, already claimed, a previous boot).
+pub fn claim(e: &mut Entry) -> bool {
+    if !e.cleanup_pending() {
+        return false;
+    }
+    let me = process::getpid();
+    e.cleanup_started_at = Some(registry::now_ms());
+    e.cleanup_runner_pid = Some(me.as_raw());
+    e.cleanup_runner_start_time = crate::sys::procfs::start_time(me);
+    true
+}
+
+/// Runs a cleanup this process has [`claim`]ed and records its result.
+pub fn run_claimed(reg: &Registry, entry: &Entry, ran_by: CleanupRunner) -> CleanupResult {
+    let result = execute(reg, entry, ran_by);
+    let _ = reg.update(&entry.id, |e| e.cleanup_result = Some(result.clone()));
+    result
+}
+
+/// The result of a cleanup another process has claimed: waits while its runner lives (at most
+/// the cleanup's own bound), then returns what it recorded (`None`: no cleanup, or the runner
+/// died without a result).
+pub fn await_result(reg: &Registry, entry: Entry) -> Option<CleanupResult> {
+    wait_for_runner(reg, entry)
 }
 
 /// Another process claimed the cleanup: while it lives, wait for its result (re-reading the
@@ -68,7 +84,7 @@ fn wait_for_runner(reg: &Registry, mut entry: Entry) -> Option<CleanupResult> {
     entry.cleanup_result
 }
 
-fn execute(reg: &Registry, e: &Entry, ran_by: &str) -> CleanupResult {
+fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
     let Some(c) = e.cleanup.clone() else { return CleanupResult::default() };
     let timeout = Duration::from_millis(c.timeout_ms);
     let mut log = CappedFile::open(&reg.file(&e.id, COMBINED_LOG), e.log_max_bytes.unwrap_or(DEFAULT_LOG_MAX)).ok();
@@ -79,7 +95,7 @@ fn execute(reg: &Registry, e: &Entry, ran_by: &str) -> CleanupResult {
     };
     mark(&mut log, format!("cleanup started: sh -c {:?}", c.command));
     let started = Instant::now();
-    let mut result = CleanupResult { command: c.command.clone(), ran_by: ran_by.into(), ..CleanupResult::default() };
+    let mut result = CleanupResult { command: c.command.clone(), ran_by, ..CleanupResult::default() };
     let mut tail: VecDeque<String> = VecDeque::new();
 
     let spawned = (|| -> std::io::Result<(Pid, File)> {
@@ -97,6 +113,11 @@ fn execute(reg: &Registry, e: &Entry, ran_by: &str) -> CleanupResult {
         process::set_pre_exec(&mut cmd, process::pre_exec_group);
         let child = cmd.spawn()?;
         let pid = Pid::new(child.id() as i32).ok_or_else(|| std::io::Error::other("pid 0"))?;
+        let start = crate::sys::procfs::start_time(pid);
+        let _ = reg.update(&e.id, |x| {
+            x.cleanup_pid = Some(pid.as_raw());
+            x.cleanup_start_time = start;
+        });
         Ok((pid, File::from(r)))
     })();
     let (pid, mut out) = match spawned {

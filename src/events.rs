@@ -2,7 +2,8 @@
 //! outcome instead of guessing from exit codes.
 //!
 //! ```text
-//! {"event":"spawned","pid":4242,"pgid":4242,"maxStopMs":5500}
+//! {"event":"spawned","pid":4242,"pgid":4242,"maxStopMs":5500,"containment":"cgroup",
+//!  "containmentReason":null,"cgroup":"/sys/fs/cgroup/sheepdog-run-4241-1a2b3c4d","cgroupInode":9}
 //! {"event":"stopping","trigger":"signal","signal":"SIGTERM"}      trigger: signal | owner |
 //!                                                                  stdinEof | timeout |
 //!                                                                  providerExited
@@ -30,6 +31,8 @@ use crate::sys::process::{self, POLL_OUT, PollFd};
 #[derive(Debug)]
 pub struct EventSink {
     fd: OwnedFd,
+    /// The tier the probe chose, for the `spawned` event.
+    containment: Option<crate::cgroup::Record>,
 }
 
 impl EventSink {
@@ -39,7 +42,7 @@ impl EventSink {
     ///
     /// Errors: EBADF when it is not open.
     pub fn from_inherited(fd: RawFd) -> std::io::Result<EventSink> {
-        Ok(EventSink { fd: process::take_inherited_fd(fd)? })
+        Ok(EventSink { fd: process::take_inherited_fd(fd)?, containment: None })
     }
 
     /// Writes one event line, only if the fd can take it now (`poll` for `POLLOUT`): a line is
@@ -86,12 +89,21 @@ pub fn stopping_json(trigger: Trigger) -> Value {
 }
 
 impl Observer for EventSink {
+    fn contained(&mut self, record: &crate::cgroup::Record) {
+        self.containment = Some(record.clone());
+    }
+
     fn spawned(&mut self, spawned: &Spawned, policy: &StopPolicy) {
+        let c = self.containment.as_ref();
         self.emit(json!({
             "event": "spawned",
             "pid": spawned.pid.as_raw(),
             "pgid": spawned.pgid.as_raw(),
             "maxStopMs": policy.max_stop().as_millis() as u64,
+            "containment": c.map(|c| c.containment),
+            "containmentReason": c.and_then(|c| c.containment_reason.clone()),
+            "cgroup": c.and_then(|c| c.cgroup.clone()),
+            "cgroupInode": c.and_then(|c| c.cgroup_inode),
         }));
     }
 

@@ -1,10 +1,11 @@
 //! sheepdog: a process supervisor for AI coding agents and the processes they start.
 //!
-//! Module map (see DESIGN.md for the why):
+//! Module map (ARCHITECTURE.md has the why and the dependency rules):
 //!
 //! - [`supervisor`]: the event loop of one supervisor (`sheepdog run`, and each managed
 //!   process's detached supervisor).
 //! - [`stop`]: [`stop::StopPolicy`] and the one stop sequence, as a small state machine.
+//! - [`cgroup`]: the cgroup v2 tier: the probe, a tree's cgroup, usage, limits, `doctor`.
 //! - [`tree`]: which processes belong to a provider, "all gone", identity-checked signals.
 //! - [`spawn`]: a command into its own process group, with the pre-exec steps.
 //! - [`registry`]: entries on disk, crash-safe writes, identity.
@@ -22,6 +23,11 @@
 //! - [`logread`]: reading logs: tail, head, grep, since, cursor, caps, follow.
 //! - [`cli`]: argument parsing and one handler per subcommand.
 
+// `unsafe` lives in `sys` alone, each block with a `// SAFETY:` line (clippy checks both).
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod cgroup;
 pub mod cleanup;
 pub mod cli;
 pub mod duration;
@@ -37,6 +43,7 @@ pub mod spawn;
 pub mod status;
 pub mod stop;
 pub mod supervisor;
+#[allow(unsafe_code)]
 pub mod sys;
 pub mod tree;
 pub mod view;

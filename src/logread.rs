@@ -74,7 +74,9 @@ impl LogStream {
 /// A position in a log: the file's inode and a byte offset in it. Printed as `INODE:OFFSET`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Cursor {
+    /// Inode of the file (the current log or its `.1`).
     pub ino: u64,
+    /// Byte offset in that file.
     pub offset: u64,
 }
 
@@ -96,6 +98,7 @@ impl std::fmt::Display for Cursor {
 /// What to read.
 #[derive(Clone, Debug, Default)]
 pub struct LogQuery {
+    /// Which log (default: the combined one).
     pub stream: LogStream,
     /// The last N lines (after `grep` and `since`).
     pub tail: Option<usize>,
@@ -121,11 +124,15 @@ pub struct LogQuery {
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LogChunk {
+    /// The entry's id.
     pub id: String,
+    /// The log read.
     pub stream: LogStream,
     /// The lines, without their newline (lossy UTF-8).
     pub lines: Vec<String>,
-    /// Where the next read should start (`--cursor`).
+    /// Where the next read should start (`--cursor`): after the last line returned when the read
+    /// kept the first lines and was cut (`head`, a cursor read past its cap), else after everything
+    /// read.
     pub cursor: String,
     /// Lines were left out: by a cap, `tail`/`head`, or lost to rotation before this read.
     pub truncated: bool,
@@ -149,12 +156,14 @@ struct Segment {
 }
 
 fn seg_of(mut f: File, path: &Path, offset: u64) -> Option<Segment> {
-    let ino = f.metadata().ok()?.ino();
+    use std::io::{Seek, SeekFrom};
+    let meta = f.metadata().ok()?;
+    let start = offset.min(meta.len());
+    f.seek(SeekFrom::Start(start)).ok()?;
     let mut data = Vec::new();
     f.read_to_end(&mut data).ok()?;
-    let start = offset.min(data.len() as u64);
-    data.drain(..start as usize);
-    Some(Segment { ino, start, data, times: read_times(&times_path(path), ino) })
+    // The time index only matters for reads that filter by time; it is small either way.
+    Some(Segment { ino: meta.ino(), start, data, times: read_times(&times_path(path), meta.ino()) })
 }
 
 /// Opens the current file, then `.1`, as one consistent pair: opened in that order, a rotation in
@@ -203,12 +212,11 @@ pub fn writers_gone(e: &Entry) -> bool {
     !e.supervisor_alive() && !e.cleanup_running() && !e.starter_alive()
 }
 
+/// A selected line: its segment, the offset of its end in its file, its bytes in the segment.
 struct Line {
-    /// Segment index, offset of the end of the line in its file.
     seg: usize,
     end: u64,
     bytes: std::ops::Range<usize>,
-    ms: Option<u64>,
 }
 
 fn line_text(tagged: bool, raw: &[u8]) -> &[u8] {
@@ -256,11 +264,28 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
             segs.extend(cur_seg(0));
         }
     }
-    // A cursor whose file still exists whole may be ahead of a truncated file; start over then.
     let tagged = q.stream == LogStream::All;
     let partial = q.partial || done;
-    let mut lines: Vec<Line> = Vec::new();
-    let mut all_bytes: Vec<u8> = Vec::new();
+    if q.cursor.is_none() && q.grep.is_none() && q.since_ms.is_none() && q.head.is_none() {
+        return Ok(tail_fast(id, q, path, &segs, partial, done));
+    }
+    // Only the lines that pass the filters are kept (as ranges into the segments' bytes), so a
+    // grep over a large log holds its matches, not a record per line.
+    let keeps = |s: &Segment, range: std::ops::Range<usize>, ms: Option<u64>| {
+        q.since_ms.is_none_or(|since| ms.is_none_or(|ms| ms >= since))
+            && q.grep.as_ref().is_none_or(|re| {
+                let text = line_text(tagged, &s.data[range]);
+                match std::str::from_utf8(text) {
+                    Ok(t) => re.is_match(t),
+                    Err(_) => re.is_match(&String::from_utf8_lossy(text)),
+                }
+            })
+    };
+    let mut selected: Vec<Line> = Vec::new();
+    // Reads that keep the first lines need no record past their limit: those are only counted.
+    let keep_first = q.head.is_some() || q.cursor.is_some();
+    let first_limit = if keep_first { [q.head, q.max_lines].into_iter().flatten().min() } else { None };
+    let mut counted_only = 0usize;
     let mut end_cursor = q.cursor.unwrap_or_default();
     let nsegs = segs.len();
     for (si, s) in segs.iter().enumerate() {
@@ -280,9 +305,13 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
                 t += 1;
             }
             let ms = t.checked_sub(1).map(|i| s.times[i].1);
-            let begin = all_bytes.len();
-            all_bytes.extend_from_slice(&s.data[pos..stop]);
-            lines.push(Line { seg: si, end: s.start + stop as u64, bytes: begin..all_bytes.len(), ms });
+            if keeps(s, pos..stop, ms) {
+                if first_limit.is_some_and(|l| selected.len() >= l) {
+                    counted_only += 1;
+                } else {
+                    selected.push(Line { seg: si, end: s.start + stop as u64, bytes: pos..stop });
+                }
+            }
             end_cursor = Cursor { ino: s.ino, offset: s.start + stop as u64 };
             pos = stop;
         }
@@ -292,20 +321,10 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
     }
     let reached_end =
         segs.last().is_none_or(|s| end_cursor.ino == s.ino && end_cursor.offset == s.start + s.data.len() as u64);
-    // Filters.
-    let selected: Vec<&Line> = lines
-        .iter()
-        .filter(|l| q.since_ms.is_none_or(|s| l.ms.is_none_or(|ms| ms >= s)))
-        .filter(|l| {
-            q.grep
-                .as_ref()
-                .is_none_or(|re| re.is_match(&String::from_utf8_lossy(line_text(tagged, &all_bytes[l.bytes.clone()]))))
-        })
-        .collect();
-    let total = selected.len();
+    let selected: Vec<&Line> = selected.iter().collect();
+    let total = selected.len() + counted_only;
     // Which end to keep: the first lines for head and cursor reads, else the last.
-    let keep_first = q.head.is_some() || q.cursor.is_some();
-    let mut n = total;
+    let mut n = selected.len();
     if let Some(h) = q.head {
         n = n.min(h);
     }
@@ -315,7 +334,8 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
     if let Some(m) = q.max_lines {
         n = n.min(m);
     }
-    let mut pick: Vec<&Line> = if keep_first { selected[..n].to_vec() } else { selected[total - n..].to_vec() };
+    let mut pick: Vec<&Line> =
+        if keep_first { selected[..n].to_vec() } else { selected[selected.len() - n..].to_vec() };
     if let Some(maxb) = q.max_bytes {
         let mut sum = 0usize;
         let mut k = 0;
@@ -336,19 +356,20 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
         }
     }
     let skipped = total - pick.len();
-    // A cursor read that was cut continues right after the last line it returned.
-    if keep_first
-        && skipped > 0
-        && q.cursor.is_some()
-        && let Some(l) = pick.last()
-    {
-        end_cursor = Cursor { ino: segs[l.seg].ino, offset: l.end };
+    // A read that kept the first lines and was cut (a cursor read past its cap, `head`) continues
+    // right after the last line it returned.
+    let cut_short = keep_first && skipped > 0;
+    if cut_short {
+        end_cursor = match (pick.last(), segs.first()) {
+            (Some(l), _) => Cursor { ino: segs[l.seg].ino, offset: l.end },
+            (None, Some(first)) => q.cursor.unwrap_or(Cursor { ino: first.ino, offset: first.start }),
+            (None, None) => q.cursor.unwrap_or_default(),
+        };
     }
-    let cut_short = keep_first && skipped > 0 && q.cursor.is_some();
     let mut bytes = Vec::new();
     let mut out_lines = Vec::with_capacity(pick.len());
     for l in &pick {
-        let raw = &all_bytes[l.bytes.clone()];
+        let raw = &segs[l.seg].data[l.bytes.clone()];
         bytes.extend_from_slice(raw);
         out_lines.push(String::from_utf8_lossy(raw.strip_suffix(b"\n").unwrap_or(raw)).into_owned());
     }
@@ -357,12 +378,83 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
         stream: q.stream,
         lines: out_lines,
         cursor: end_cursor.to_string(),
-        truncated: gap || (skipped > 0 && !cut_short) || (cut_short && q.head.is_some()),
+        // A cursor read cut by its cap is paging, not loss: the next read continues.
+        truncated: gap || (skipped > 0 && (q.head.is_some() || !keep_first)),
         eof: done && reached_end && !cut_short,
         skipped_lines: skipped,
         path,
         bytes,
     })
+}
+
+/// The common read (the last lines, no filter, no cursor) without a record per line: lines are
+/// found backwards from the end, and only counted before that, so a large log costs one pass.
+fn tail_fast(id: &str, q: &LogQuery, path: PathBuf, segs: &[Segment], partial: bool, done: bool) -> LogChunk {
+    let limit = [q.tail, q.max_lines].into_iter().flatten().min();
+    let nsegs = segs.len();
+    // Each segment's usable end: the last one without an unterminated line unless `partial`.
+    let ends: Vec<usize> = segs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            if i + 1 == nsegs && !partial && !s.data.ends_with(b"\n") {
+                s.data.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1)
+            } else {
+                s.data.len()
+            }
+        })
+        .collect();
+    let total: usize = segs
+        .iter()
+        .zip(&ends)
+        .map(|(s, e)| {
+            let d = &s.data[..*e];
+            d.iter().filter(|b| **b == b'\n').count() + usize::from(!d.is_empty() && !d.ends_with(b"\n"))
+        })
+        .sum();
+    let mut picked: Vec<&[u8]> = Vec::new();
+    let mut bytes_sum = 0usize;
+    'segs: for (s, e) in segs.iter().zip(&ends).rev() {
+        let mut end = *e;
+        while end > 0 {
+            if limit.is_some_and(|l| picked.len() >= l) {
+                break 'segs;
+            }
+            // The line ending at `end` starts after the previous newline.
+            let begin = s.data[..end - 1].iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+            let line = &s.data[begin..end];
+            if q.max_bytes.is_some_and(|m| bytes_sum + line.len() > m) && !picked.is_empty() {
+                break 'segs;
+            }
+            bytes_sum += line.len();
+            picked.push(line);
+            end = begin;
+        }
+    }
+    picked.reverse();
+    let mut bytes = Vec::with_capacity(bytes_sum);
+    let mut lines = Vec::with_capacity(picked.len());
+    for l in &picked {
+        bytes.extend_from_slice(l);
+        lines.push(String::from_utf8_lossy(l.strip_suffix(b"\n").unwrap_or(l)).into_owned());
+    }
+    let cursor = match (segs.last(), ends.last()) {
+        (Some(s), Some(e)) => Cursor { ino: s.ino, offset: s.start + *e as u64 },
+        _ => Cursor::default(),
+    };
+    let skipped = total - picked.len();
+    let reached_end = segs.last().zip(ends.last()).is_none_or(|(s, e)| *e == s.data.len());
+    LogChunk {
+        id: id.to_string(),
+        stream: q.stream,
+        lines,
+        cursor: cursor.to_string(),
+        truncated: skipped > 0,
+        eof: done && reached_end,
+        skipped_lines: skipped,
+        path,
+        bytes,
+    }
 }
 
 /// The last `n` lines of an entry's output (combined log, tags kept), for messages such as

@@ -17,18 +17,20 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::cgroup;
 use crate::duration;
 use crate::logs::{self, LogSet, Stream};
 use crate::ready::{ReadyOutcome, ReadySpec};
 use crate::registry::{self, Cleanup, Entry, Registry, RegistryError, StopTimings};
 use crate::spawn::{SpawnOptions, Spawned};
 use crate::status::Status;
+use crate::status::{CleanupRunner, ReapKind, StopReason};
 use crate::stop::{self, StopPolicy, Trigger};
 use crate::supervisor::{self, Observer, OnStdinEof, Options, Outcome, Owner};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
-use crate::sys::signal::{pipe_cloexec, set_nonblocking};
+use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
 use crate::sys::{Pgid, Pid, Signal, WaitStatus, procfs};
-use crate::tree::{Census, ID_ENV, TAG_ENV, Tree};
+use crate::tree::{Census, ID_ENV, Member, TAG_ENV, Tree};
 
 /// How long `stop` waits past an entry's recorded `maxStopMs` before it acts past the
 /// supervisor: 1000 ms, for the supervisor's own registry write and exit.
@@ -57,7 +59,19 @@ pub enum ManagerError {
     },
     #[error("{0}")]
     Refused(String),
+    /// The stop itself worked (nothing of the tree is alive) but the registry could not record
+    /// it (a full disk): status [`EXIT_NOT_RECORDED`].
+    #[error("the tree of {label} is gone, but its result could not be recorded: {source}")]
+    NotRecorded {
+        label: String,
+        #[source]
+        source: RegistryError,
+    },
 }
+
+/// Status of a stop that stopped the tree but could not record the result or run the cleanup
+/// (the state dir's disk is full): 74, `EX_IOERR` from sysexits.h.
+pub const EXIT_NOT_RECORDED: i32 = 74;
 
 impl ManagerError {
     /// 126/127 for a command that could not start, 125 for bad input and sheepdog's own
@@ -66,6 +80,7 @@ impl ManagerError {
         match self {
             ManagerError::Start { code, .. } => *code,
             ManagerError::Refused(_) => 1,
+            ManagerError::NotRecorded { .. } => EXIT_NOT_RECORDED,
             _ => 125,
         }
     }
@@ -89,6 +104,10 @@ pub struct StartRequest {
     pub cleanup: Option<Cleanup>,
     /// Per-file log cap in bytes.
     pub log_max: Option<u64>,
+    /// The containment tier asked for (`--containment`, `$SHEEPDOG_CONTAINMENT`) and limits;
+    /// the detached supervisor probes, and a refusal fails the start with status 125.
+    pub containment: cgroup::Mode,
+    pub limits: cgroup::Limits,
     /// Readiness options, recorded for `restart` (the wait itself is [`crate::ready::wait_ready`]).
     pub ready: Option<ReadySpec>,
     /// The entry this start replaces (`restart`, `start --replace`).
@@ -175,6 +194,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         argv,
         cwd: cwd.to_string_lossy().into_owned(),
         owner_pid: req.owner.map(|p| p.as_raw()),
+        owner_start_time: req.owner.and_then(procfs::start_time),
         // Until the supervisor records itself, the entry is `starting` and this process is its
         // starter: checked for life (reap and ps leave the entry alone), never signalled.
         starter_pid: Some(me.as_raw()),
@@ -187,6 +207,9 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         timeout_ms: req.timeout.map(|d| d.as_millis() as u64),
         status: "starting".into(),
         log_max_bytes: req.log_max,
+        containment_asked: (req.containment != cgroup::Mode::Auto).then(|| req.containment.name().to_string()),
+        memory_max: req.limits.memory_max,
+        pids_max: req.limits.pids_max,
         ready: req.ready.clone(),
         restart_of: req.restart_of.clone(),
         env: req.env.iter().map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy())).collect(),
@@ -205,7 +228,10 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     let mut cmd = Command::new(exe);
     cmd.arg("--state-dir")
         .arg(reg.root())
-        .args(["supervise-entry", "--id", &id, "--cwd"])
+        .args(["supervise-entry", "--id", &id, "--containment", req.containment.name()])
+        .args(req.limits.memory_max.map(|m| format!("--memory-max={m}")))
+        .args(req.limits.pids_max.map(|p| format!("--pids-max={p}")))
+        .arg("--cwd")
         .arg(&cwd)
         .arg("--")
         .args(&req.argv)
@@ -244,7 +270,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     }
     let _ = reg.update(&id, |e| {
         if !e.is_finished() {
-            e.status = "lost".into();
+            e.status = Status::Lost;
             e.status_text = Some("lost (the supervisor exited before the command started)".into());
             e.ended_at = Some(registry::now_ms());
         }
@@ -261,16 +287,30 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
 /// The body of the detached supervisor (`sheepdog supervise-entry`): runs the entry's command
 /// to the end and records the result. Reports readiness on stdout (`ok`, or `err CODE MESSAGE`)
 /// and then points stdout at /dev/null. Returns the supervisor's exit status.
-pub fn run_supervisor(reg: &Registry, id: &str, cwd: PathBuf, argv: Vec<OsString>) -> i32 {
+pub fn run_supervisor(
+    reg: &Registry,
+    id: &str,
+    cwd: PathBuf,
+    argv: Vec<OsString>,
+    containment: cgroup::Request,
+) -> i32 {
     let fail = |code: i32, message: String| {
         let _ = reg.remove(id);
         println!("err {code} {message}");
         code
     };
     let me = process::getpid();
+    let mut cgroup_name = None;
     let entry = match reg.update(id, |e| {
         e.supervisor_pid = Some(me.as_raw());
         e.supervisor_start_time = procfs::start_time(me);
+        // The tree's cgroup path, recorded before it is made: a SIGKILL between the `mkdir`
+        // and the recording of its inode leaves a cgroup `reap` can still find and remove.
+        if containment.mode != cgroup::Mode::Subreaper {
+            let name = cgroup::entry_cgroup_name(id, me, &e.tag);
+            e.cgroup = cgroup::planned_path(&name);
+            cgroup_name = Some(name);
+        }
     }) {
         Ok(e) => e,
         Err(e) => return fail(125, e.to_string()),
@@ -301,20 +341,30 @@ pub fn run_supervisor(reg: &Registry, id: &str, cwd: PathBuf, argv: Vec<OsString
         on_stdin_eof: OnStdinEof::Ignore,
         policy: policy(&entry.stop),
         timeout: entry.timeout_ms.map(Duration::from_millis),
+        containment: cgroup::Request { label: id.to_string(), name: cgroup_name, ..containment },
     };
     let mut managed = Managed {
         reg,
         id: id.to_string(),
         logs,
         pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
+        seen: Default::default(),
     };
-    let outcome = match supervisor::supervise(opts, &mut managed) {
+    // The handlers outlive the tree: a stop that arrives while a cleanup is pending is heard.
+    let signals = match supervisor::install_signals() {
+        Ok(s) => s,
+        Err(e) => return fail(e.exit_code(), e.to_string()),
+    };
+    let outcome = match supervisor::supervise_with(&signals, opts, &mut managed) {
         Ok(o) => o,
         Err(e) => return fail(e.exit_code(), e.to_string()),
     };
     managed.drain(DRAIN_AFTER_EXIT);
     managed.logs.flush_partials();
     managed.finish(&outcome);
+    if outcome.trigger.is_none() {
+        managed.linger(&signals);
+    }
     0
 }
 
@@ -325,7 +375,14 @@ struct Managed<'a> {
     logs: LogSet,
     /// Open read ends of the provider's stdout and stderr.
     pipes: Vec<(File, Stream)>,
+    /// Descendants last recorded in the entry: (pid, start time).
+    seen: std::collections::HashSet<(i32, u64)>,
 }
+
+/// At most this many descendants are recorded in an entry: 4096 (the oldest first). A tree
+/// larger than that is still stopped whole by its supervisor; only `reap` after a supervisor
+/// SIGKILL relies on the record, and then also on the tag and the group.
+pub const MAX_RECORDED_MEMBERS: usize = 4096;
 
 impl Managed<'_> {
     /// Reads what is available on `fd`; closes it at EOF.
@@ -372,7 +429,8 @@ impl Managed<'_> {
 
     fn finish(&mut self, outcome: &Outcome) {
         let mut text = String::new();
-        let _ = self.reg.update(&self.id, |e| {
+        let mut claimed = false;
+        let recorded = self.reg.update(&self.id, |e| {
             let (status, t) = result_status(outcome, e.timeout_ms);
             text = t;
             e.status = status.into();
@@ -382,15 +440,50 @@ impl Managed<'_> {
                 Some(WaitStatus::Signaled(s)) => e.signal = Some(s.name()),
                 None => {}
             }
-            e.stop_reason = outcome.trigger.map(|t| t.name().to_string());
+            e.stop_reason = outcome.trigger.map(StopReason::from);
             e.tree_gone = Some(outcome.tree_gone);
             e.ended_at = Some(registry::now_ms());
+            if outcome.cgroup_left {
+                e.cgroup_leftover = Some(true);
+            }
+            // A stop (not the command's own exit) is two steps: the tree, then the cleanup. The
+            // claim goes in the same write as the result, so nobody who reads a stopped entry
+            // (`wait`, `clear`) can see its cleanup as not yet triggered.
+            if outcome.trigger.is_some() {
+                claimed = crate::cleanup::claim(e);
+            }
         });
         self.logs.marker(&format!("exited: {text}"));
-        // A stop (not the command's own exit) is two steps: the tree, then the cleanup.
-        if outcome.trigger.is_some() {
-            crate::cleanup::run_once(self.reg, &self.id, "supervisor");
+        if let (true, Ok(entry)) = (claimed, recorded) {
+            crate::cleanup::run_claimed(self.reg, &entry, CleanupRunner::Supervisor);
         }
+    }
+
+    /// The command exited on its own, but its cleanup is still pending (a `docker run -d`
+    /// wrapper exits at once; its container runs on). While an owner or a turn timeout is set,
+    /// stay, idle, watching them, and run the cleanup when either fires or when asked to stop
+    /// (SIGTERM); leave as soon as nothing is pending any more (it ran elsewhere, was removed by
+    /// `update`, or the entry was cleared: `sheepdog` sends SIGUSR1 after such changes).
+    fn linger(&mut self, signals: &SignalPipe) {
+        let Ok(e) = self.reg.read(&self.id) else { return };
+        if !e.cleanup_pending() || (e.owner_pid.is_none() && e.timeout_ms.is_none()) {
+            return;
+        }
+        let owner = e.owner_pid.and_then(Pid::new).map(|p| (p, e.owner_start_time));
+        let until =
+            e.timeout_at_ms().map(|at| Instant::now() + Duration::from_millis(at.saturating_sub(registry::now_ms())));
+        self.logs.marker("waiting: the cleanup is pending; it runs on stop, owner exit or the turn timeout");
+        let (reg, id) = (self.reg, self.id.clone());
+        let mut still_needed = || reg.read(&id).is_ok_and(|e| e.cleanup_pending());
+        let Some(trigger) = supervisor::await_trigger(signals, owner, until, &mut still_needed) else { return };
+        let why = match trigger {
+            Trigger::Signal(s) => format!("{s} (stop requested)"),
+            Trigger::OwnerDied => "the owner exited".into(),
+            Trigger::Timeout => "the turn timeout expired".into(),
+            t => t.name().into(),
+        };
+        self.logs.marker(&format!("cleanup triggered: {why}"));
+        crate::cleanup::run_once(self.reg, &self.id, CleanupRunner::Supervisor);
     }
 }
 
@@ -410,15 +503,21 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (&'static str, S
 }
 
 impl Observer for Managed<'_> {
+    fn contained(&mut self, record: &cgroup::Record) {
+        let _ = self.reg.update(&self.id, |e| record_containment(e, record));
+    }
+
     fn spawned(&mut self, spawned: &Spawned, _policy: &StopPolicy) {
-        let start_time = procfs::start_time(spawned.pid);
+        let stat = procfs::stat(spawned.pid).ok();
+        let start_time = stat.as_ref().map(|s| s.start_time);
         let mut stopped_meanwhile = false;
         let entry = self.reg.update(&self.id, |e| {
             e.pid = Some(spawned.pid.as_raw());
             e.pgid = Some(spawned.pgid.as_raw());
             e.start_time = start_time;
-            if e.status == "starting" {
-                e.status = "running".into();
+            e.sid = stat.as_ref().map(|s| s.session);
+            if e.status == Status::Starting {
+                e.status = Status::Running;
             }
             stopped_meanwhile = e.is_finished();
         });
@@ -452,6 +551,29 @@ impl Observer for Managed<'_> {
         self.logs.marker(&format!("escalated: SIGKILL to {remaining} processes still alive after the term grace"));
     }
 
+    fn wants_members(&self) -> bool {
+        true
+    }
+
+    fn members(&mut self, members: &[Member]) -> bool {
+        let now: std::collections::HashSet<(i32, u64)> =
+            members.iter().filter_map(|m| Some((m.pid.as_raw(), m.start_time?))).collect();
+        if now.is_subset(&self.seen) {
+            return false;
+        }
+        // Write only when someone new appeared; the list then holds who is alive now.
+        self.seen = now;
+        let mut list: Vec<registry::RecordedMember> = self
+            .seen
+            .iter()
+            .map(|(pid, start_time)| registry::RecordedMember { pid: *pid, start_time: *start_time })
+            .collect();
+        list.sort_by_key(|m| (m.start_time, m.pid));
+        list.truncate(MAX_RECORDED_MEMBERS);
+        let _ = self.reg.update(&self.id, |e| e.members = list);
+        true
+    }
+
     fn fds(&self) -> Vec<RawFd> {
         self.pipes.iter().map(|(p, _)| p.as_raw_fd()).collect()
     }
@@ -481,22 +603,45 @@ pub fn live_status(e: &Entry, census: &OnceCell<Census>) -> Status {
 /// True if anything of an entry's recorded tree is alive: the provider itself (full identity),
 /// or a process carrying its tag (same uid, started no earlier than the provider).
 pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
-    let Some(start) = e.start_time else { return false };
     if !e.this_boot() {
         return false;
     }
-    e.provider_alive() || (!e.tag.is_empty() && census.get_or_init(Census::take).tagged_alive(&e.tag, e.uid, start))
+    if e.containment.as_deref() == Some("cgroup") && e.cgroup.is_some() {
+        return cgroup::Cgroup::of_entry(e).is_some_and(|cg| cg.populated());
+    }
+    let Some(start) = e.start_time else { return false };
+    if e.provider_alive() {
+        return true;
+    }
+    let census = census.get_or_init(Census::take);
+    (!e.tag.is_empty() && census.tagged_alive(&e.tag, e.uid, start))
+        || e.members.iter().any(|m| census.is_alive(m.pid, m.start_time))
+        || (e.pgid.zip(e.sid).is_some_and(|(pgid, sid)| census.group_alive(pgid, sid, e.uid, start)))
 }
 
-/// The tree of an entry as seen without its supervisor; `None` if it never spawned.
+/// Writes a containment record into an entry.
+pub fn record_containment(e: &mut Entry, r: &cgroup::Record) {
+    e.containment = Some(r.containment.to_string());
+    e.containment_reason = r.containment_reason.clone();
+    e.cgroup = r.cgroup.clone();
+    e.cgroup_inode = r.cgroup_inode;
+}
+
+/// The tree of an entry as seen without its supervisor; `None` if it never spawned. In the
+/// cgroup tier: the recorded cgroup (inode checked), and nothing else; `None` once it is gone.
 pub fn recorded_tree(e: &Entry) -> Option<Tree> {
+    if e.containment.as_deref() == Some("cgroup") && e.cgroup.is_some() {
+        let pgid = e.pgid.and_then(Pgid::new).unwrap_or(process::getpid().as_group());
+        return cgroup::Cgroup::of_entry(e).map(|cg| Tree::of_cgroup(cg, pgid));
+    }
     let pid = Pid::new(e.pid?)?;
     let pgid = Pgid::new(e.pgid.unwrap_or(pid.as_raw()))?;
-    if e.tag.is_empty() {
-        // Without a tag only the provider itself (by full identity) and its descendants count.
-        return Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, "\0untagged"));
-    }
-    Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, &e.tag))
+    // Without a tag only the provider itself (by full identity), what was recorded and their
+    // descendants count.
+    let tag = if e.tag.is_empty() { "\0untagged" } else { &e.tag };
+    let members =
+        e.members.iter().filter_map(|m| Some(Member { pid: Pid::new(m.pid)?, start_time: Some(m.start_time) }));
+    Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, tag).with_evidence(members.collect(), e.sid))
 }
 
 /// Live processes of a running or orphaned entry: (pid, pgid, session, command).
@@ -534,9 +679,11 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
     let id = entry.id.clone();
     let entry = &settle_start(reg, entry)?;
     if entry.is_finished() {
-        // The wrapper may have exited while its work goes on: the cleanup is still due.
+        // The wrapper may have exited while its work goes on: the cleanup is still due. A
+        // supervisor that stayed to watch for it is told to re-read its entry and leave.
         if entry.this_boot() {
-            crate::cleanup::run_once(reg, &id, "stop");
+            crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
+            notify_supervisor(entry);
         }
         let e = reg.read(&id)?;
         return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true });
@@ -549,10 +696,15 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
     // A supervisor already stopping keeps the grace it started with: wait for the longer.
     let before = Duration::from_millis(entry.stop.max_stop_ms);
     if let Some(g) = term_grace {
-        entry = reg.update(&id, |e| {
+        let set = |e: &mut Entry| {
             e.stop.term_grace_ms = g.as_millis() as u64;
             e.stop.max_stop_ms = e.stop.stdin_grace_ms + e.stop.term_grace_ms + e.stop.kill_wait_ms;
-        })?;
+        };
+        // A registry that cannot be written (a full disk) must not keep the tree from stopping.
+        match reg.update(&id, set) {
+            Ok(e) => entry = e,
+            Err(_) => set(&mut entry),
+        }
     }
     let mut past_a_stuck_supervisor = false;
     if let Some(sup) = verified_supervisor(&entry) {
@@ -562,13 +714,23 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         let now = reg.read(&id)?;
         if now.is_finished() {
             // The supervisor ran the cleanup; if it died before doing so, run it here.
-            crate::cleanup::run_once(reg, &id, "stop");
+            crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
             let now = reg.read(&id)?;
             return Ok(StopOutcome { tree_gone: now.tree_gone.unwrap_or(true), entry: now, already_finished: false });
         }
-        // The supervisor did not finish: it is stuck or died mid-stop. Act past it.
+        // The supervisor did not finish: it is stuck or died mid-stop. Act past it. Orphans were
+        // re-parented to it (it is their subreaper) and it may not have recorded them yet: take
+        // its descendants as members while they are still its own, before it is killed.
+        let adopted: Vec<registry::RecordedMember> = Pid::new(now.supervisor_pid.unwrap_or(0))
+            .map(procfs::descendants)
+            .unwrap_or_default()
+            .iter()
+            .filter(|s| !s.is_zombie())
+            .map(|s| registry::RecordedMember { pid: s.pid.as_raw(), start_time: s.start_time })
+            .collect();
         past_a_stuck_supervisor = sup.send(Signal::KILL).is_ok_and(|s| s == process::Sent::Delivered);
         entry = now;
+        entry.members.extend(adopted);
     }
     let report = match recorded_tree(&entry) {
         Some(tree) => stop::stop_blocking(&tree, policy(&entry.stop)),
@@ -587,21 +749,27 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
             if report.gone { "gone" } else { "NOT confirmed gone" }
         ),
     );
-    let e = reg.update(&id, |e| {
+    let recorded = reg.update(&id, |e| {
         if e.is_finished() {
             return;
         }
-        e.status = "stopped".into();
+        e.status = Status::Stopped;
         e.status_text = Some(if report.gone {
             format!("stopped (by sheepdog stop; {why})")
         } else {
             "stopped (the tree was not confirmed gone)".into()
         });
-        e.stop_reason = Some("stop".into());
+        e.stop_reason = Some(StopReason::Stop);
         e.tree_gone = Some(report.gone);
         e.ended_at = Some(registry::now_ms());
-    })?;
-    let e = match crate::cleanup::run_once(reg, &id, "stop") {
+    });
+    let e = match recorded {
+        Ok(e) => e,
+        Err(source) if report.gone => return Err(ManagerError::NotRecorded { label: entry.label(), source }),
+        Err(source) => return Err(source.into()),
+    };
+    let e = settle_cgroup(reg, e);
+    let e = match crate::cleanup::run_once(reg, &id, CleanupRunner::Stop) {
         Some(_) => reg.read(&id)?,
         None => e,
     };
@@ -627,7 +795,7 @@ const START_SETTLE_MAX: Duration = Duration::from_secs(10);
 fn settle_start(reg: &Registry, entry: &Entry) -> Result<Entry, ManagerError> {
     let end = Instant::now() + START_SETTLE_MAX;
     let mut e = entry.clone();
-    while e.status == "starting" && (e.starter_alive() || e.supervisor_alive()) && Instant::now() < end {
+    while e.status == Status::Starting && (e.starter_alive() || e.supervisor_alive()) && Instant::now() < end {
         std::thread::sleep(START_SETTLE_TICK);
         e = match reg.read(&e.id) {
             Ok(x) => x,
@@ -643,7 +811,7 @@ fn record_lost(reg: &Registry, id: &str, text: &str) -> Result<Entry, ManagerErr
     logs::append_marker(&reg.dir(id), text);
     Ok(reg.update(id, |e| {
         if !e.is_finished() {
-            e.status = "lost".into();
+            e.status = Status::Lost;
             e.status_text = Some(text.into());
             e.ended_at = Some(registry::now_ms());
         }
@@ -659,6 +827,17 @@ fn verified_supervisor(e: &Entry) -> Option<PidFd> {
     let pid = Pid::new(e.supervisor_pid?)?;
     let fd = PidFd::open(pid).ok()?;
     registry::identity_alive(e.supervisor_pid, e.supervisor_start_time).then_some(fd)
+}
+
+/// Tells an entry's supervisor that stayed after its command exited (a cleanup pending) to
+/// re-read its entry: SIGUSR1 through a verified pidfd. Only for finished entries: while the
+/// command runs, SIGUSR1 is forwarded to it.
+pub fn notify_supervisor(e: &Entry) {
+    if e.is_finished()
+        && let Some(sup) = verified_supervisor(e)
+    {
+        let _ = sup.send(Signal::USR1);
+    }
 }
 
 /// Blocks until the pidfd's process exits or `timeout` passes. Returns true if it exited.
@@ -688,42 +867,68 @@ pub enum Waited {
     NoResult(Entry),
 }
 
-/// Blocks until the entry's process exits, waiting on its supervisor's pidfd (not by polling the
-/// registry), then reads the recorded result.
+/// How often `wait` re-reads an entry while its supervisor lives: 50 ms. A supervisor whose
+/// command exited may stay on (its cleanup pending), so its exit alone does not say "done".
+const WAIT_TICK: Duration = Duration::from_millis(50);
+
+/// Blocks until the entry's process has exited and any cleanup that has been triggered has
+/// finished (a pending cleanup that nothing triggered does not hold it), then returns the
+/// entry with its result. Wakes on the supervisor's pidfd, re-reading the entry every
+/// [`WAIT_TICK`]; if the supervisor was killed, waits on what is left of the recorded tree.
 pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<Waited, ManagerError> {
     let entry = &settle_start(reg, entry)?;
-    if entry.is_finished() {
-        return Ok(Waited::Finished(entry.clone()));
-    }
     let end = timeout.map(|t| Instant::now() + t);
-    if let Some(sup) = verified_supervisor(entry)
-        && !wait_pidfd(&sup, timeout)
-    {
-        return Ok(Waited::TimedOut);
-    }
-    let e = reg.read(&entry.id)?;
-    if e.is_finished() {
-        return Ok(Waited::Finished(e));
-    }
-    // The supervisor is gone without a result (it was killed, maybe while we waited): wait for
-    // what is left of the tree itself.
-    if let Some(tree) = recorded_tree(&e).filter(|_| e.this_boot()) {
-        while !tree.is_gone() {
-            let left = end.map(|x| x.saturating_duration_since(Instant::now()));
-            if left == Some(Duration::ZERO) {
-                return Ok(Waited::TimedOut);
+    let left = || end.map(|x| x.saturating_duration_since(Instant::now()));
+    loop {
+        let e = reg.read(&entry.id)?;
+        if e.is_finished() {
+            // A cleanup that is running, or that a supervisor still watching is about to run
+            // (its owner is gone or its turn timeout passed), holds the wait.
+            let due = e.cleanup_pending()
+                && (e.owner_gone() || e.timeout_at_ms().is_some_and(|at| at <= registry::now_ms()))
+                && e.supervisor_alive();
+            if e.cleanup_running() || due {
+                if left() == Some(Duration::ZERO) {
+                    return Ok(Waited::TimedOut);
+                }
+                std::thread::sleep(left().unwrap_or(WAIT_TICK).min(Duration::from_millis(20)));
+                continue;
             }
-            tree.wait_any_exit(left.unwrap_or(Duration::from_secs(1)).min(Duration::from_millis(100)));
+            return Ok(Waited::Finished(e));
         }
+        if left() == Some(Duration::ZERO) {
+            return Ok(Waited::TimedOut);
+        }
+        if let Some(sup) = verified_supervisor(&e) {
+            wait_pidfd(&sup, Some(left().unwrap_or(WAIT_TICK).min(WAIT_TICK)));
+            continue;
+        }
+        // The supervisor is gone without a result (it was killed, maybe while we waited): wait
+        // for what is left of the tree itself.
+        if let Some(tree) = recorded_tree(&e).filter(|_| e.this_boot()) {
+            while !tree.is_gone() {
+                let l = left();
+                if l == Some(Duration::ZERO) {
+                    return Ok(Waited::TimedOut);
+                }
+                tree.wait_any_exit(l.unwrap_or(Duration::from_secs(1)).min(Duration::from_millis(100)));
+            }
+        }
+        let e = reg.read(&entry.id)?;
+        return Ok(if e.is_finished() { Waited::Finished(e) } else { Waited::NoResult(e) });
     }
-    let e = reg.read(&entry.id)?;
-    Ok(if e.is_finished() { Waited::Finished(e) } else { Waited::NoResult(e) })
 }
 
 /// The exit status `wait` reports for a finished entry: the process's code, or 128 + the signal
 /// that ended it; `None` when neither is known (the supervisor was killed, and the entry was
 /// then stopped, reaped or recorded lost from outside: nobody saw the process's own status).
+///
+/// An entry stopped by its turn timeout reports 124, as GNU `timeout` does, whatever the process
+/// itself exited with (one that traps SIGTERM and exits 0 still timed out).
 pub fn exit_status_of(e: &Entry) -> Option<i32> {
+    if e.status == Status::TimedOut {
+        return Some(crate::supervisor::EXIT_UNFINISHED);
+    }
     if let Some(c) = e.exit_code {
         return Some(c);
     }
@@ -736,12 +941,17 @@ pub fn exit_status_of(e: &Entry) -> Option<i32> {
 pub struct ReapAction {
     pub id: String,
     pub name: Option<String>,
-    /// `reaped` (a live orphaned tree was stopped) or `lost` (nothing alive, no result).
-    pub action: String,
+    /// `reaped` (a live orphaned tree was stopped), `lost` (nothing alive, no result) or
+    /// `cleanup` (a finished entry's pending cleanup ran: its owner is gone or its turn timeout
+    /// passed, and no supervisor was left to notice).
+    pub action: ReapKind,
     /// Processes that received SIGTERM.
     pub signalled: usize,
     pub tree_gone: bool,
     pub reason: String,
+    /// The cleanup's failure line when it ran and failed (`Cleanup command failed with exit
+    /// code 1.`), else null.
+    pub cleanup_error: Option<String>,
 }
 
 /// Recovery after a crash of anything: entries from a previous boot are dead and never
@@ -752,20 +962,28 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
     let (entries, aside) = reg.list();
     let census = OnceCell::new();
     let mut actions = Vec::new();
+    // Cgroups a supervisor could not remove once its tree was gone.
+    if !dry_run {
+        for e in entries.iter().filter(|e| e.cgroup_leftover == Some(true) && e.is_finished() && !e.supervisor_alive())
+        {
+            settle_cgroup(reg, e.clone());
+        }
+    }
     for e in entries.iter().filter(|e| !e.is_finished()) {
-        let action = |what: &str, signalled, tree_gone, reason: &str| ReapAction {
+        let action = |what: ReapKind, signalled, tree_gone, reason: &str| ReapAction {
             id: e.id.clone(),
             name: Some(e.display_name()),
-            action: what.into(),
+            action: what,
             signalled,
             tree_gone,
             reason: reason.into(),
+            cleanup_error: None,
         };
         if !e.this_boot() {
             if !dry_run {
                 let _ = record_lost(reg, &e.id, "lost (recorded during a previous boot; nothing was signalled)");
             }
-            actions.push(action("lost", 0, true, "previous boot"));
+            actions.push(action(ReapKind::Lost, 0, true, "previous boot"));
             continue;
         }
         if e.supervisor_alive() || e.starter_alive() {
@@ -780,18 +998,25 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
         let live = tree.as_ref().map(|t| t.live().len()).unwrap_or(0);
         let Some(tree) = tree.filter(|_| live > 0) else {
             if e.pid.is_none() && registry::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
+                if !dry_run && e.supervisor_pid.is_some() {
+                    // Its supervisor died before the spawn: a cgroup it made is empty.
+                    settle_cgroup(reg, e.clone());
+                }
                 continue;
             }
             if !dry_run {
-                let _ = record_lost(reg, &e.id, "lost (the supervisor is gone and nothing of the tree is alive)");
-                crate::cleanup::run_once(reg, &e.id, "reap");
+                if let Ok(x) = record_lost(reg, &e.id, "lost (the supervisor is gone and nothing of the tree is alive)")
+                {
+                    settle_cgroup(reg, x);
+                }
+                crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
             }
-            actions.push(action("lost", 0, true, "supervisor gone, nothing alive"));
+            actions.push(action(ReapKind::Lost, 0, true, "supervisor gone, nothing alive"));
             continue;
         };
         if dry_run {
             actions.push(action(
-                "reaped",
+                ReapKind::Reaped,
                 0,
                 false,
                 &format!("supervisor gone, {}", plural(live, "process", "processes")),
@@ -811,30 +1036,75 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             if x.is_finished() {
                 return;
             }
-            x.status = "reaped".into();
+            x.status = Status::Reaped;
             x.status_text = Some("reaped".into());
-            x.stop_reason = Some("reap".into());
+            x.stop_reason = Some(StopReason::Reap);
             x.tree_gone = Some(report.gone);
             x.ended_at = Some(registry::now_ms());
         });
-        crate::cleanup::run_once(reg, &e.id, "reap");
+        drop(tree);
+        if let Ok(x) = reg.read(&e.id) {
+            settle_cgroup(reg, x);
+        }
+        crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
         actions.push(action(
-            "reaped",
+            ReapKind::Reaped,
             report.signalled,
             report.gone,
             &format!("supervisor gone, {}", plural(live, "process", "processes")),
         ));
     }
+    // Finished entries whose cleanup is still pending and due: their owner died or their turn
+    // timeout passed while no supervisor was watching (it was killed while it waited).
+    for e in entries.iter().filter(|e| e.is_finished() && e.cleanup_pending() && !e.supervisor_alive()) {
+        let reason = if e.owner_gone() {
+            "the owner exited"
+        } else if e.timeout_at_ms().is_some_and(|at| at <= registry::now_ms()) {
+            "the turn timeout passed"
+        } else {
+            continue;
+        };
+        let mut cleanup_error = None;
+        if !dry_run {
+            crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
+            cleanup_error = reg.read(&e.id).ok().and_then(|x| crate::cleanup::failure_line(&x));
+        }
+        actions.push(ReapAction {
+            id: e.id.clone(),
+            name: Some(e.display_name()),
+            action: ReapKind::Cleanup,
+            signalled: 0,
+            tree_gone: true,
+            reason: reason.into(),
+            cleanup_error,
+        });
+    }
     (actions, aside)
+}
+
+/// In the cgroup tier, once an entry's tree is gone: removes its recorded cgroup (inode
+/// checked) and records whether a leftover remains (`cgroupLeftover`, for the next `reap`).
+/// Returns the entry as it is then.
+fn settle_cgroup(reg: &Registry, e: Entry) -> Entry {
+    if e.cgroup.is_none() {
+        return e;
+    }
+    let left = !cgroup::remove_recorded(&e);
+    if e.cgroup_leftover.unwrap_or(false) == left {
+        return e;
+    }
+    reg.update(&e.id, |x| x.cgroup_leftover = left.then_some(true)).unwrap_or(e)
 }
 
 fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {} alive", if n == 1 { one } else { many })
 }
 
-/// Removes a finished entry and its logs. Refuses one that still runs.
-pub fn clear(reg: &Registry, e: &Entry) -> Result<(), ManagerError> {
-    if e.cleanup_running() || (e.is_finished() && e.supervisor_alive()) {
+/// Removes a finished entry and its logs. Refuses one that still runs, one whose cleanup is
+/// running, and one whose cleanup is pending (it has not run: `stop` runs it) unless `force`
+/// drops it. A supervisor that stayed for the pending cleanup is told, and leaves.
+pub fn clear(reg: &Registry, e: &Entry, force: bool) -> Result<(), ManagerError> {
+    if e.cleanup_running() {
         return Err(ManagerError::Refused(format!(
             "{} is still finishing (its cleanup command is running); try again when it is done",
             e.label()
@@ -848,7 +1118,19 @@ pub fn clear(reg: &Registry, e: &Entry) -> Result<(), ManagerError> {
             e.id
         )));
     }
+    if e.cleanup_pending() && !force {
+        return Err(ManagerError::Refused(format!(
+            "{} has a cleanup command that has not run; 'sheepdog stop {}' runs it, 'sheepdog clear --force {}' drops it",
+            e.label(),
+            e.id,
+            e.id
+        )));
+    }
+    let lingering = verified_supervisor(e);
     reg.remove(&e.id)?;
+    if let Some(sup) = lingering {
+        let _ = sup.send(Signal::USR1);
+    }
     Ok(())
 }
 
@@ -913,6 +1195,9 @@ pub fn update(reg: &Registry, e: &Entry, req: &UpdateRequest) -> Result<Entry, M
             e.label()
         )));
     }
+    // A supervisor that stayed for a pending cleanup re-reads its entry (it leaves if none is
+    // pending any more).
+    notify_supervisor(&e);
     Ok(e)
 }
 
@@ -958,6 +1243,8 @@ pub fn request_of(e: &Entry) -> StartRequest {
         log_max: e.log_max_bytes,
         ready: e.ready.clone(),
         restart_of: None,
+        containment: e.containment_asked.as_deref().and_then(cgroup::Mode::parse).unwrap_or_default(),
+        limits: cgroup::Limits { memory_max: e.memory_max, pids_max: e.pids_max },
         argv: e.argv.iter().map(OsString::from).collect(),
     }
 }
@@ -990,7 +1277,7 @@ pub fn replace(
     term_grace: Option<Duration>,
 ) -> Result<Restarted, ManagerError> {
     let pids: Vec<Pid> = live_tree(old).iter().filter_map(|(p, ..)| Pid::new(*p)).collect();
-    let mut ports = crate::ports::listening(&pids);
+    let mut ports = crate::ports::listening_now(&pids);
     ports.extend(req.ready.as_ref().and_then(|r| r.port));
     let stopped = stop(reg, old, term_grace)?;
     if !stopped.tree_gone {

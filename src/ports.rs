@@ -60,13 +60,53 @@ pub fn socket_inodes(pid: Pid) -> Vec<u64> {
         .collect()
 }
 
+/// How long one read of the socket tables serves later calls on the same thread: 200 ms, so a
+/// `ps` over many entries reads `/proc/net/tcp{,6}` once, not once per entry.
+const SOCKETS_REUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A socket table (inode → port) and when it was read.
+type SocketTable = (std::time::Instant, std::rc::Rc<HashMap<u64, u16>>);
+
+thread_local! {
+    static SOCKETS: std::cell::RefCell<Option<SocketTable>> = const { std::cell::RefCell::new(None) };
+}
+
+/// [`listening_sockets`], reused for [`SOCKETS_REUSE`] on this thread.
+fn sockets_recent() -> std::rc::Rc<HashMap<u64, u16>> {
+    SOCKETS.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some((t, m)) = c.as_ref()
+            && t.elapsed() < SOCKETS_REUSE
+        {
+            return m.clone();
+        }
+        let m = std::rc::Rc::new(listening_sockets());
+        *c = Some((std::time::Instant::now(), m.clone()));
+        m
+    })
+}
+
 /// The TCP ports that any of `pids` listens on, sorted, without duplicates (IPv4 and IPv6 on
-/// one port count once). Empty outside Linux.
+/// one port count once). Empty outside Linux. The socket tables may be up to 200 ms old when
+/// called repeatedly on one thread (a listing); readiness checks use [`listening_now`].
 pub fn listening(pids: &[Pid]) -> Vec<u16> {
     if pids.is_empty() || !cfg!(target_os = "linux") {
         return Vec::new();
     }
-    let sockets = listening_sockets();
+    ports_of(pids, &sockets_recent())
+}
+
+/// [`listening`] from fresh socket tables (which later [`listening`] calls then reuse).
+pub fn listening_now(pids: &[Pid]) -> Vec<u16> {
+    if pids.is_empty() || !cfg!(target_os = "linux") {
+        return Vec::new();
+    }
+    let m = std::rc::Rc::new(listening_sockets());
+    SOCKETS.with(|c| *c.borrow_mut() = Some((std::time::Instant::now(), m.clone())));
+    ports_of(pids, &m)
+}
+
+fn ports_of(pids: &[Pid], sockets: &HashMap<u64, u16>) -> Vec<u16> {
     if sockets.is_empty() {
         return Vec::new();
     }

@@ -69,12 +69,29 @@ fn one_line(s: &str) -> String {
 /// How a readiness wait ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ReadyOutcome {
-    /// Ready after `after_ms`: `matched` is the log line, or `port N` for a port; `port` the port.
-    Ready { after_ms: u64, matched: Option<String>, port: Option<u16> },
-    /// The command finished before it was ready: the final entry and its last lines of output.
-    Exited { after_ms: u64, entry: Box<Entry>, last_lines: Vec<String> },
+    /// Ready.
+    Ready {
+        /// Ms from the start of the wait.
+        after_ms: u64,
+        /// The matching log line, or `port N`.
+        matched: Option<String>,
+        /// The port, for `--ready-port` and `--ready-listen`.
+        port: Option<u16>,
+    },
+    /// The command finished before it was ready.
+    Exited {
+        /// Ms from the start of the wait.
+        after_ms: u64,
+        /// The entry, final.
+        entry: Box<Entry>,
+        /// Its last 20 lines of output (`[out] `/`[err] ` tagged).
+        last_lines: Vec<String>,
+    },
     /// Not ready within the timeout; the process keeps running.
-    TimedOut { after_ms: u64 },
+    TimedOut {
+        /// Ms from the start of the wait.
+        after_ms: u64,
+    },
 }
 
 /// `ready` in `start --json`: `{ok, afterMs, matched}` (+ `port`, and `reason`/`output` when not
@@ -82,10 +99,13 @@ pub enum ReadyOutcome {
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadyReport {
+    /// Ready within the timeout.
     pub ok: bool,
+    /// Ms the wait took.
     pub after_ms: u64,
     /// The matching log line, or `port N`; null when not ready.
     pub matched: Option<String>,
+    /// The port that made it ready (`--ready-port`, `--ready-listen`).
     pub port: Option<u16>,
     /// `exited` or `timeout` when not ok.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -176,7 +196,7 @@ pub fn wait_ready(
             cursor = Cursor::parse(&chunk.cursor).unwrap_or(cursor);
         }
         if !e.is_finished() && (spec.port.is_some() || spec.listen) {
-            let ports = crate::ports::listening(&tree_pids(&e));
+            let ports = crate::ports::listening_now(&tree_pids(&e));
             if let Some(p) = spec.port {
                 if ports.contains(&p) || (!port_was_open && port_accepts(p)) {
                     return Ok(ReadyOutcome::Ready {

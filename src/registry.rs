@@ -1,5 +1,5 @@
 //! Entries on disk: the crash-safe registry that every managed supervisor writes into, so that
-//! after any crash `reap` can find what still runs (DESIGN.md, "Registry").
+//! after any crash `reap` can find what still runs (ARCHITECTURE.md, "The registry and identity").
 //!
 //! Layout under the state dir (mode 0700, refused if another user can write it):
 //!
@@ -94,7 +94,7 @@ pub struct CleanupResult {
     /// The last 20 lines of its output (stdout and stderr together).
     pub output: Vec<String>,
     /// Who ran it: `supervisor`, `stop` or `reap`.
-    pub ran_by: String,
+    pub ran_by: crate::status::CleanupRunner,
 }
 
 impl CleanupResult {
@@ -102,6 +102,14 @@ impl CleanupResult {
     pub fn succeeded(&self) -> bool {
         !self.timed_out && self.exit_code == Some(0)
     }
+}
+
+/// A process the supervisor saw in an entry's tree: pid and start time (clock ticks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedMember {
+    pub pid: i32,
+    pub start_time: u64,
 }
 
 /// One managed process, as stored in `procs/<id>/entry.json`. Field names are camelCase for
@@ -122,6 +130,10 @@ pub struct Entry {
     pub argv: Vec<String>,
     pub cwd: String,
     pub owner_pid: Option<i32>,
+    /// The owner's start time (clock ticks) when the entry was made: with the pid, its identity,
+    /// so `reap` can tell that the owner died even after its pid was reused.
+    #[serde(default)]
+    pub owner_start_time: Option<u64>,
     /// The `sheepdog start` process that created the entry, while the entry is `starting`:
     /// never signalled, only checked for life, so a `start` in progress is not mistaken for a
     /// crash.
@@ -133,6 +145,17 @@ pub struct Entry {
     pub start_time: Option<u64>,
     pub supervisor_start_time: Option<u64>,
     pub uid: u32,
+    /// The provider's session id (for a managed entry, the supervisor's own session). A process
+    /// in the recorded group *and* session, of the same uid, started no earlier than the
+    /// provider, is the entry's even after the provider is gone: the group and session numbers
+    /// could only have been reused if every one of their members had died first.
+    #[serde(default)]
+    pub sid: Option<i32>,
+    /// Descendants the supervisor saw while it ran (subreaper tier), by identity: `reap` and
+    /// `stop` find them without a tag, so members that cleared their environment (`env -i`,
+    /// `su -`, `sudo`) are still caught. Dead ones are pruned on each write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<RecordedMember>,
     /// The random token in the provider's `SHEEPDOG_TAG`, by which `reap` recognises its
     /// descendants after the supervisor is gone.
     pub tag: String,
@@ -144,6 +167,12 @@ pub struct Entry {
     /// result instead of reporting the cleanup as unfinished.
     pub cleanup_runner_pid: Option<i32>,
     pub cleanup_runner_start_time: Option<u64>,
+    /// The cleanup command's own process (`sh -c`, its group leader), once spawned: a cleanup
+    /// whose runner was killed may still run, and counts as running while it does.
+    #[serde(default)]
+    pub cleanup_pid: Option<i32>,
+    #[serde(default)]
+    pub cleanup_start_time: Option<u64>,
     /// How the cleanup ended, once it has.
     pub cleanup_result: Option<CleanupResult>,
     /// The extra environment given with `--env`, as `K=V` (the cleanup gets it too).
@@ -161,10 +190,30 @@ pub struct Entry {
     pub exit_code: Option<i32>,
     pub signal: Option<String>,
     /// What began the stop: `signal` (sheepdog stop), `owner`, `timeout`, `reap`, ...
-    pub stop_reason: Option<String>,
+    pub stop_reason: Option<crate::status::StopReason>,
     pub tree_gone: Option<bool>,
     /// Unix ms.
     pub ended_at: Option<u64>,
+    /// The tier that keeps the tree: `cgroup`, `subreaper` or `group` (recorded before the
+    /// spawn; `None` in entries written before the tiers existed: treated as `subreaper`).
+    pub containment: Option<String>,
+    /// Why a stronger tier was not used (the cgroup probe's refusal); `None` in the cgroup tier.
+    pub containment_reason: Option<String>,
+    /// The tree's cgroup directory (absolute path), in the cgroup tier.
+    pub cgroup: Option<String>,
+    /// The inode of that directory: nothing acts on the path unless it still matches.
+    pub cgroup_inode: Option<u64>,
+    /// True when the cgroup could not be removed after the tree was gone; `reap` removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_leftover: Option<bool>,
+    /// What `start` asked for (`--containment`, `--memory-max` in bytes, `--pids-max`), kept
+    /// for `restart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containment_asked: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_max: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_max: Option<u64>,
     /// Unix ms when a reply of `sheepdog mcp` told the agent that this entry finished: each
     /// finished entry is reported once, also across server restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -218,7 +267,9 @@ impl Entry {
 
     /// True while the entry is `starting` and its `sheepdog start` process still lives.
     pub fn starter_alive(&self) -> bool {
-        self.status == "starting" && self.this_boot() && identity_alive(self.starter_pid, self.starter_start_time)
+        self.status == crate::status::Status::Starting
+            && self.this_boot()
+            && identity_alive(self.starter_pid, self.starter_start_time)
     }
 
     /// True while a claimed cleanup has no result and its runner still lives.
@@ -226,7 +277,32 @@ impl Entry {
         self.cleanup_started_at.is_some()
             && self.cleanup_result.is_none()
             && self.this_boot()
-            && identity_alive(self.cleanup_runner_pid, self.cleanup_runner_start_time)
+            && (identity_alive(self.cleanup_runner_pid, self.cleanup_runner_start_time)
+                || identity_alive(self.cleanup_pid, self.cleanup_start_time))
+    }
+
+    /// True while a cleanup is set, has not been claimed, and could still run (this boot): a
+    /// stop, owner death, the turn timeout or `reap` will run it; `clear` refuses to drop it.
+    pub fn cleanup_pending(&self) -> bool {
+        self.cleanup.is_some() && self.cleanup_started_at.is_none() && self.this_boot()
+    }
+
+    /// True if the entry has an owner and it is no longer that process (identity-checked when
+    /// its start time was recorded).
+    pub fn owner_gone(&self) -> bool {
+        let Some(pid) = self.owner_pid.and_then(Pid::new) else { return false };
+        if !self.this_boot() {
+            return true;
+        }
+        match self.owner_start_time {
+            Some(t) => procfs::start_time(pid) != Some(t),
+            None => !procfs::is_alive(pid),
+        }
+    }
+
+    /// Unix ms at which the turn timeout (`--timeout`) expires, if one is set.
+    pub fn timeout_at_ms(&self) -> Option<u64> {
+        self.timeout_ms.map(|t| self.started_at.saturating_add(t))
     }
 
     /// True if the recorded provider is still that process and alive.
@@ -303,6 +379,19 @@ pub fn state_dir(explicit: Option<PathBuf>) -> Result<PathBuf, RegistryError> {
     env("HOME").map(|h| h.join(".local/state/sheepdog")).ok_or(RegistryError::NoStateDir)
 }
 
+/// Refuses a state dir that belongs to another user or that others can write.
+fn check_private(root: &Path, meta: &fs::Metadata) -> Result<(), RegistryError> {
+    let me = process::getuid();
+    if meta.uid() != me {
+        return Err(RegistryError::NotOwner { path: root.to_path_buf(), owner: meta.uid(), me });
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(RegistryError::Insecure { path: root.to_path_buf(), mode });
+    }
+    Ok(())
+}
+
 fn mkdir_private(path: &Path) -> Result<(), RegistryError> {
     match fs::DirBuilder::new().recursive(true).mode(0o700).create(path) {
         Ok(()) => Ok(()),
@@ -318,14 +407,7 @@ impl Registry {
         let root = state_dir(explicit)?;
         mkdir_private(&root)?;
         let meta = fs::metadata(&root).map_err(io_at(&root))?;
-        let me = process::getuid();
-        if meta.uid() != me {
-            return Err(RegistryError::NotOwner { path: root, owner: meta.uid(), me });
-        }
-        let mode = meta.permissions().mode() & 0o7777;
-        if mode & 0o022 != 0 {
-            return Err(RegistryError::Insecure { path: root, mode });
-        }
+        check_private(&root, &meta)?;
         let reg = Registry { root };
         mkdir_private(&reg.procs())?;
         Ok(reg)
@@ -341,14 +423,7 @@ impl Registry {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_at(&root)(e)),
         };
-        let me = process::getuid();
-        if meta.uid() != me {
-            return Err(RegistryError::NotOwner { path: root, owner: meta.uid(), me });
-        }
-        let mode = meta.permissions().mode() & 0o7777;
-        if mode & 0o022 != 0 {
-            return Err(RegistryError::Insecure { path: root, mode });
-        }
+        check_private(&root, &meta)?;
         Ok(Some(Registry { root }))
     }
 

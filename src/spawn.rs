@@ -32,6 +32,14 @@ pub enum SpawnError {
         #[source]
         source: io::Error,
     },
+    /// The child could not join the tree's cgroup before `exec` (the cgroup tier was
+    /// demanded, so there is no fallback): status 125.
+    #[error("unable to move {program} into its cgroup: {source}")]
+    Cgroup {
+        program: String,
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl SpawnError {
@@ -40,7 +48,7 @@ impl SpawnError {
         match self {
             SpawnError::NotFound { .. } => 127,
             SpawnError::NotExecutable { .. } => 126,
-            SpawnError::Other { .. } => 125,
+            SpawnError::Other { .. } | SpawnError::Cgroup { .. } => 125,
         }
     }
 
@@ -79,6 +87,26 @@ pub struct SpawnOptions {
 /// Returns only after `exec` succeeded (std reports exec errors through a close-on-exec pipe),
 /// so an error here means the command never ran. Errors: [`SpawnError`].
 pub fn spawn_provider(argv: &[OsString], opts: SpawnOptions) -> Result<Spawned, SpawnError> {
+    spawn_joined(argv, opts, None).map(|(spawned, _)| spawned)
+}
+
+/// Where a provider must run: the fds that let the forked child join the tree's cgroup before
+/// `exec` (DESIGN.md: no member ever runs outside it), and whether a failed join may fall back
+/// to running the command outside the cgroup (`--containment auto`).
+#[derive(Clone, Copy, Debug)]
+pub struct CgroupJoin {
+    pub fds: crate::sys::cgroup::JoinFds,
+    pub fallback: bool,
+}
+
+/// [`spawn_provider`], with the child joining a cgroup first. Returns the spawned provider and,
+/// when the join failed and `fallback` allowed running it outside the cgroup, why the join
+/// failed. Errors: [`SpawnError`] (`Cgroup` when the join failed without a fallback).
+pub fn spawn_joined(
+    argv: &[OsString],
+    opts: SpawnOptions,
+    join: Option<CgroupJoin>,
+) -> Result<(Spawned, Option<io::Error>), SpawnError> {
     let (program, args) = argv.split_first().ok_or_else(|| SpawnError::Other {
         program: String::new(),
         source: io::Error::new(io::ErrorKind::InvalidInput, "empty command"),
@@ -95,12 +123,37 @@ pub fn spawn_provider(argv: &[OsString], opts: SpawnOptions) -> Result<Spawned, 
         cmd.stdin(i).stdout(o).stderr(e);
     }
     let take_terminal = process::owns_terminal_foreground();
-    process::set_pre_exec(&mut cmd, move || process::pre_exec_provider(take_terminal));
-    let child = cmd.spawn().map_err(|e| SpawnError::classify(program, e))?;
+    // Read in the forked child: set by the parent before a retry outside the cgroup.
+    let skip_join = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let skip = skip_join.clone();
+    process::set_pre_exec(&mut cmd, move || {
+        if let Some(j) = join
+            && !skip.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            crate::sys::cgroup::join_in_child(j.fds)?;
+        }
+        process::pre_exec_provider(take_terminal)
+    });
+    let mut refused = None;
+    let child = match (cmd.spawn(), join) {
+        (Ok(c), _) => c,
+        (Err(e), Some(j)) => match crate::sys::cgroup::take_join_error(j.fds) {
+            Some(why) if j.fallback => {
+                skip_join.store(true, std::sync::atomic::Ordering::Relaxed);
+                refused = Some(why);
+                cmd.spawn().map_err(|e| SpawnError::classify(program, e))?
+            }
+            Some(why) => {
+                return Err(SpawnError::Cgroup { program: program.to_string_lossy().into_owned(), source: why });
+            }
+            None => return Err(SpawnError::classify(program, e)),
+        },
+        (Err(e), None) => return Err(SpawnError::classify(program, e)),
+    };
     // The supervisor reaps with waitpid itself; dropping Child neither waits nor kills.
     let pid = Pid::new(child.id() as i32).ok_or_else(|| SpawnError::Other {
         program: program.to_string_lossy().into_owned(),
         source: io::Error::other("kernel returned pid 0"),
     })?;
-    Ok(Spawned { pid, pgid: pid.as_group() })
+    Ok((Spawned { pid, pgid: pid.as_group() }, refused))
 }

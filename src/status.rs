@@ -143,6 +143,75 @@ impl<'de> Deserialize<'de> for Status {
     }
 }
 
+/// What began a stop, as recorded in an entry's `stopReason`: the supervisor's trigger
+/// (`signal`: a SIGTERM/SIGINT/SIGHUP, which is how `sheepdog stop` asks; `owner`; `stdinEof`;
+/// `timeout`), or who acted past a supervisor that was gone or stuck (`stop`, `reap`). A word
+/// this version does not know is kept as it was written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StopReason {
+    Signal,
+    Owner,
+    StdinEof,
+    Timeout,
+    ProviderExited,
+    /// `sheepdog stop` stopped the recorded tree itself: the supervisor was gone or stuck.
+    Stop,
+    /// `reap` stopped the recorded tree of an entry whose supervisor was gone.
+    Reap,
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl From<crate::stop::Trigger> for StopReason {
+    fn from(t: crate::stop::Trigger) -> StopReason {
+        use crate::stop::Trigger;
+        match t {
+            Trigger::Signal(_) => StopReason::Signal,
+            Trigger::OwnerDied => StopReason::Owner,
+            Trigger::StdinEof => StopReason::StdinEof,
+            Trigger::Timeout => StopReason::Timeout,
+            Trigger::ProviderExited => StopReason::ProviderExited,
+        }
+    }
+}
+
+/// Who ran a cleanup, as recorded in `cleanupResult.ranBy`: the entry's `supervisor`, `sheepdog
+/// stop`, or `reap`. A word this version does not know is kept as it was written.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CleanupRunner {
+    #[default]
+    Supervisor,
+    Stop,
+    Reap,
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl fmt::Display for CleanupRunner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CleanupRunner::Supervisor => f.write_str("supervisor"),
+            CleanupRunner::Stop => f.write_str("stop"),
+            CleanupRunner::Reap => f.write_str("reap"),
+            CleanupRunner::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// What `reap` did to one entry (`action` in `reap --json`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ReapKind {
+    /// A live orphaned tree was stopped.
+    Reaped,
+    /// Nothing was alive and no result was recorded (or the entry is from a previous boot).
+    Lost,
+    /// A finished entry's pending cleanup ran: its owner is gone or its turn timeout passed.
+    Cleanup,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +227,17 @@ mod tests {
         assert_eq!(serde_json::to_string(&Status::TimedOut).unwrap(), "\"timedOut\"");
         assert_eq!(Status::parse("bogus"), None);
         assert!(Status::Stopped == "stopped");
+    }
+
+    #[test]
+    fn stop_reasons_and_runners_keep_words_they_do_not_know() {
+        let r: StopReason = serde_json::from_str("\"stdinEof\"").unwrap();
+        assert_eq!(r, StopReason::StdinEof);
+        let r: StopReason = serde_json::from_str("\"someday\"").unwrap();
+        assert_eq!(serde_json::to_string(&r).unwrap(), "\"someday\"");
+        let c: CleanupRunner = serde_json::from_str("\"reap\"").unwrap();
+        assert_eq!(c, CleanupRunner::Reap);
+        let c: CleanupRunner = serde_json::from_str("\"cron\"").unwrap();
+        assert_eq!(serde_json::to_string(&c).unwrap(), "\"cron\"");
     }
 }

@@ -20,7 +20,7 @@ use crate::sys::Signal;
 use crate::tree::Tree;
 
 /// How long a provider may take to exit on its own after its stdin reached EOF, before
-/// SIGTERM: 1000 ms (DESIGN.md). Agent CLIs in server mode exit on EOF within milliseconds.
+/// SIGTERM: 1000 ms. Agent CLIs in server mode exit on EOF within milliseconds.
 pub const STDIN_GRACE_MS: u64 = 1000;
 /// How long a tree has, after SIGTERM, to exit before SIGKILL: 3000 ms. Long enough for a dev
 /// server to close its listeners and a test runner to tear down; short enough that a cancelled

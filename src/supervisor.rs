@@ -13,16 +13,27 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
+use crate::cgroup;
 use crate::spawn::{self, SpawnError, SpawnOptions, Spawned};
 use crate::stop::{Phase, Step, StopMachine, StopPolicy, Trigger};
-use crate::sys::process::{self, FdKind, POLL_HUP_ONLY, POLL_IN, PidFd, PollFd};
+use crate::sys::process::{self, FdKind, POLL_HUP_ONLY, POLL_IN, POLL_PRI, PidFd, PollFd};
 use crate::sys::signal::SignalPipe;
 use crate::sys::{Pid, Signal, WaitStatus, procfs};
-use crate::tree::Tree;
+use crate::tree::{Member, Tree};
 
 /// Without pidfds (non-Linux, or Linux before 5.3) the owner is checked this often: 100 ms.
 /// Everywhere pidfds exist, owner death is an event and this is unused.
 pub const OWNER_POLL: Duration = Duration::from_millis(100);
+
+/// How soon after the spawn (and after each reaped child) the descendants are first handed to
+/// [`Observer::members`]: 10 ms; each later look waits twice as long, up to [`MEMBER_SCAN_MAX`].
+/// Forks send no event, so only looking finds them; most are made right after a start.
+pub const MEMBER_SCAN_MIN: Duration = Duration::from_millis(10);
+/// The longest wait between two looks at the descendants for [`Observer::members`]: 250 ms.
+/// It bounds the window in which a descendant that is orphaned and then loses its supervisor to
+/// a SIGKILL goes unrecorded (only the cgroup tier closes it); a look costs one read of
+/// `/proc/<pid>/task/*/children` per member.
+pub const MEMBER_SCAN_MAX: Duration = Duration::from_millis(250);
 
 /// Whom the supervisor answers to: when the owner dies, the tree is stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,10 +67,16 @@ pub struct Options {
     pub policy: StopPolicy,
     /// The turn timeout: the one stop runs this long after the spawn.
     pub timeout: Option<Duration>,
+    /// The containment tier asked for, and limits (see [`crate::cgroup::probe`]).
+    pub containment: cgroup::Request,
 }
 
 /// Hooks for a front end: events to report and extra fds to service. All default to nothing.
 pub trait Observer {
+    /// The probe chose the tier, before the spawn: in the cgroup tier the cgroup exists and the
+    /// command will join it before `exec`. Called again (subreaper tier, with the reason) if
+    /// the child could not join and the tier was not demanded.
+    fn contained(&mut self, _record: &cgroup::Record) {}
     /// The provider is running.
     fn spawned(&mut self, _spawned: &Spawned, _policy: &StopPolicy) {}
     /// A stop is about to begin: the timings to use, if they changed since the spawn (a managed
@@ -74,6 +91,17 @@ pub trait Observer {
     /// A child that is not the provider was reaped (an inherited orphan, or a helper the
     /// observer spawned itself).
     fn reaped(&mut self, _pid: Pid, _status: WaitStatus) {}
+    /// True if the observer wants [`Observer::members`] calls (a managed supervisor does).
+    fn wants_members(&self) -> bool {
+        false
+    }
+    /// The live descendants of the provider, now and then while it runs: soon after the spawn
+    /// and after each reaped child, then less often (see [`MEMBER_SCAN_MIN`]). A managed
+    /// supervisor records them, so `reap` finds members that cleared their environment.
+    /// Returns true if someone new was among them (the next look then comes soon again).
+    fn members(&mut self, _members: &[Member]) -> bool {
+        false
+    }
     /// Extra fds to poll for readability.
     fn fds(&self) -> Vec<RawFd> {
         Vec::new()
@@ -98,9 +126,12 @@ pub struct Outcome {
     pub tree_gone: bool,
     /// SIGKILL was needed.
     pub escalated: bool,
+    /// In the cgroup tier: the tree's cgroup could not be removed afterwards (a leftover for
+    /// `reap`).
+    pub cgroup_left: bool,
 }
 
-/// How the supervisor itself should end, as DESIGN.md's exit-status table says.
+/// How the supervisor itself should end, as README.md's exit-status table says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
     Code(i32),
@@ -117,7 +148,18 @@ impl Outcome {
     /// - owner death, stdin EOF or the timeout stopped it: the provider's code, or 128 + the
     ///   signal that ended it;
     /// - the provider exited on its own: its code, or die by its signal.
+    ///
+    /// As PID 1 of a PID namespace a process cannot die by a signal it raises at itself (the
+    /// kernel drops it), so there "die by S" is exit code 128 + S: what the process really exits
+    /// with, and what `exited`'s `status` reports.
     pub fn exit(&self) -> Exit {
+        match self.exit_by_signal() {
+            Exit::Signal(s) if process::getpid().as_raw() == 1 => Exit::Code(128 + s.as_raw()),
+            exit => exit,
+        }
+    }
+
+    fn exit_by_signal(&self) -> Exit {
         let Some(status) = self.provider.filter(|_| self.tree_gone) else {
             return Exit::Code(EXIT_UNFINISHED);
         };
@@ -140,6 +182,9 @@ pub enum Error {
     OwnerGone(Pid),
     #[error(transparent)]
     Spawn(#[from] SpawnError),
+    /// The cgroup tier or a limit was demanded and is unavailable here.
+    #[error(transparent)]
+    Containment(#[from] cgroup::Refused),
     #[error("unable to {op}: {source}")]
     Io {
         op: &'static str,
@@ -226,28 +271,71 @@ impl OwnerWatch {
 ///
 /// Order matters and is the point: signal handlers first (a stop that lands the instant after
 /// the spawn is still seen), then the owner check (the provider never runs for a wrong or dead
-/// owner), then the subreaper bit, then the spawn.
+/// owner), then the subreaper bit, then the containment probe (the tree's cgroup exists and is
+/// recorded before the command runs), then the spawn.
 ///
 /// Errors: [`Error`]; on error nothing was spawned.
 pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
+    let signals = install_signals()?;
+    supervise_with(&signals, opts, observer)
+}
+
+/// Installs the supervisor's signal handlers (SIGTERM, SIGINT, SIGHUP, SIGCHLD and the
+/// forwarded ones) and returns the self-pipe its loop polls. Errors: [`Error::Io`].
+pub fn install_signals() -> Result<SignalPipe, Error> {
     let mut handled = vec![Signal::TERM, Signal::INT, Signal::HUP, Signal::CHLD];
     handled.extend(Signal::FORWARDED);
-    let signals = SignalPipe::install(&handled).map_err(io_err("install signal handlers"))?;
+    SignalPipe::install(&handled).map_err(io_err("install signal handlers"))
+}
+
+/// [`supervise`] with handlers the caller installed ([`install_signals`]) and keeps after the
+/// tree is gone: a managed supervisor goes on listening for a stop while a cleanup is pending
+/// ([`await_trigger`]).
+pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
     let mut owner = opts.owner.map(OwnerWatch::open).transpose()?;
     #[cfg(target_os = "linux")]
     process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
 
+    // The tier, before the spawn: in the cgroup tier the child joins the tree's cgroup before
+    // `exec`, and the observer records the cgroup before the command runs.
+    let mut containment = cgroup::probe(&opts.containment)?;
+    observer.contained(&containment.record());
+
     // Children this process already has (a shell that exec'd sheepdog may have left a job
     // behind) are not the provider's: they are reaped when they exit, never stopped.
     let foreign = crate::tree::foreign_children();
-    let spawned = spawn::spawn_provider(&opts.argv, opts.spawn)?;
+    let join = containment.cgroup.as_ref().and_then(|cg| cg.join_fds()).map(|fds| spawn::CgroupJoin {
+        fds,
+        fallback: opts.containment.mode == cgroup::Mode::Auto && !opts.containment.limits_asked(),
+    });
+    let spawned = match spawn::spawn_joined(&opts.argv, opts.spawn, join) {
+        Ok((spawned, None)) => spawned,
+        Ok((spawned, Some(why))) => {
+            let path = containment.cgroup.as_ref().map(|c| c.path().display().to_string()).unwrap_or_default();
+            if let Some(cg) = containment.cgroup.take() {
+                let _ = cg.remove();
+            }
+            containment =
+                cgroup::Containment::fallback(format!("unable to move the command into cgroup {path}: {why}"));
+            observer.contained(&containment.record());
+            spawned
+        }
+        Err(e) => {
+            if let Some(cg) = &containment.cgroup {
+                let _ = cg.remove();
+            }
+            return Err(e.into());
+        }
+    };
     let started = Instant::now();
     observer.spawned(&spawned, &opts.policy);
 
-    let tree = Tree::supervised_except(spawned.pgid, foreign);
+    let tree = Tree::supervised_except(spawned.pgid, foreign).contained(containment.cgroup.take());
     let mut machine = StopMachine::new(opts.policy);
     let mut provider: Option<WaitStatus> = None;
     let timeout_at = opts.timeout.map(|d| started + d);
+    let mut scan_every = MEMBER_SCAN_MIN;
+    let mut next_scan = observer.wants_members().then_some(started + scan_every);
 
     let mut watch_stdin = false;
     if opts.on_stdin_eof == OnStdinEof::Stop {
@@ -270,12 +358,17 @@ pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, 
             fds.push(PollFd::new(0, POLL_HUP_ONLY));
             fds.len() - 1
         });
+        // In the cgroup tier, `populated 0` wakes the loop as soon as the last member exits.
+        let cgroup_slot = tree.cgroup().map(|cg| {
+            fds.push(PollFd::new(cg.events_fd(), POLL_PRI));
+            fds.len() - 1
+        });
         let extra_from = fds.len();
         fds.extend(observer.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
 
         let mut deadline = machine.deadline(now);
         if !machine.stopping() {
-            deadline = earliest(deadline, timeout_at);
+            deadline = earliest(earliest(deadline, timeout_at), next_scan);
         }
         if owner.as_ref().is_some_and(|o| o.pidfd.is_none()) {
             deadline = earliest(deadline, Some(now + OWNER_POLL));
@@ -290,7 +383,9 @@ pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, 
                 begin(&mut machine, Trigger::Signal(sig), &tree, observer);
             }
         }
+        let mut reaped_any = false;
         while let Some((pid, status)) = process::reap_any() {
+            reaped_any = true;
             if pid == spawned.pid {
                 provider = Some(status);
                 tree.leader_reaped();
@@ -307,6 +402,12 @@ pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, 
             owner = None;
             begin(&mut machine, Trigger::OwnerDied, &tree, observer);
         }
+        if let (Some(slot), Some(cg)) = (cgroup_slot, tree.cgroup())
+            && fds[slot].ready()
+        {
+            // Re-arms POLLPRI; "all gone" itself is re-checked below, as after every wake.
+            let _ = cg.populated();
+        }
         if stdin_slot.is_some_and(|slot| fds[slot].hung_up()) {
             watch_stdin = false;
             begin(&mut machine, Trigger::StdinEof, &tree, observer);
@@ -317,6 +418,15 @@ pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, 
             }
         }
         let now = Instant::now();
+        if let Some(t) = next_scan
+            && !machine.stopping()
+            && provider.is_none()
+            && (now >= t || reaped_any)
+        {
+            let news = observer.members(&tree.live_descendants());
+            scan_every = if reaped_any || news { MEMBER_SCAN_MIN } else { (scan_every * 2).min(MEMBER_SCAN_MAX) };
+            next_scan = Some(now + scan_every);
+        }
         if timeout_at.is_some_and(|t| now >= t) && !machine.stopping() {
             begin(&mut machine, Trigger::Timeout, &tree, observer);
         }
@@ -343,13 +453,83 @@ pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, 
         }
     }
 
+    // The tree's cgroup goes with the tree; a leftover is reported (and removed by `reap`).
+    let cgroup_left = tree.cgroup().is_some_and(|cg| cg.remove().is_err());
     Ok(Outcome {
         spawned,
         provider,
         trigger: machine.trigger(),
         tree_gone: machine.phase() == Phase::Gone,
         escalated: machine.escalated(),
+        cgroup_left,
     })
+}
+
+/// Waits, with nothing left to supervise, for a reason to stop: SIGTERM/SIGINT/SIGHUP, the
+/// death of `owner` (identity-checked against `owner_start` clock ticks, through a pidfd), or
+/// the `until` deadline (the turn timeout). Any other signal (SIGUSR1: "your entry changed")
+/// asks `still_needed`; when it says no, returns `None`. Used by a managed supervisor whose
+/// command exited on its own while a cleanup is still pending (ARCHITECTURE.md: "a cleanup belongs
+/// to the entry"). Children it still inherits are reaped on the way.
+pub fn await_trigger(
+    signals: &SignalPipe,
+    owner: Option<(Pid, Option<u64>)>,
+    until: Option<Instant>,
+    still_needed: &mut dyn FnMut() -> bool,
+) -> Option<Trigger> {
+    let owner_now = |p: Pid, t: Option<u64>| match t {
+        Some(t) => procfs::start_time(p) == Some(t),
+        None => procfs::is_alive(p),
+    };
+    let pidfd = match owner {
+        Some((p, t)) => {
+            let fd = PidFd::open(p).ok();
+            if !owner_now(p, t) {
+                return Some(Trigger::OwnerDied);
+            }
+            fd
+        }
+        None => None,
+    };
+    if !still_needed() {
+        return None;
+    }
+    loop {
+        let now = Instant::now();
+        if until.is_some_and(|u| now >= u) {
+            return Some(Trigger::Timeout);
+        }
+        let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
+        if let Some(fd) = &pidfd {
+            fds.push(PollFd::new(fd.as_raw_fd(), POLL_IN));
+        }
+        let mut deadline = until;
+        if owner.is_some() && pidfd.is_none() {
+            deadline = earliest(deadline, Some(now + OWNER_POLL));
+        }
+        if process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).is_err() {
+            return None;
+        }
+        let mut recheck = false;
+        for sig in signals.drain() {
+            match sig {
+                Signal::TERM | Signal::INT | Signal::HUP => return Some(Trigger::Signal(sig)),
+                Signal::CHLD => while process::reap_any().is_some() {},
+                _ => recheck = true,
+            }
+        }
+        let owner_died = match owner {
+            Some(_) if fds.len() > 1 => fds[1].ready(),
+            Some((p, t)) => !owner_now(p, t),
+            None => false,
+        };
+        if owner_died {
+            return Some(Trigger::OwnerDied);
+        }
+        if recheck && !still_needed() {
+            return None;
+        }
+    }
 }
 
 fn begin(machine: &mut StopMachine, trigger: Trigger, tree: &Tree, observer: &mut dyn Observer) {
@@ -367,5 +547,74 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// README.md's exit-status table of `sheepdog run`, row by row.
+    #[test]
+    fn exit_status_follows_the_readme_table() {
+        let pid = Pid::new(4242).unwrap();
+        let spawned = Spawned { pid, pgid: pid.as_group() };
+        let outcome = |provider: Option<WaitStatus>, trigger: Option<Trigger>, tree_gone: bool| Outcome {
+            spawned,
+            provider,
+            trigger,
+            tree_gone,
+            escalated: false,
+            cgroup_left: false,
+        };
+        let kill = Signal::KILL;
+        let term = Signal::TERM;
+        let rows: &[(&str, Outcome, Exit)] = &[
+            ("CMD exited with code N", outcome(Some(WaitStatus::Exited(3)), None, true), Exit::Code(3)),
+            (
+                "CMD killed by signal S, no stop",
+                outcome(Some(WaitStatus::Signaled(kill)), None, true),
+                Exit::Signal(kill),
+            ),
+            (
+                "CMD exited, what it left was cleaned up",
+                outcome(Some(WaitStatus::Exited(0)), Some(Trigger::ProviderExited), true),
+                Exit::Code(0),
+            ),
+            (
+                "signal S stopped sheepdog",
+                outcome(Some(WaitStatus::Signaled(term)), Some(Trigger::Signal(term)), true),
+                Exit::Signal(term),
+            ),
+            (
+                "owner death: CMD's code if it exited",
+                outcome(Some(WaitStatus::Exited(0)), Some(Trigger::OwnerDied), true),
+                Exit::Code(0),
+            ),
+            (
+                "owner death: else 128 + the signal",
+                outcome(Some(WaitStatus::Signaled(term)), Some(Trigger::OwnerDied), true),
+                Exit::Code(128 + libc::SIGTERM),
+            ),
+            (
+                "stdin EOF: 128 + the signal",
+                outcome(Some(WaitStatus::Signaled(kill)), Some(Trigger::StdinEof), true),
+                Exit::Code(128 + libc::SIGKILL),
+            ),
+            (
+                "the kernel did not finish the kill",
+                outcome(Some(WaitStatus::Signaled(kill)), Some(Trigger::Signal(term)), false),
+                Exit::Code(124),
+            ),
+            ("the provider could not be reaped", outcome(None, Some(Trigger::OwnerDied), false), Exit::Code(124)),
+        ];
+        for (row, o, want) in rows {
+            assert_eq!(o.exit(), *want, "{row}");
+        }
+        let e = |raw| std::io::Error::from_raw_os_error(raw);
+        let program = "x".to_string();
+        assert_eq!(SpawnError::NotFound { program: program.clone(), source: e(libc::ENOENT) }.exit_code(), 127);
+        assert_eq!(SpawnError::NotExecutable { program, source: e(libc::EACCES) }.exit_code(), 126);
+        assert_eq!(Error::OwnerGone(pid).exit_code(), 125, "sheepdog's own error");
     }
 }

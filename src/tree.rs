@@ -1,6 +1,6 @@
 //! Which processes belong to a provider, whether any is alive, and signalling them safely.
 //!
-//! Two views of a tree, one per situation (DESIGN.md, "the one invariant"):
+//! Two views of a tree, one per situation (ARCHITECTURE.md, "How all of it is tracked"):
 //!
 //! - [`Tree::supervised`]: seen from the live supervisor. On Linux the supervisor is a child
 //!   subreaper, so every descendant of the provider, whatever group or session it moved to, stays
@@ -18,6 +18,7 @@
 use std::cell::Cell;
 use std::time::Duration;
 
+use crate::cgroup::Cgroup;
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
 use crate::sys::procfs::{self, Stat};
 use crate::sys::{Pgid, Pid, Signal};
@@ -48,15 +49,16 @@ enum Scope {
     /// Descendants of `root`, except the subtrees of `foreign`: children `root` already had
     /// before the provider was spawned (a shell that `exec`s sheepdog may leave a background job
     /// or a process substitution behind; those are not the provider's).
-    Supervised {
-        root: Pid,
-        foreign: Vec<Member>,
-    },
+    Supervised { root: Pid, foreign: Vec<Member> },
     Recorded {
         provider: Pid,
         provider_start: u64,
         uid: u32,
         tag: String,
+        /// Descendants the supervisor saw while it ran, by identity.
+        members: Vec<Member>,
+        /// The provider's session: with the group, evidence for members that lost their tag.
+        sid: Option<i32>,
     },
 }
 
@@ -68,6 +70,9 @@ pub struct Tree {
     /// True while the group number cannot have been reused: the supervisor has not yet reaped
     /// the group leader (the provider). Only then is `kill(-pgid)` safe.
     leader_held: Cell<bool>,
+    /// In the cgroup tier, the tree's cgroup: then it alone says who is a member and whether
+    /// anything is alive, and SIGKILL is one write to `cgroup.kill` (see [`crate::cgroup`]).
+    cgroup: Option<Cgroup>,
 }
 
 impl Tree {
@@ -79,23 +84,78 @@ impl Tree {
     /// Like [`Tree::supervised`], leaving out `foreign`: this process's children from before the
     /// spawn (see [`foreign_children`]) and everything below them.
     pub fn supervised_except(pgid: Pgid, foreign: Vec<Member>) -> Tree {
-        Tree { scope: Scope::Supervised { root: process::getpid(), foreign }, pgid, leader_held: Cell::new(true) }
+        Tree {
+            scope: Scope::Supervised { root: process::getpid(), foreign },
+            pgid,
+            leader_held: Cell::new(true),
+            cgroup: None,
+        }
     }
 
     /// The tree below `root` (not `root` itself) plus the live members of group `pgid`, whose
     /// leader this process has spawned and not yet reaped (a cleanup command).
     pub fn rooted(root: Pid, pgid: Pgid) -> Tree {
-        Tree { scope: Scope::Supervised { root, foreign: Vec::new() }, pgid, leader_held: Cell::new(true) }
+        Tree {
+            scope: Scope::Supervised { root, foreign: Vec::new() },
+            pgid,
+            leader_held: Cell::new(true),
+            cgroup: None,
+        }
     }
 
     /// The tree of a recorded provider whose supervisor is gone: `provider` started at
     /// `provider_start` clock ticks, owned by `uid`, tagged `SHEEPDOG_TAG=tag`.
     pub fn recorded(provider: Pid, pgid: Pgid, provider_start: u64, uid: u32, tag: &str) -> Tree {
         Tree {
-            scope: Scope::Recorded { provider, provider_start, uid, tag: tag.to_string() },
+            scope: Scope::Recorded {
+                provider,
+                provider_start,
+                uid,
+                tag: tag.to_string(),
+                members: Vec::new(),
+                sid: None,
+            },
             pgid,
             leader_held: Cell::new(false),
+            cgroup: None,
         }
+    }
+
+    /// The same tree kept by `cgroup` (the cgroup tier), or unchanged with `None`.
+    pub fn contained(mut self, cgroup: Option<Cgroup>) -> Tree {
+        self.cgroup = cgroup;
+        self
+    }
+
+    /// The tree of an entry in the cgroup tier whose supervisor is gone: exactly the processes
+    /// in its recorded cgroup (opened with the inode checked), whatever they did to their
+    /// environment, group or session.
+    pub fn of_cgroup(cgroup: Cgroup, pgid: Pgid) -> Tree {
+        Tree {
+            scope: Scope::Supervised { root: process::getpid(), foreign: Vec::new() },
+            pgid,
+            leader_held: Cell::new(false),
+            cgroup: Some(cgroup),
+        }
+    }
+
+    /// The tree's cgroup, in the cgroup tier.
+    pub fn cgroup(&self) -> Option<&Cgroup> {
+        self.cgroup.as_ref()
+    }
+
+    /// Adds the evidence that needs no tag (for members that cleared their environment):
+    /// `members` the supervisor recorded (each counts, with its descendants, while its start
+    /// time still matches), and the provider's session `sid`: a process in the recorded group
+    /// *and* session, of the same uid, started no earlier than the provider, is the entry's
+    /// (those two numbers could only have been reused after every member of both had died).
+    /// No effect on a supervised tree.
+    pub fn with_evidence(mut self, recorded: Vec<Member>, session: Option<i32>) -> Tree {
+        if let Scope::Recorded { members, sid, .. } = &mut self.scope {
+            *members = recorded;
+            *sid = session;
+        }
+        self
     }
 
     /// The provider's process group.
@@ -111,6 +171,9 @@ impl Tree {
 
     /// Every live (non-zombie) process of the tree, deduplicated.
     pub fn live(&self) -> Vec<Member> {
+        if let Some(cg) = &self.cgroup {
+            return cg.members().into_iter().map(|pid| Member { pid, start_time: procfs::start_time(pid) }).collect();
+        }
         let mut out: Vec<Member> = Vec::new();
         let push = |m: Member, out: &mut Vec<Member>| {
             if !out.iter().any(|o| o.pid == m.pid) {
@@ -135,13 +198,16 @@ impl Tree {
                     push(Member { pid: Pid::new(self.pgid.as_raw()).unwrap_or(*root), start_time: None }, &mut out);
                 }
             }
-            Scope::Recorded { provider, provider_start, uid, tag } => {
+            Scope::Recorded { provider, provider_start, uid, tag, members, sid } => {
                 for s in procfs::all() {
                     if s.is_zombie() || s.start_time < *provider_start {
                         continue;
                     }
                     let is_provider = s.pid == *provider && s.start_time == *provider_start;
-                    if is_provider {
+                    let is_recorded = members.iter().any(|m| m.pid == s.pid && m.start_time == Some(s.start_time));
+                    // By full identity (pid and start time, this boot): the supervisor saw it as
+                    // its own, whatever uid it switched to since (`su`, `setpriv`).
+                    if is_recorded || (is_provider && procfs::uid(s.pid) == Some(*uid)) {
                         push(Member::from_stat(&s), &mut out);
                         for d in procfs::descendants(s.pid) {
                             if !d.is_zombie() {
@@ -150,7 +216,8 @@ impl Tree {
                         }
                         continue;
                     }
-                    if procfs::uid(s.pid) == Some(*uid) && procfs::environ_has(s.pid, TAG_ENV, tag) {
+                    let in_group = sid.is_some_and(|sid| s.pgrp == self.pgid.as_raw() && s.session == sid);
+                    if procfs::uid(s.pid) == Some(*uid) && (in_group || procfs::environ_has(s.pid, TAG_ENV, tag)) {
                         push(Member::from_stat(&s), &mut out);
                     }
                 }
@@ -159,8 +226,22 @@ impl Tree {
         out
     }
 
+    /// The live descendants of a supervised tree (no group scan): what a managed supervisor
+    /// records so that `reap` can find them without it. Empty for a recorded tree.
+    pub fn live_descendants(&self) -> Vec<Member> {
+        match &self.scope {
+            Scope::Supervised { root, foreign } => {
+                walk(*root, foreign).iter().filter(|s| !s.is_zombie()).map(Member::from_stat).collect()
+            }
+            Scope::Recorded { .. } => Vec::new(),
+        }
+    }
+
     /// True when nothing of the tree is alive (zombies count as gone).
     pub fn is_gone(&self) -> bool {
+        if let Some(cg) = &self.cgroup {
+            return !cg.populated();
+        }
         match &self.scope {
             Scope::Supervised { root, foreign } => {
                 // Fast path: the walk covers every descendant; the full scan for group members
@@ -191,6 +272,10 @@ impl Tree {
     /// signal twice, which some programs read as "force quit"), and no full `/proc` scan is
     /// needed. After the leader is reaped, members are found by scanning and signalled one by one.
     pub fn signal_all(&self, sigs: &[Signal]) -> usize {
+        if let Some(cg) = &self.cgroup {
+            let counts: Vec<usize> = sigs.iter().map(|s| cg.signal(*s)).collect();
+            return counts.first().copied().unwrap_or(0);
+        }
         let group_kill = self.leader_held.get() || !cfg!(target_os = "linux");
         let members: Vec<Member> = match (&self.scope, group_kill) {
             (Scope::Supervised { root, foreign }, true) => walk(*root, foreign)
@@ -221,6 +306,9 @@ impl Tree {
 
     /// Blocks until a member exits or `timeout` passes, on pidfds (Linux) or a plain sleep.
     pub fn wait_any_exit(&self, timeout: Duration) {
+        if let Some(cg) = &self.cgroup {
+            return cg.wait_change(timeout);
+        }
         let fds: Vec<PidFd> = self.live().iter().take(256).filter_map(|m| PidFd::open(m.pid).ok()).collect();
         if fds.is_empty() {
             std::thread::sleep(timeout.min(Duration::from_millis(10)));
@@ -266,28 +354,49 @@ pub fn signal_member(m: &Member, sig: Signal) -> bool {
     }
 }
 
+/// A live process as a [`Census`] keeps it: start time (clock ticks) and owner uid.
+type Seen = (u64, Option<u32>);
+
 /// One scan of `/proc` that records every live process carrying a `SHEEPDOG_TAG`, so that many
 /// recorded entries (`ps`, `reap` over thousands) are checked against one scan instead of one
 /// scan each.
 #[derive(Debug, Default)]
 pub struct Census {
     /// tag → (start time, uid) of each live process carrying it.
-    by_tag: std::collections::HashMap<String, Vec<(u64, Option<u32>)>>,
+    by_tag: std::collections::HashMap<String, Vec<Seen>>,
+    /// (process group, session) → (start time, uid) of each live process in them.
+    by_group: std::collections::HashMap<(i32, i32), Vec<Seen>>,
+    /// (pid, start time) of every live process.
+    live: std::collections::HashSet<(i32, u64)>,
 }
 
 impl Census {
     /// Scans `/proc` once (Linux; empty elsewhere).
     pub fn take() -> Census {
-        let mut by_tag: std::collections::HashMap<String, Vec<(u64, Option<u32>)>> = Default::default();
+        let mut census = Census::default();
         for s in procfs::all() {
             if s.is_zombie() {
                 continue;
             }
+            let uid = procfs::uid(s.pid);
             if let Some(tag) = procfs::environ_value(s.pid, TAG_ENV) {
-                by_tag.entry(tag).or_default().push((s.start_time, procfs::uid(s.pid)));
+                census.by_tag.entry(tag).or_default().push((s.start_time, uid));
             }
+            census.by_group.entry((s.pgrp, s.session)).or_default().push((s.start_time, uid));
+            census.live.insert((s.pid.as_raw(), s.start_time));
         }
-        Census { by_tag }
+        census
+    }
+
+    /// True if a live process is in group `pgid` and session `sid`, belongs to `uid` and started
+    /// no earlier than `min_start` (see [`Tree::with_evidence`]).
+    pub fn group_alive(&self, pgid: i32, sid: i32, uid: u32, min_start: u64) -> bool {
+        self.by_group.get(&(pgid, sid)).is_some_and(|v| v.iter().any(|(t, u)| *t >= min_start && *u == Some(uid)))
+    }
+
+    /// True if the process `pid` started at `start_time` is alive (not a zombie).
+    pub fn is_alive(&self, pid: i32, start_time: u64) -> bool {
+        self.live.contains(&(pid, start_time))
     }
 
     /// True if a live process carries `tag`, belongs to `uid` and started no earlier than

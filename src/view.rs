@@ -22,8 +22,11 @@ use crate::tree::Census;
 /// Log paths of an entry.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct LogPaths {
+    /// `procs/<id>/stdout.log`: stdout, byte-exact.
     pub stdout: PathBuf,
+    /// `procs/<id>/stderr.log`: stderr, byte-exact.
     pub stderr: PathBuf,
+    /// `procs/<id>/combined.log`: tagged lines in arrival order, with markers.
     pub combined: PathBuf,
 }
 
@@ -41,9 +44,13 @@ impl LogPaths {
 /// One live process of an entry's tree. `sid` is the Unix session id.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct TreeProc {
+    /// Its pid.
     pub pid: i32,
+    /// Its process group.
     pub pgid: i32,
+    /// Its Unix session id.
     pub sid: i32,
+    /// Its command line.
     pub command: String,
 }
 
@@ -51,25 +58,39 @@ pub struct TreeProc {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EntryView {
+    /// `proc_N`, never reused.
     pub id: String,
     /// The given name, else the program's basename (the same value everywhere).
     pub name: String,
     /// True if `name` was given (`--name`), false if it is the program's basename.
     pub name_given: bool,
+    /// `--session`: the agent turn it belongs to.
     pub session_id: Option<String>,
+    /// One token: `running`, `exited`, `timedOut`...
     pub status: Status,
     /// The human line: `running`, `exited (0)`, `timed out after 2s`, `orphaned (...)`. Never null.
     pub status_text: String,
+    /// The command's exit code, when it exited by itself.
     pub exit_code: Option<i32>,
+    /// The signal that ended the command (`SIGTERM`), when one did.
     pub signal: Option<String>,
+    /// The command's (provider's) pid, once spawned.
     pub pid: Option<i32>,
+    /// Its process group.
     pub pgid: Option<i32>,
+    /// The detached supervisor's pid.
     pub supervisor_pid: Option<i32>,
+    /// `--owner`: the entry stops when this process dies.
     pub owner_pid: Option<i32>,
+    /// Unix ms.
     pub started_at: u64,
+    /// Unix ms, once finished.
     pub ended_at: Option<u64>,
+    /// The command as one short line (at most 120 characters).
     pub command_preview: String,
+    /// The command and its arguments.
     pub argv: Vec<String>,
+    /// Its working directory.
     pub cwd: String,
     /// Keys of the `--env` variables (values are never shown).
     pub env_keys: Vec<String>,
@@ -81,19 +102,44 @@ pub struct EntryView {
     pub cleanup_result: Option<CleanupResult>,
     /// When the cleanup run was claimed (unix ms).
     pub cleanup_started_at: Option<u64>,
+    /// `--timeout`, ms.
     pub timeout_ms: Option<u64>,
+    /// The stop timings (ms), `maxStopMs` included.
     pub stop: StopTimings,
-    pub stop_reason: Option<String>,
+    /// What began the stop (`signal`, `owner`, `timeout`, `reap`, `stop`...), once stopped.
+    pub stop_reason: Option<crate::status::StopReason>,
+    /// Whether the whole tree was confirmed gone at the end.
     pub tree_gone: Option<bool>,
+    /// `--log-max` in bytes (null: the 64 MiB default).
     pub log_max_bytes: Option<u64>,
+    /// The readiness options it was started with (repeated by `restart`).
     pub ready: Option<ReadySpec>,
+    /// The id of the entry this one replaced (`restart`, `start --replace`).
     pub restart_of: Option<String>,
+    /// Where its logs are.
     pub logs: LogPaths,
     /// Identity: boot id, provider and supervisor start times (clock ticks), uid.
     pub boot_id: String,
+    /// Identity: the provider's start time in clock ticks after boot.
     pub start_time: Option<u64>,
+    /// Identity: the supervisor's start time in clock ticks after boot.
     pub supervisor_start_time: Option<u64>,
+    /// Identity: the uid it runs as.
     pub uid: u32,
+    /// The tier that keeps the tree: `cgroup`, `subreaper` or `group` (null in entries from
+    /// before the tiers existed).
+    pub containment: Option<String>,
+    /// Why a stronger tier was refused (null in the cgroup tier).
+    pub containment_reason: Option<String>,
+    /// The tree's cgroup directory and its inode (cgroup tier).
+    pub cgroup: Option<String>,
+    pub cgroup_inode: Option<u64>,
+    /// True when the cgroup could not be removed after the tree was gone (`reap` removes it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_leftover: Option<bool>,
+    /// Usage of a running cgroup-tier entry's cgroup, from [`crate::cgroup::usage`]:
+    /// `{cpuMs, memoryBytes, tasks}`, absent controllers null; null otherwise.
+    pub usage: Option<crate::cgroup::Usage>,
     /// The live processes (`ps --tree`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tree: Option<Vec<TreeProc>>,
@@ -115,6 +161,10 @@ pub fn status_text(e: &Entry, status: Status) -> String {
     }
     match status {
         Status::Orphaned => "orphaned (the supervisor is gone; the tree is alive: run 'sheepdog reap')".into(),
+        Status::Lost if !e.is_finished() && e.cleanup.is_some() && e.cleanup_started_at.is_none() => {
+            "lost (the supervisor was killed before it recorded a result; its cleanup is pending: 'sheepdog reap' runs it)"
+                .into()
+        }
         Status::Lost if !e.is_finished() => "lost (the supervisor is gone and nothing of the tree is alive)".into(),
         Status::Exited => match e.exit_code {
             Some(c) => format!("exited ({c})"),
@@ -188,6 +238,12 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
         start_time: e.start_time,
         supervisor_start_time: e.supervisor_start_time,
         uid: e.uid,
+        containment: e.containment.clone(),
+        containment_reason: e.containment_reason.clone(),
+        cgroup: e.cgroup.clone(),
+        cgroup_inode: e.cgroup_inode,
+        cgroup_leftover: e.cgroup_leftover,
+        usage: if status.is_finished() { None } else { crate::cgroup::usage(e) },
         tree,
     }
 }

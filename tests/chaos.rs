@@ -10,6 +10,8 @@
 //!
 //! A failing iteration prints its seed; replay it with `SHEEPDOG_CHAOS_SEED=<seed>
 //! SHEEPDOG_CHAOS_ITERATIONS=1 cargo test --test chaos`.
+// Linux only: these tests read /proc and rely on the subreaper; macOS is checked by clippy alone.
+#![cfg(target_os = "linux")]
 
 mod common;
 

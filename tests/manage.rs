@@ -1,6 +1,8 @@
 //! Managed background processes and the registry: start, ps, logs, stop, wait, reap, clear,
 //! with real detached supervisors, real trees and real files. Each test has its own state dir;
 //! its `State` guard kills whatever the entries started, by recorded identity.
+// Linux only: these tests read /proc and rely on the subreaper; macOS is checked by clippy alone.
+#![cfg(target_os = "linux")]
 
 mod common;
 
@@ -84,11 +86,22 @@ fn reap_after_the_supervisor_is_sigkilled_stops_the_orphaned_tree_and_records_it
     let v = st.start(&["--name", "web", "--", "sh", "-c", SPLIT_TREE]);
     let id = id_of(&v);
     st.wait_log(&id, "stdout.log", "child");
-    let tree = st.tree_pids(&id);
-    assert!(tree.len() >= 2, "{tree:?}");
     let pgid = v["pgid"].as_i64().unwrap() as i32;
-    let left_group: Vec<i32> =
-        tree.iter().copied().filter(|p| sheepdog::sys::procfs::stat(pid(*p)).is_ok_and(|s| s.pgrp != pgid)).collect();
+    // `echo child` may run before the background `setsid` has left the group: wait for it.
+    let end = Instant::now() + SECS(10);
+    let (tree, left_group) = loop {
+        let tree = st.tree_pids(&id);
+        let left_group: Vec<i32> = tree
+            .iter()
+            .copied()
+            .filter(|p| sheepdog::sys::procfs::stat(pid(*p)).is_ok_and(|s| s.pgrp != pgid && s.comm == "sleep"))
+            .collect();
+        if left_group.len() == 1 || Instant::now() >= end {
+            break (tree, left_group);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(tree.len() >= 2, "{tree:?}");
     assert_eq!(left_group.len(), 1, "one descendant left the group: {tree:?}");
 
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
@@ -274,7 +287,8 @@ fn timeout_stops_and_records_timed_out_after_dur() {
     let t0 = Instant::now();
     let out = st.run(&["wait", &id]);
     assert!(t0.elapsed() >= Duration::from_millis(400), "{:?}", t0.elapsed());
-    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{}", stderr(&out));
+    // Issue 8: a turn timeout is 124, as GNU timeout reports it (not the process's own 128+15).
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
     let e = st.entry(&id);
     assert_eq!(e["status"], "timedOut");
     assert_eq!(e["statusText"], "timed out after 500ms");
@@ -486,7 +500,7 @@ fn messages_keep_the_name_id_shape_without_a_name_and_json_errors_go_to_stdout()
 }
 
 #[test]
-fn regression_attack_1_a_stop_during_start_waits_for_the_supervisor_and_never_signals_start() {
+fn a_stop_during_start_waits_for_the_supervisor_and_never_signals_start() {
     for _ in 0..5 {
         let st = State::new();
         let start =
@@ -507,7 +521,7 @@ fn regression_attack_1_a_stop_during_start_waits_for_the_supervisor_and_never_si
 }
 
 #[test]
-fn regression_attack_4_names_shaped_like_ids_are_refused() {
+fn names_shaped_like_ids_are_refused() {
     let st = State::new();
     for bad in ["proc_11", "proc_1", ""] {
         let out = st.run(&["start", "--name", bad, "--", "true"]);
@@ -520,7 +534,7 @@ fn regression_attack_4_names_shaped_like_ids_are_refused() {
 }
 
 #[test]
-fn regression_attack_5_and_6_cleanup_in_progress_cannot_be_cleared_and_a_killed_one_is_not_success() {
+fn cleanup_in_progress_cannot_be_cleared_and_a_killed_one_is_not_success() {
     let st = State::new();
     let v = st.start(&["--name", "c", "--cleanup", "sleep 1", "--", "sleep", "1000"]);
     let id = id_of(&v);
@@ -542,7 +556,7 @@ fn regression_attack_5_and_6_cleanup_in_progress_cannot_be_cleared_and_a_killed_
 }
 
 #[test]
-fn regression_attack_7_stop_with_a_shorter_grace_does_not_kill_a_supervisor_already_stopping() {
+fn stop_with_a_shorter_grace_does_not_kill_a_supervisor_already_stopping() {
     let st = State::new();
     let id = id_of(&st.start(&[
         "--name",
@@ -565,7 +579,7 @@ fn regression_attack_7_stop_with_a_shorter_grace_does_not_kill_a_supervisor_alre
 }
 
 #[test]
-fn regression_attack_1b_wait_during_start_waits_for_the_command() {
+fn wait_during_start_waits_for_the_command() {
     let st = State::new();
     let start = st.cmd(&["start", "--", "sh", "-c", "sleep 0.3; exit 4"]).stdout(Stdio::piped()).spawn().unwrap();
     st.wait_entry_dir("proc_1");
@@ -575,7 +589,7 @@ fn regression_attack_1b_wait_during_start_waits_for_the_command() {
 }
 
 #[test]
-fn regression_attack2_5_6_wait_outlives_a_killed_supervisor_and_never_reports_an_unknown_status_as_0() {
+fn wait_outlives_a_killed_supervisor_and_never_reports_an_unknown_status_as_0() {
     let st = State::new();
     let v = st.start(&["--", "sleep", "100"]);
     let id = id_of(&v);
@@ -597,7 +611,7 @@ fn regression_attack2_5_6_wait_outlives_a_killed_supervisor_and_never_reports_an
 }
 
 #[test]
-fn regression_attack2_7_8_update_refuses_what_would_have_no_effect_and_keeps_names_unique() {
+fn update_refuses_what_would_have_no_effect_and_keeps_names_unique() {
     let st = State::new();
     let id = id_of(&st.start(&["--cleanup", "true", "--", "sleep", "100"]));
     let _ = st.ok(&["stop", &id]);

@@ -12,6 +12,7 @@ use crate::logread::{self, Cursor, LogQuery, LogStream};
 use crate::manager::{self, ManagerError, StartRequest, Waited};
 use crate::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome, ReadySpec};
 use crate::registry::{Cleanup, Entry, Registry, RegistryError};
+use crate::status::ReapKind;
 use crate::status::Status;
 use crate::stop::StopPolicy;
 use crate::view;
@@ -89,6 +90,18 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 pub const SESSION_ENV: &str = "SHEEPDOG_SESSION";
 pub const OWNER_ENV: &str = "SHEEPDOG_OWNER";
 
+/// `$SHEEPDOG_OWNER` as a pid: unset or empty is none; anything else must be a pid.
+fn owner_from_env() -> Result<Option<crate::sys::Pid>, CliError> {
+    let Some(raw) = std::env::var_os(OWNER_ENV).filter(|v| !v.is_empty()) else { return Ok(None) };
+    let text = raw.to_string_lossy();
+    text.trim()
+        .parse::<i32>()
+        .ok()
+        .and_then(crate::sys::Pid::new)
+        .map(Some)
+        .ok_or_else(|| CliError::usage(format!("{OWNER_ENV}={text}: not a process id (must be a number > 0)")))
+}
+
 /// `sheepdog start`.
 #[derive(Debug, clap::Args)]
 pub struct StartArgs {
@@ -102,8 +115,9 @@ pub struct StartArgs {
     /// The agent session (turn) this process belongs to; `stop --session` stops them all.
     #[arg(long, value_name = "ID", env = SESSION_ENV)]
     session: Option<String>,
-    /// Stop the process when this process dies (any process, identity-checked).
-    #[arg(long, value_name = "PID", env = OWNER_ENV, allow_hyphen_values = true)]
+    /// Stop the process when this process dies (any process, identity-checked). Default:
+    /// $SHEEPDOG_OWNER (unset or empty: none).
+    #[arg(long, value_name = "PID", allow_hyphen_values = true)]
     owner: Option<i32>,
     /// Working directory of the command (default: the current one).
     #[arg(long, value_name = "DIR")]
@@ -131,6 +145,8 @@ pub struct StartArgs {
     /// Cap per log file; at the cap it rotates to one `.1`.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     log_max: Option<u64>,
+    #[command(flatten)]
+    containment: super::ContainmentArgs,
     /// Return once a process of the tree listens on this TCP port (status 1 if the command exits
     /// first, 124 if --ready-timeout passes: the process keeps running).
     #[arg(long, value_name = "PORT", conflicts_with_all = ["ready_log", "ready_listen"])]
@@ -174,7 +190,7 @@ fn render_started(
     reg: &Registry,
     e: &Entry,
     ready: Option<&ReadyOutcome>,
-    warnings: &[String],
+    warnings: &[crate::nudge::Warning],
     json_out: Option<&mut Vec<Value>>,
 ) -> i32 {
     let code = match ready {
@@ -233,7 +249,11 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     if a.command.is_empty() {
         return Err(CliError::usage("start: missing command (usage: sheepdog start [OPTIONS] -- CMD [ARGS...])"));
     }
-    let owner = a.owner.map(|p| pid_arg("--owner", p)).transpose()?;
+    let owner = match a.owner {
+        Some(p) => Some(pid_arg("--owner", p)?),
+        None => owner_from_env()?,
+    };
+    let (containment, limits) = a.containment.resolve()?;
     let ready = a.ready_spec()?;
     let session = a.session.clone().filter(|s| !s.is_empty());
     let reg = open(dir)?;
@@ -251,6 +271,8 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         policy: StopPolicy { stdin_grace: Duration::ZERO, term_grace: a.term_grace, kill_wait: a.kill_wait },
         cleanup: a.cleanup.map(|command| Cleanup { command, timeout_ms: a.cleanup_timeout.as_millis() as u64 }),
         log_max: a.log_max,
+        containment,
+        limits,
         ready,
         restart_of: None,
         argv: a.command,
@@ -293,11 +315,13 @@ pub(super) fn restart(a: RestartArgs, dir: Option<PathBuf>, json: bool) -> Resul
     for old in &targets {
         match manager::restart(&reg, old, a.term_grace) {
             Ok(r) => {
-                if let Some(line) = crate::cleanup::failure_line(&r.stopped.entry) {
-                    eprintln!("sheepdog: {}: {line}", old.label());
-                }
                 let c = render_started(&reg, &r.entry, r.ready.as_ref(), &[], json.then_some(&mut list));
                 code = code.max(c);
+                // The old entry's cleanup failed: said, and status 1, as `stop` does.
+                if let Some(line) = crate::cleanup::failure_line(&r.stopped.entry) {
+                    eprintln!("sheepdog: {}: {line}", old.label());
+                    code = code.max(1);
+                }
             }
             Err(err) => {
                 eprintln!("sheepdog: unable to restart {}: {err}", old.label());
@@ -322,11 +346,16 @@ pub struct PsArgs {
     session: Option<String>,
     /// Only entries with this status (running, exited, killed, stopped, timedOut, orphaned,
     /// reaped, lost, starting), finished or not, of any age.
-    #[arg(long, value_name = "STATUS")]
+    #[arg(long, value_name = "STATUS", value_parser = parse_status)]
     status: Option<Status>,
     /// List each entry's live processes (pid, pgid, sid = Unix session id, command).
     #[arg(long)]
     tree: bool,
+}
+
+/// A status token (`timedOut`; `timed out` too), strictly: an unknown word is an error.
+fn parse_status(s: &str) -> Result<Status, String> {
+    s.parse()
 }
 
 /// How long a failed finished entry stays in the default `ps` listing: 1 hour.
@@ -421,20 +450,26 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
     let wports = width(&|v| ports(v).len(), 5, 24);
     let _ = writeln!(
         out,
-        "{:<wid$} {:<wname$} {:<wsess$} {:<wstat$} {:>7} {:<wports$} {:>5}  COMMAND",
-        "ID", "NAME", "SESSION", "STATUS", "PID", "PORTS", "AGE"
+        "{:<wid$} {:<wname$} {:<wsess$} {:<wstat$} {:>7} {:<wports$} {:>5} {:>7} {:>7} {:>5}  COMMAND",
+        "ID", "NAME", "SESSION", "STATUS", "PID", "PORTS", "AGE", "CPU", "MEM", "TASKS"
     );
     for v in &rows {
+        // Usage of the tree's cgroup (cgroup tier); `-` where there is no figure.
+        let dash = || "-".to_string();
+        let u = v.usage;
         let _ = writeln!(
             out,
-            "{:<wid$} {:<wname$} {:<wsess$} {:<wstat$} {:>7} {:<wports$} {:>5}  {}",
+            "{:<wid$} {:<wname$} {:<wsess$} {:<wstat$} {:>7} {:<wports$} {:>5} {:>7} {:>7} {:>5}  {}",
             fit(&v.id, wid),
             fit(&v.name, wname),
             fit(v.session_id.as_deref().unwrap_or("-"), wsess),
             fit(&v.status_text, wstat),
-            v.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            v.pid.map(|p| p.to_string()).unwrap_or_else(dash),
             fit(&ports(v), wports),
             age(v.started_at),
+            u.map(|u| cpu_text(u.cpu_ms)).unwrap_or_else(dash),
+            u.and_then(|u| u.memory_bytes).map(mem_text).unwrap_or_else(dash),
+            u.and_then(|u| u.tasks).map(|t| t.to_string()).unwrap_or_else(dash),
             v.command_preview
         );
         for p in v.tree.iter().flatten() {
@@ -449,6 +484,24 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
         );
     }
     Ok(0)
+}
+
+/// CPU time for the table: `850ms`, `12.3s`, `4m05s`.
+fn cpu_text(ms: u64) -> String {
+    match ms {
+        0..1000 => format!("{ms}ms"),
+        1000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        _ => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
+    }
+}
+
+/// Memory for the table: `512K`, `12.5M`, `1.2G`.
+fn mem_text(bytes: u64) -> String {
+    match bytes {
+        0..1_048_576 => format!("{}K", bytes / 1024),
+        1_048_576..1_073_741_824 => format!("{:.1}M", bytes as f64 / 1_048_576.0),
+        _ => format!("{:.1}G", bytes as f64 / 1_073_741_824.0),
+    }
 }
 
 /// `sheepdog logs`.
@@ -578,14 +631,27 @@ fn resolve(reg: &Registry, keys: &[String]) -> Result<Vec<Entry>, CliError> {
 
 pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let reg = open(dir)?;
+    // A selection takes what still runs and what ended with its cleanup still pending: a
+    // cleanup belongs to its entry, and every stop runs it.
+    let stoppable = |e: &Entry| !e.is_finished() || e.cleanup_pending() || e.cleanup_running();
     let targets: Vec<Entry> = if let Some(s) = &a.session {
         let (entries, aside) = reg.list();
         warn_set_aside(&aside);
-        entries.into_iter().filter(|e| e.session_id.as_ref() == Some(s) && !e.is_finished()).collect()
+        let targets: Vec<Entry> =
+            entries.into_iter().filter(|e| e.session_id.as_ref() == Some(s) && stoppable(e)).collect();
+        if targets.is_empty() {
+            return Err(CliError::new(
+                1,
+                format!(
+                    "stop: nothing matched --session {s} (no entry of that session is running or has a pending cleanup)"
+                ),
+            ));
+        }
+        targets
     } else if a.all {
         let (entries, aside) = reg.list();
         warn_set_aside(&aside);
-        entries.into_iter().filter(|e| !e.is_finished()).collect()
+        entries.into_iter().filter(stoppable).collect()
     } else if a.targets.is_empty() {
         return Err(CliError::usage("stop: name an id or name, --session ID or --all"));
     } else {
@@ -615,7 +681,11 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                     }
                     list.push(v);
                 } else {
-                    println!("Stopped {}.", o.entry.label());
+                    if o.already_finished {
+                        println!("{}", already_ended_line(&o.entry));
+                    } else {
+                        println!("Stopped {}.", o.entry.label());
+                    }
                     if let Some(line) = &cleanup_failed {
                         println!("{line}");
                     }
@@ -625,6 +695,10 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                 } else if cleanup_failed.is_some() {
                     code = code.max(1);
                 }
+            }
+            Err(err @ ManagerError::NotRecorded { .. }) => {
+                eprintln!("sheepdog: {err}");
+                code = code.max(err.exit_code());
             }
             Err(err) => {
                 eprintln!("sheepdog: unable to stop {}: {err}", e.label());
@@ -636,6 +710,18 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         println!("{}", json!({ "stopped": list }));
     }
     Ok(code)
+}
+
+/// What `stop` prints for an entry that had already ended before it: `web (proc_5) had already
+/// exited (3).` — never `Stopped ...`, which is kept for a real stop.
+fn already_ended_line(e: &Entry) -> String {
+    let text = e.status_text.clone().unwrap_or_else(|| e.status.to_string());
+    let what = match e.status {
+        Status::Exited | Status::TimedOut => text,
+        Status::Killed | Status::Stopped | Status::Reaped => format!("been {text}"),
+        _ => format!("ended: {text}"),
+    };
+    format!("{} had already {what}.", e.label())
 }
 
 /// `sheepdog update`.
@@ -835,6 +921,7 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let reg = open(dir)?;
     let (actions, aside) = manager::reap(&reg, a.dry_run);
     warn_set_aside(&aside);
+    let code = if actions.iter().any(|x| x.cleanup_error.is_some()) { 1 } else { 0 };
     if json {
         let list: Vec<Value> = actions
             .iter()
@@ -847,17 +934,26 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             })
             .collect();
         println!("{}", json!({ "dryRun": a.dry_run, "actions": list }));
-        return Ok(0);
+        return Ok(code);
     }
     let would = if a.dry_run { "Would reap" } else { "Reaped" };
     for x in &actions {
         let label = format!("{} ({})", x.name.as_deref().unwrap_or(&x.id), x.id);
-        match x.action.as_str() {
-            "reaped" => println!("{would} {label}: {}.", x.reason),
-            _ => println!("{} {label}: {}.", if a.dry_run { "Would record as lost" } else { "Lost" }, x.reason),
+        match x.action {
+            ReapKind::Reaped => println!("{would} {label}: {}.", x.reason),
+            ReapKind::Cleanup => {
+                let ran = if a.dry_run { "Would run" } else { "Ran" };
+                println!("{ran} the cleanup of {label}: {}.", x.reason);
+            }
+            ReapKind::Lost => {
+                println!("{} {label}: {}.", if a.dry_run { "Would record as lost" } else { "Lost" }, x.reason)
+            }
+        }
+        if let Some(line) = &x.cleanup_error {
+            println!("{line}");
         }
     }
-    Ok(0)
+    Ok(code)
 }
 
 /// `sheepdog clear`.
@@ -869,6 +965,10 @@ pub struct ClearArgs {
     /// Every finished entry.
     #[arg(long, conflicts_with = "targets")]
     finished: bool,
+    /// Also remove entries whose cleanup command has not run, dropping it (without `--force`
+    /// they are refused: `stop` runs the cleanup).
+    #[arg(long)]
+    force: bool,
 }
 
 pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
@@ -886,7 +986,7 @@ pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     let mut code = 0;
     let mut cleared = Vec::new();
     for e in &targets {
-        match manager::clear(&reg, e) {
+        match manager::clear(&reg, e, a.force) {
             Ok(()) => cleared.push(e.clone()),
             Err(err) => {
                 eprintln!("sheepdog: {err}");
@@ -912,11 +1012,23 @@ pub struct SuperviseArgs {
     id: String,
     #[arg(long)]
     cwd: PathBuf,
+    #[arg(long, default_value = "auto", value_parser = ["auto", "cgroup", "subreaper"])]
+    containment: String,
+    #[arg(long)]
+    memory_max: Option<u64>,
+    #[arg(long)]
+    pids_max: Option<u64>,
     #[arg(trailing_var_arg = true)]
     command: Vec<OsString>,
 }
 
 pub(super) fn supervise_entry(a: SuperviseArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {
     let reg = open(dir)?;
-    Ok(manager::run_supervisor(&reg, &a.id, a.cwd, a.command))
+    let containment = crate::cgroup::Request {
+        mode: crate::cgroup::Mode::parse(&a.containment).unwrap_or_default(),
+        limits: crate::cgroup::Limits { memory_max: a.memory_max, pids_max: a.pids_max },
+        label: a.id.clone(),
+        name: None,
+    };
+    Ok(manager::run_supervisor(&reg, &a.id, a.cwd, a.command, containment))
 }

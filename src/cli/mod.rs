@@ -5,6 +5,7 @@
 //! own failures (as `env`, `nohup` and `timeout` use it), 126/127 for a command that cannot be
 //! executed / found, 124 when the kernel did not finish a kill in time.
 
+mod doctor;
 mod manage;
 mod run;
 
@@ -84,6 +85,9 @@ enum Command {
     Reap(manage::ReapArgs),
     /// Remove finished entries and their logs.
     Clear(manage::ClearArgs),
+    /// Which containment tier `run` and `start` get here, and why; the cgroup2 mount, kernel
+    /// and controllers.
+    Doctor(doctor::DoctorArgs),
     /// The detached supervisor of one entry (started by `sheepdog start`; not for direct use).
     #[command(hide = true)]
     SuperviseEntry(manage::SuperviseArgs),
@@ -110,6 +114,8 @@ struct RunArgs {
     /// Write one JSON line per event (spawned, stopping, escalated, exited) to this inherited fd.
     #[arg(long, value_name = "FD")]
     events_fd: Option<i32>,
+    #[command(flatten)]
+    containment: ContainmentArgs,
     /// The command to supervise, after `--`.
     #[arg(value_name = "CMD", trailing_var_arg = true)]
     command: Vec<OsString>,
@@ -181,6 +187,7 @@ pub fn main() -> i32 {
         Command::Wait(a) => manage::wait(a, dir, json),
         Command::Reap(a) => manage::reap(a, dir, json),
         Command::Clear(a) => manage::clear(a, dir, json),
+        Command::Doctor(a) => doctor::doctor(a, json),
         Command::SuperviseEntry(a) => manage::supervise_entry(a, dir),
     };
     match result {
@@ -208,6 +215,31 @@ fn clap_error(e: clap::Error, json: bool) -> i32 {
         _ => {
             report(&CliError::usage(format!("{} (see 'sheepdog --help')", flatten_clap(&e.render().to_string()))), json)
         }
+    }
+}
+
+/// `--containment`, `--memory-max`, `--pids-max`: shared by `run` and `start`.
+#[derive(Debug, clap::Args)]
+struct ContainmentArgs {
+    /// How the tree is kept: `cgroup` (a cgroup v2 per tree; status 125 if unavailable),
+    /// `subreaper` (process group + child subreaper), or `auto` (cgroup where the host allows;
+    /// default, or $SHEEPDOG_CONTAINMENT).
+    #[arg(long, value_name = "TIER", value_parser = ["auto", "cgroup", "subreaper"])]
+    containment: Option<String>,
+    /// Memory limit of the tree (`memory.max` of its cgroup), like 512MiB; status 125 where it
+    /// cannot be applied.
+    #[arg(long, value_name = "SIZE", value_parser = manage::parse_size)]
+    memory_max: Option<u64>,
+    /// Task limit of the tree (`pids.max` of its cgroup); status 125 where it cannot be applied.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pids_max: Option<u64>,
+}
+
+impl ContainmentArgs {
+    /// The mode (flag, else `$SHEEPDOG_CONTAINMENT`, else auto) and limits.
+    fn resolve(&self) -> Result<(crate::cgroup::Mode, crate::cgroup::Limits), CliError> {
+        let mode = crate::cgroup::Mode::resolve(self.containment.as_deref()).map_err(CliError::usage)?;
+        Ok((mode, crate::cgroup::Limits { memory_max: self.memory_max, pids_max: self.pids_max }))
     }
 }
 

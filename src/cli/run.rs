@@ -19,12 +19,14 @@ pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
         ),
         None => None,
     };
+    let (mode, limits) = a.containment.resolve()?;
     let kill_wait = a.kill_wait;
     let opts = Options {
         argv: a.command,
         owner,
         on_stdin_eof: if a.on_stdin_eof == "stop" { OnStdinEof::Stop } else { OnStdinEof::Ignore },
         policy: StopPolicy { stdin_grace: a.stdin_grace, term_grace: a.term_grace, kill_wait: a.kill_wait },
+        containment: crate::cgroup::Request { mode, limits, label: "run".into(), name: None },
         ..Options::default()
     };
     let outcome = match events.as_mut() {
@@ -34,6 +36,10 @@ pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
     .map_err(|e| CliError::new(e.exit_code(), e.to_string()))?;
     if let Some(sink) = &events {
         sink.exited(&outcome);
+    }
+    // Only worth a line when the tree is gone: otherwise the 124 line below says why.
+    if outcome.cgroup_left && outcome.tree_gone {
+        eprintln!("sheepdog: the cgroup of the process tree of {} could not be removed", outcome.spawned.pid);
     }
     if !outcome.tree_gone {
         eprintln!(

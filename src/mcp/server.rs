@@ -242,6 +242,9 @@ pub struct ClearArgs {
     pub ids: Option<Vec<String>>,
     /// Or every finished process of this agent's session.
     pub finished: Option<bool>,
+    /// Also remove one whose cleanup is pending (it never ran: `process_stop` would run it),
+    /// dropping that cleanup. Never one that runs, or whose cleanup is running.
+    pub force: Option<bool>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -304,6 +307,20 @@ pub struct CleanupDoc {
     pub timeout_ms: u64,
 }
 
+/// One nudge (as `sheepdog start --json` shows it).
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // only its schema is used: the value is `sheepdog::nudge::Warning`
+pub struct WarningDoc {
+    /// `outsideTree` (stopping the tree will not end the work: give a cleanup) or
+    /// `stoppedOnExit` (the work is stopped as soon as the command exits).
+    pub kind: String,
+    /// One sentence.
+    pub message: String,
+    /// What was found (`nohup, &`).
+    pub matched: String,
+}
+
 /// How a readiness wait went (as `sheepdog start --json` shows it).
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -340,8 +357,10 @@ pub struct StartResult {
     /// The new process.
     #[schemars(with = "ProcessView")]
     pub process: Value,
-    /// Nudges: the command looks like it starts work outside its tree and has no cleanup.
-    pub warnings: Vec<String>,
+    /// Nudges, as the CLI gives them: the command looks like its work outlives its tree (or
+    /// dies with it) and it has no cleanup.
+    #[schemars(with = "Vec<WarningDoc>")]
+    pub warnings: Vec<Value>,
     /// The readiness check, when one was asked for.
     #[schemars(with = "Option<ReadyDoc>")]
     pub ready: Option<Value>,
@@ -764,8 +783,10 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
         Some(r) => Some(ready_spec(r)?),
         None => None,
     };
+    // The tier as the CLI picks it: $SHEEPDOG_CONTAINMENT, else the strongest the host allows.
+    let containment = sheepdog::cgroup::Mode::resolve(None).map_err(|e| sentence(&e))?;
     let argv_os: Vec<OsString> = argv.iter().map(OsString::from).collect();
-    let warnings = sheepdog::nudge::check(&argv_os, a.cleanup.is_some());
+    let nudges = sheepdog::nudge::check(&argv_os, a.cleanup.is_some());
     let req = StartRequest {
         name: a.name,
         session_id: Some(a.session.unwrap_or_else(|| ctx.session.clone())),
@@ -780,6 +801,8 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
         log_max: a.log_max,
         ready,
         restart_of: None,
+        containment,
+        limits: sheepdog::cgroup::Limits::default(),
         argv: argv_os,
     };
     let (e, outcome) = manager::start_ready(&ctx.reg, req).map_err(|e| sentence(&e.to_string()))?;
@@ -807,9 +830,10 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
             text.push_str(&format!("\n    {l}"));
         }
     }
-    for w in &warnings {
-        text.push_str(&format!("\nWarning: {w}"));
+    for w in &nudges {
+        text.push_str(&format!("\nWarning: {}", w.message));
     }
+    let warnings = nudges.iter().map(|w| serde_json::to_value(w).unwrap_or(Value::Null)).collect();
     let ready = outcome.as_ref().map(|o| serde_json::to_value(o.report()).unwrap_or(Value::Null));
     let process = serde_json::to_value(&v).unwrap_or(Value::Null);
     Ok(Done {
@@ -1203,6 +1227,7 @@ fn update(ctx: &Ctx, a: UpdateArgs) -> Result<Done<UpdateResult>, ToolError> {
 }
 
 fn clear(ctx: &Ctx, a: ClearArgs) -> Result<Done<ClearResult>, ToolError> {
+    let force = a.force.unwrap_or(false);
     let targets: Vec<Entry> = match (a.ids, a.finished.unwrap_or(false)) {
         (Some(_), true) => return Err("Give either `ids` or `finished: true`, not both.".into()),
         (Some(ids), false) if !ids.is_empty() => {
@@ -1229,7 +1254,7 @@ fn clear(ctx: &Ctx, a: ClearArgs) -> Result<Done<ClearResult>, ToolError> {
     let mut cleared = Vec::new();
     let mut refused = Vec::new();
     for e in &targets {
-        match manager::clear(&ctx.reg, e) {
+        match manager::clear(&ctx.reg, e, force) {
             Ok(()) => cleared.push(e.id.clone()),
             Err(err) => refused.push(Refusal { id: e.id.clone(), message: sentence(&err.to_string()) }),
         }

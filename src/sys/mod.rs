@@ -5,6 +5,7 @@
 //! `unsafe` block carries a `// SAFETY:` line. Expected races (ESRCH, ECHILD) are returned as
 //! values, not errors, so callers can handle them quietly (as tini does).
 
+pub mod cgroup;
 pub mod process;
 pub mod procfs;
 pub mod signal;

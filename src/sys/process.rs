@@ -244,6 +244,8 @@ impl AsRawFd for PidFd {
 
 /// Poll interest: readable (or hang-up) on a pipe, a pidfd, a socket.
 pub const POLL_IN: i16 = libc::POLLIN;
+/// Poll interest: a priority event; what a cgroup's `cgroup.events` reports when it changes.
+pub const POLL_PRI: i16 = libc::POLLPRI;
 /// Poll interest: writable without blocking.
 pub const POLL_OUT: i16 = libc::POLLOUT;
 /// Hang-up only (no `POLLIN`): the peer closed. On Linux also asks for `POLLRDHUP`, which a
@@ -271,11 +273,12 @@ impl PollFd {
     }
     /// The peer is gone (`POLLHUP`, `POLLRDHUP`, `POLLERR` or `POLLNVAL`).
     pub fn hung_up(&self) -> bool {
-        let mut mask = libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;
+        let base = libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;
+        // POLLRDHUP exists only on Linux: a socket peer that shut down writing.
         #[cfg(target_os = "linux")]
-        {
-            mask |= libc::POLLRDHUP;
-        }
+        let mask = base | libc::POLLRDHUP;
+        #[cfg(not(target_os = "linux"))]
+        let mask = base;
         self.revents & mask != 0
     }
 }
@@ -382,6 +385,7 @@ pub(crate) fn pre_exec_provider(take_terminal: bool) -> io::Result<()> {
             libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
         }
     }
+    close_inherited_on_exec();
     super::signal::reset_for_exec()
 }
 
@@ -391,6 +395,7 @@ pub(crate) fn pre_exec_detached() -> io::Result<()> {
     if unsafe { libc::setsid() } < 0 {
         return Err(io::Error::last_os_error());
     }
+    close_inherited_on_exec();
     super::signal::reset_for_exec()
 }
 
@@ -400,7 +405,43 @@ pub(crate) fn pre_exec_group() -> io::Result<()> {
     if unsafe { libc::setpgid(0, 0) } != 0 {
         return Err(io::Error::last_os_error());
     }
+    close_inherited_on_exec();
     super::signal::reset_for_exec()
+}
+
+/// In a forked child before `exec`: marks every fd above 2 close-on-exec, so the command gets
+/// exactly stdin, stdout and stderr, whatever its parent inherited (systemd and Python's
+/// `close_fds` do the same). Without it a host that passed `sheepdog start` a pipe and waits for
+/// its EOF would hang until the dev server died. The fds are marked, not closed: std reports an
+/// `exec` failure through its own close-on-exec pipe, which must stay open until `exec`.
+///
+/// Linux 5.11+: one `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`; elsewhere (or on older kernels)
+/// `fcntl(F_SETFD)` on every fd number below the open-files limit (at most 65536). Async-signal-safe.
+pub(crate) fn close_inherited_on_exec() {
+    #[cfg(target_os = "linux")]
+    {
+        /// `CLOSE_RANGE_CLOEXEC` from linux/close_range.h.
+        const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+        // SAFETY: close_range takes two fd numbers and a flag; no pointers. A bare syscall.
+        let rc =
+            unsafe { libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC) };
+        if rc == 0 {
+            return;
+        }
+    }
+    // SAFETY: getrlimit fills a valid out-struct; fcntl on fd numbers with integer arguments
+    // (an fd that is not open yields EBADF and is skipped).
+    unsafe {
+        let mut lim = libc::rlimit { rlim_cur: 1024, rlim_max: 1024 };
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        let max = lim.rlim_cur.min(65536) as libc::c_int;
+        for fd in 3..max {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
 }
 
 /// True if stdin is a terminal whose foreground group is this process's group: then the
@@ -436,8 +477,9 @@ where
     F: FnMut() -> io::Result<()> + Send + Sync + 'static,
 {
     use std::os::unix::process::CommandExt;
-    // SAFETY: every closure passed here (pre_exec_provider, pre_exec_detached, pre_exec_group)
-    // makes only async-signal-safe calls and does not allocate.
+    // SAFETY: every closure passed here (pre_exec_provider, with cgroup::join_in_child first;
+    // pre_exec_detached, pre_exec_group) makes only async-signal-safe calls and does not
+    // allocate.
     unsafe {
         cmd.pre_exec(f);
     }

@@ -6,7 +6,7 @@
 //! 22 starttime in clock ticks since boot).
 //!
 //! Outside Linux the functions fall back to `kill(pid, 0)` and return no descendants; the group
-//! tier (DESIGN.md) does not need them.
+//! tier (ARCHITECTURE.md) does not need them.
 
 use std::io;
 

@@ -7,7 +7,7 @@
 //! never mistakes the child's signal for its own.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// A signal number, with its conventional name.
@@ -53,6 +53,8 @@ impl Signal {
     pub const TERM: Signal = Signal(libc::SIGTERM);
     pub const CHLD: Signal = Signal(libc::SIGCHLD);
     pub const CONT: Signal = Signal(libc::SIGCONT);
+    /// To a managed supervisor whose command has exited: "your entry changed, re-read it".
+    pub const USR1: Signal = Signal(libc::SIGUSR1);
 
     /// Signals a supervisor passes on to the provider's process group instead of dying of them
     /// (tini forwards every catchable signal): SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGALRM,
@@ -203,6 +205,14 @@ impl SignalPipe {
     }
 }
 
+impl Drop for SignalPipe {
+    /// The handlers stay installed (a signal must never kill a supervisor that is still writing
+    /// its result), but stop writing to a pipe whose fd number may soon name another file.
+    fn drop(&mut self) {
+        WAKE_FD.store(-1, Ordering::SeqCst);
+    }
+}
+
 impl AsRawFd for SignalPipe {
     fn as_raw_fd(&self) -> RawFd {
         self.read.as_raw_fd()
@@ -234,17 +244,13 @@ fn unblock(signals: &[Signal]) -> io::Result<()> {
 }
 
 /// Creates a pipe whose both ends are close-on-exec: `(read, write)`.
+///
+/// Atomically (`pipe2(O_CLOEXEC)`, through std's `io::pipe`): a pipe made with `pipe` and then
+/// `fcntl` could leak into a child that another thread (a parallel `stop`) forks in between, and
+/// a leaked write end keeps a reader from ever seeing EOF.
 pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: fds is a valid array of two ints for pipe to fill.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: pipe succeeded, so both fds are open and owned by nobody else.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    set_cloexec(r.as_raw_fd())?;
-    set_cloexec(w.as_raw_fd())?;
-    Ok((r, w))
+    let (r, w) = std::io::pipe()?;
+    Ok((OwnedFd::from(r), OwnedFd::from(w)))
 }
 
 /// Sets `O_NONBLOCK` on `fd`.

@@ -86,6 +86,22 @@ impl Drop for Guard {
             // Reap it if it was ours; zombies of others are dead already.
             let _ = process::reap(m.pid, false);
         }
+        // `sheepdog run` supervisors killed here (or ending with 124) cannot remove their
+        // tree's cgroup: remove each `sheepdog-run-PID-*` of a tracked pid.
+        if let Ok(own) = sheepdog::cgroup::own_dir() {
+            let names: Vec<String> = std::fs::read_dir(&own)
+                .map(|rd| rd.flatten().map(|d| d.file_name().to_string_lossy().into_owned()).collect())
+                .unwrap_or_default();
+            for m in &members {
+                let prefix = format!("sheepdog-run-{}-", m.pid);
+                for n in names.iter().filter(|n| n.starts_with(&prefix)) {
+                    // Only an empty one: the pid may be another test's supervisor by now.
+                    if let Ok(cg) = sheepdog::cgroup::Cgroup::open(&own.join(n), None) {
+                        let _ = cg.remove();
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -286,8 +302,24 @@ impl Drop for State {
                     signal_member(&m, sheepdog::sys::Signal::KILL);
                 }
             }
+            // The cgroup tier: kill by the recorded cgroup and remove it (no test leaves one).
+            if let Some(cg) = sheepdog::cgroup::Cgroup::of_entry(&e) {
+                remove_cgroup(&cg);
+            }
+            // One only planned (its supervisor was killed before recording the inode).
+            sheepdog::cgroup::remove_recorded(&e);
         }
     }
+}
+
+/// Kills everything in a cgroup (`cgroup.kill`), waits for `populated 0` and removes it.
+pub fn remove_cgroup(cg: &sheepdog::cgroup::Cgroup) {
+    let end = Instant::now() + SECS(5);
+    while cg.populated() && Instant::now() < end {
+        let _ = cg.kill();
+        cg.wait_change(Duration::from_millis(50));
+    }
+    let _ = cg.remove();
 }
 
 /// Runs `shell -c script` with piped stdout (for readiness lines), tracked by `guard`.
@@ -295,4 +327,20 @@ pub fn spawn_script(shell: &str, script: &str, guard: &Guard) -> (Child, Lines) 
     let mut cmd = Command::new(shell);
     cmd.args(["-c", script]).stdin(Stdio::null());
     spawn_lines(cmd, guard)
+}
+
+/// True (after printing `SKIPPED: ...`) when `unshare ARGS true` is refused here: tests that need
+/// a namespace of their own then skip instead of failing.
+pub fn unshare_refused(args: &[&str]) -> bool {
+    let refused = Command::new("unshare")
+        .args(args)
+        .arg("true")
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true);
+    if refused {
+        eprintln!("SKIPPED: unshare {} is refused here", args.join(" "));
+    }
+    refused
 }

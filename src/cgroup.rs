@@ -1,0 +1,822 @@
+//! The cgroup v2 tier: one cgroup per supervised tree, exact membership, an atomic kill, usage
+//! figures and limits, wherever the host gives a writable cgroup v2 (DESIGN.md, "The one
+//! invariant, and how each tier keeps it"). Everywhere else the subreaper tier keeps the tree,
+//! and the reason is recorded.
+//!
+//! The order of operations, per supervisor and before the spawn ([`probe`]):
+//!
+//! 1. the cgroup2 mount: the usual places first (`/sys/fs/cgroup`, and `/sys/fs/cgroup/unified`
+//!    where hybrid hosts mount it), else `/proc/self/mountinfo`; always checked with `statfs` to
+//!    really be cgroup2;
+//! 2. the supervisor's own cgroup from `/proc/self/cgroup` (`0::/PATH`), whose `cgroup.procs`
+//!    this process must be able to write (the kernel checks a migration on the common ancestor);
+//! 3. for `--memory-max` / `--pids-max`: the controllers in the own cgroup's
+//!    `cgroup.controllers`, enabled in its `cgroup.subtree_control`;
+//! 4. `mkdir` of the tree's cgroup below the own one, with `cgroup.kill` present (Linux 5.14+);
+//! 5. `cgroup.events` opened (and read once, which arms `POLLPRI`) and `cgroup.procs` opened for
+//!    writing, so the forked child can join with one `write("0")` before `exec`
+//!    ([`crate::sys::cgroup::join_in_child`]).
+//!
+//! Any refusal falls back to the subreaper tier with the reason kept, unless the cgroup tier was
+//! demanded (`--containment cgroup`) or limits were asked for: then it is an error (status 125).
+//!
+//! A cgroup is always addressed through an open directory fd and `/proc/self/fd/N/FILE`, and a
+//! recorded one is opened only if its inode still matches, so a path that now names another
+//! cgroup is never touched. Zombies do not keep a cgroup populated (the kernel unlinks a task at
+//! exit, before it is reaped), so `populated 0` is "the tree is gone".
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::registry::Entry;
+use crate::sys::cgroup::{self as raw, JoinFds};
+use crate::sys::process::{self, PidFd};
+use crate::sys::{Pid, Signal, procfs};
+
+/// The environment variable that chooses the containment tier when `--containment` is not
+/// given: `auto`, `cgroup` or `subreaper`.
+pub const CONTAINMENT_ENV: &str = "SHEEPDOG_CONTAINMENT";
+/// Overrides where the probe looks for the cgroup2 mount (diagnosis and tests: point it at a
+/// path that is not cgroup2 to see the fallback). The path must still be a cgroup2 file system
+/// for the tier to be used, so it cannot make sheepdog write anywhere else.
+pub const CGROUP_MOUNT_ENV: &str = "SHEEPDOG_CGROUP_MOUNT";
+
+/// How long `rmdir` of a tree's cgroup is retried while the kernel answers EBUSY: delays of 1,
+/// 2, 4, 8, 16 and 32 ms (63 ms in all). A cgroup whose last task just exited can still be
+/// busy for a moment; past that, the leftover is recorded and `reap` removes it.
+pub const RMDIR_RETRIES_MS: [u64; 6] = [1, 2, 4, 8, 16, 32];
+
+/// Which tier was asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// The strongest tier the host allows (the default).
+    #[default]
+    Auto,
+    /// The cgroup tier, or an error (status 125) with the reason.
+    Cgroup,
+    /// The subreaper tier even where a cgroup is available.
+    Subreaper,
+}
+
+impl Mode {
+    /// Parses `auto`, `cgroup` or `subreaper`.
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "auto" => Some(Mode::Auto),
+            "cgroup" => Some(Mode::Cgroup),
+            "subreaper" => Some(Mode::Subreaper),
+            _ => None,
+        }
+    }
+
+    /// `auto`, `cgroup` or `subreaper`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Auto => "auto",
+            Mode::Cgroup => "cgroup",
+            Mode::Subreaper => "subreaper",
+        }
+    }
+
+    /// The mode from `flag` if given, else from `$SHEEPDOG_CONTAINMENT`, else `auto`.
+    ///
+    /// Errors: one line naming the bad value and where it came from.
+    pub fn resolve(flag: Option<&str>) -> Result<Mode, String> {
+        if let Some(f) = flag {
+            return Mode::parse(f).ok_or_else(|| format!("--containment {f}: expected auto, cgroup or subreaper"));
+        }
+        match std::env::var(CONTAINMENT_ENV) {
+            Ok(v) if !v.is_empty() => {
+                Mode::parse(&v).ok_or_else(|| format!("{CONTAINMENT_ENV}={v}: expected auto, cgroup or subreaper"))
+            }
+            _ => Ok(Mode::Auto),
+        }
+    }
+}
+
+/// Limits applied to a tree's cgroup (`--memory-max`, `--pids-max`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// `memory.max`, in bytes.
+    pub memory_max: Option<u64>,
+    /// `pids.max`, in tasks.
+    pub pids_max: Option<u64>,
+}
+
+impl Limits {
+    fn any(&self) -> bool {
+        self.memory_max.is_some() || self.pids_max.is_some()
+    }
+}
+
+impl Request {
+    /// True when limits were asked for (then the cgroup tier is required).
+    pub fn limits_asked(&self) -> bool {
+        self.limits.any()
+    }
+}
+
+/// What a supervisor asks of the probe.
+#[derive(Clone, Debug, Default)]
+pub struct Request {
+    pub mode: Mode,
+    pub limits: Limits,
+    /// A short label for the cgroup's name (`run`, or the entry's id); the name is
+    /// `sheepdog-LABEL-PID-RANDOM`.
+    pub label: String,
+    /// The exact name to use instead (a managed supervisor records it in its entry before the
+    /// `mkdir`, so a SIGKILL in between leaves nothing unrecorded; see [`entry_cgroup_name`]).
+    pub name: Option<String>,
+}
+
+/// The tier that keeps a tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Tier {
+    Cgroup,
+    Subreaper,
+    Group,
+}
+
+impl Tier {
+    /// `cgroup`, `subreaper` or `group`, as entries and events record it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Cgroup => "cgroup",
+            Tier::Subreaper => "subreaper",
+            Tier::Group => "group",
+        }
+    }
+
+    /// The tier used when the cgroup tier is not: subreaper on Linux, group elsewhere.
+    pub fn fallback() -> Tier {
+        if cfg!(target_os = "linux") { Tier::Subreaper } else { Tier::Group }
+    }
+}
+
+/// What is recorded about a tree's containment: in the entry, in the `spawned` event, in
+/// `ps --json` (`containment`, `containmentReason`, `cgroup`, `cgroupInode`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    /// `cgroup`, `subreaper` or `group`.
+    pub containment: &'static str,
+    /// Why a stronger tier was not used; `None` in the cgroup tier.
+    pub containment_reason: Option<String>,
+    /// The absolute path of the tree's cgroup directory.
+    pub cgroup: Option<String>,
+    /// Its inode, checked before anything acts on the path later.
+    pub cgroup_inode: Option<u64>,
+}
+
+/// The outcome of the probe: the tier, the reason a stronger one was refused, and the cgroup.
+#[derive(Debug)]
+pub struct Containment {
+    pub tier: Tier,
+    pub reason: Option<String>,
+    pub cgroup: Option<Cgroup>,
+}
+
+impl Containment {
+    /// The fallback tier, for `reason`.
+    pub fn fallback(reason: String) -> Containment {
+        Containment { tier: Tier::fallback(), reason: Some(reason), cgroup: None }
+    }
+
+    /// What to record.
+    pub fn record(&self) -> Record {
+        Record {
+            containment: self.tier.name(),
+            containment_reason: self.reason.clone(),
+            cgroup: self.cgroup.as_ref().map(|c| c.path.to_string_lossy().into_owned()),
+            cgroup_inode: self.cgroup.as_ref().map(|c| c.inode),
+        }
+    }
+}
+
+/// The probe refused what was demanded (the cgroup tier, or limits): status 125.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+/// One tree's cgroup, held open.
+#[derive(Debug)]
+pub struct Cgroup {
+    path: PathBuf,
+    /// The last path component (`sheepdog-run-4242-1a2b3c4d`), random enough to recognise the
+    /// cgroup in `/proc/PID/cgroup`.
+    name: String,
+    inode: u64,
+    dir: File,
+    events: File,
+    /// Only for a cgroup this process created: what the child needs to join it.
+    join: Option<Join>,
+}
+
+#[derive(Debug)]
+struct Join {
+    procs: File,
+    report_r: OwnedFd,
+    report_w: OwnedFd,
+}
+
+/// Usage figures of a tree's cgroup. Absent controllers give `None` (`null`), never a number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// CPU time of every task the cgroup ever had, in milliseconds (`cpu.stat` `usage_usec`).
+    pub cpu_ms: u64,
+    /// `memory.current` in bytes; `None` without the memory controller.
+    pub memory_bytes: Option<u64>,
+    /// `pids.current`, the tasks (threads included) alive now; `None` without the pids
+    /// controller.
+    pub tasks: Option<u64>,
+}
+
+/// Where cgroup2 is mounted on most hosts: unified hosts (and containers) at `/sys/fs/cgroup`,
+/// hybrid hosts (like this project's test machine) at `/sys/fs/cgroup/unified`. Checked first,
+/// with one `statfs` each, because reading `/proc/self/mountinfo` costs about 60 µs of a
+/// `run`'s start and these two answer for nearly every host.
+pub const USUAL_MOUNTS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"];
+
+/// Where the cgroup2 file system is mounted: `$SHEEPDOG_CGROUP_MOUNT`, else the first of
+/// [`USUAL_MOUNTS`] that `statfs` says is cgroup2, else the first cgroup2 line of
+/// `/proc/self/mountinfo`. Checked with `statfs` to be cgroup2.
+///
+/// Errors: the reason, as one phrase.
+pub fn mount_point() -> Result<PathBuf, String> {
+    let path = match std::env::var_os(CGROUP_MOUNT_ENV).filter(|v| !v.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let usual =
+                USUAL_MOUNTS.iter().map(Path::new).find(|p| raw::fs_type(p).ok() == Some(raw::CGROUP2_SUPER_MAGIC));
+            if let Some(p) = usual {
+                return Ok(p.to_path_buf());
+            }
+            let text = fs::read_to_string("/proc/self/mountinfo")
+                .map_err(|e| format!("unable to read /proc/self/mountinfo: {e}"))?;
+            parse_mountinfo(&text).ok_or("no cgroup2 file system is mounted (/proc/self/mountinfo)")?
+        }
+    };
+    match raw::fs_type(&path) {
+        Ok(t) if t == raw::CGROUP2_SUPER_MAGIC => Ok(path),
+        Ok(_) => Err(format!("{} is not a cgroup2 file system", path.display())),
+        Err(e) => Err(format!("unable to stat the cgroup2 mount {}: {e}", path.display())),
+    }
+}
+
+/// The mount point of the first `cgroup2` file system in a `mountinfo` text (octal escapes
+/// such as `\040` decoded).
+pub fn parse_mountinfo(text: &str) -> Option<PathBuf> {
+    text.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        if right.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        Some(PathBuf::from(unescape(left.split_whitespace().nth(4)?)))
+    })
+}
+
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// This process's cgroup v2 path (`/`, `/user.slice/...`) from `/proc/self/cgroup`.
+///
+/// Errors: the reason, as one phrase.
+pub fn own_cgroup() -> Result<String, String> {
+    let text = fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("unable to read /proc/self/cgroup: {e}"))?;
+    let path = text
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("this process is in no cgroup v2 hierarchy (no 0:: line in /proc/self/cgroup)")?;
+    if !path.starts_with('/') || path.split('/').any(|c| c == "..") || path.ends_with(" (deleted)") {
+        return Err(format!("this process's cgroup {path} is outside the visible hierarchy"));
+    }
+    Ok(path.to_string())
+}
+
+/// The controllers listed in `DIR/cgroup.controllers` (empty if unreadable).
+pub fn controllers(dir: &Path) -> Vec<String> {
+    fs::read_to_string(dir.join("cgroup.controllers"))
+        .map(|s| s.split_whitespace().map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// The own cgroup's directory: the mount point joined with [`own_cgroup`].
+pub fn own_dir() -> Result<PathBuf, String> {
+    let mount = mount_point()?;
+    let own = own_cgroup()?;
+    let dir = mount.join(own.trim_start_matches('/'));
+    if !dir.is_dir() {
+        return Err(format!("this process's cgroup {} does not exist", dir.display()));
+    }
+    Ok(dir)
+}
+
+/// The probe: decides the tier for one tree and, in the cgroup tier, creates its cgroup. Call
+/// once per supervisor, before the spawn.
+///
+/// Errors: [`Refused`] when the cgroup tier was demanded (`Mode::Cgroup`) or limits were asked
+/// for and cannot be had; with `Mode::Auto` and no limits it never fails.
+pub fn probe(req: &Request) -> Result<Containment, Refused> {
+    let want_limits = req.limits.any();
+    if req.mode == Mode::Subreaper {
+        if want_limits {
+            return Err(Refused(format!(
+                "{}: limits need the cgroup tier, and --containment subreaper was asked for",
+                limit_flags(&req.limits)
+            )));
+        }
+        return Ok(Containment::fallback("the subreaper tier was asked for".into()));
+    }
+    if !cfg!(target_os = "linux") {
+        let reason = "cgroups exist only on Linux".to_string();
+        return match (req.mode, want_limits) {
+            (Mode::Auto, false) => Ok(Containment::fallback(reason)),
+            _ => Err(Refused(format!("the cgroup tier is unavailable: {reason}"))),
+        };
+    }
+    match create(req) {
+        Ok(cg) => Ok(Containment { tier: Tier::Cgroup, reason: None, cgroup: Some(cg) }),
+        Err(Refusal::Limits(msg)) => Err(Refused(msg)),
+        Err(Refusal::Tier(reason)) => {
+            if req.mode == Mode::Cgroup {
+                Err(Refused(format!("--containment cgroup: the cgroup tier is unavailable: {reason}")))
+            } else if want_limits {
+                Err(Refused(format!(
+                    "{}: limits need the cgroup tier, which is unavailable: {reason}",
+                    limit_flags(&req.limits)
+                )))
+            } else {
+                Ok(Containment::fallback(reason))
+            }
+        }
+    }
+}
+
+fn limit_flags(l: &Limits) -> String {
+    let mut v = Vec::new();
+    if l.memory_max.is_some() {
+        v.push("--memory-max");
+    }
+    if l.pids_max.is_some() {
+        v.push("--pids-max");
+    }
+    v.join(" and ")
+}
+
+enum Refusal {
+    /// The tier itself is unavailable (fall back, unless demanded).
+    Tier(String),
+    /// The tier is there, the limits are not (always an error).
+    Limits(String),
+}
+
+fn create(req: &Request) -> Result<Cgroup, Refusal> {
+    let own = own_dir().map_err(Refusal::Tier)?;
+    let procs = own.join("cgroup.procs");
+    if let Err(e) = raw::writable(&procs) {
+        return Err(Refusal::Tier(format!(
+            "unable to write {} (needed to move the command into a child cgroup): {e}",
+            procs.display()
+        )));
+    }
+    if req.limits.any() {
+        enable_controllers(&own, &req.limits).map_err(Refusal::Limits)?;
+    }
+    let name = req.name.clone().unwrap_or_else(|| {
+        let label = if req.label.is_empty() { "run" } else { req.label.as_str() };
+        // The pid makes it unique among live supervisors; the clock's nanoseconds tell it from
+        // a leftover of an earlier process with the same pid (no read of /dev/urandom needed).
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        format!("sheepdog-{label}-{}-{nanos:08x}", process::getpid())
+    });
+    let path = own.join(&name);
+    fs::DirBuilder::new()
+        .mode(0o755)
+        .create(&path)
+        .map_err(|e| Refusal::Tier(format!("unable to create cgroup {}: {e}", path.display())))?;
+    let undo = |r: Refusal| {
+        let _ = fs::remove_dir(&path);
+        r
+    };
+    let cg = Cgroup::open(&path, None).map_err(|e| undo(Refusal::Tier(e)))?;
+    if !cg.at("cgroup.kill").exists() {
+        return Err(undo(Refusal::Tier(format!(
+            "{} has no cgroup.kill (Linux 5.14 or later is needed)",
+            path.display()
+        ))));
+    }
+    let mut cg = cg;
+    let join = (|| -> io::Result<Join> {
+        let procs = OpenOptions::new().write(true).open(cg.at("cgroup.procs"))?;
+        let (report_r, report_w) = crate::sys::signal::pipe_cloexec()?;
+        crate::sys::signal::set_nonblocking(report_r.as_raw_fd())?;
+        Ok(Join { procs, report_r, report_w })
+    })()
+    .map_err(|e| undo(Refusal::Tier(format!("unable to open {}/cgroup.procs: {e}", path.display()))))?;
+    cg.join = Some(join);
+    let write = |file: &str, value: u64| {
+        fs::write(cg.at(file), value.to_string())
+            .map_err(|e| Refusal::Limits(format!("unable to set {file} of {}: {e}", path.display())))
+    };
+    if let Some(m) = req.limits.memory_max {
+        write("memory.max", m).map_err(undo)?;
+    }
+    if let Some(p) = req.limits.pids_max {
+        write("pids.max", p).map_err(undo)?;
+    }
+    Ok(cg)
+}
+
+/// Makes the controllers the limits need available to children of `own`: they must be listed
+/// in its `cgroup.controllers`, then are enabled in its `cgroup.subtree_control` (left enabled
+/// afterwards: other children may rely on them).
+fn enable_controllers(own: &Path, limits: &Limits) -> Result<(), String> {
+    let available = controllers(own);
+    let listed = if available.is_empty() { "none".to_string() } else { available.join(" ") };
+    let mut wanted = Vec::new();
+    for (flag, ctl, asked) in
+        [("--memory-max", "memory", limits.memory_max.is_some()), ("--pids-max", "pids", limits.pids_max.is_some())]
+    {
+        if !asked {
+            continue;
+        }
+        if !available.iter().any(|c| c == ctl) {
+            return Err(format!(
+                "{flag}: the {ctl} controller is not available in the cgroup v2 hierarchy \
+                 ({}/cgroup.controllers lists: {listed}; the host may bind {ctl} to cgroup v1)",
+                own.display()
+            ));
+        }
+        wanted.push(ctl);
+    }
+    let enabled = fs::read_to_string(own.join("cgroup.subtree_control")).unwrap_or_default();
+    for ctl in wanted {
+        if enabled.split_whitespace().any(|c| c == ctl) {
+            continue;
+        }
+        fs::write(own.join("cgroup.subtree_control"), format!("+{ctl}")).map_err(|e| {
+            format!(
+                "unable to enable the {ctl} controller in {}/cgroup.subtree_control: {e}{}",
+                own.display(),
+                if e.raw_os_error() == Some(libc::EBUSY) {
+                    " (a non-root cgroup with processes of its own, sheepdog's among them, cannot enable controllers \
+                     for its children)"
+                } else {
+                    ""
+                }
+            )
+        })?;
+    }
+    Ok(())
+}
+
+impl Cgroup {
+    /// Opens a cgroup directory; with `inode`, only if it still is that directory.
+    ///
+    /// Errors: the reason, as one phrase (missing, not a directory, inode changed).
+    pub fn open(path: &Path, inode: Option<u64>) -> Result<Cgroup, String> {
+        let dir = File::open(path).map_err(|e| format!("unable to open cgroup {}: {e}", path.display()))?;
+        let meta = dir.metadata().map_err(|e| format!("unable to stat cgroup {}: {e}", path.display()))?;
+        if !meta.is_dir() {
+            return Err(format!("{} is not a directory", path.display()));
+        }
+        if inode.is_some_and(|i| i != meta.ino()) {
+            return Err(format!("{} now names another cgroup (inode changed)", path.display()));
+        }
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let events_path = format!("/proc/self/fd/{}/cgroup.events", dir.as_raw_fd());
+        let events =
+            File::open(&events_path).map_err(|e| format!("unable to open {}/cgroup.events: {e}", path.display()))?;
+        let cg = Cgroup { path: path.to_path_buf(), name, inode: meta.ino(), dir, events, join: None };
+        // Reading once arms POLLPRI: a freshly opened cgroup.events reports a change at once.
+        let _ = cg.read_events();
+        Ok(cg)
+    }
+
+    /// Opens the cgroup an entry recorded, only if the path still names the same directory
+    /// (inode). `None` for entries outside the cgroup tier, or when the cgroup is gone (it was
+    /// removed, so nothing of it lives) or replaced.
+    pub fn of_entry(e: &Entry) -> Option<Cgroup> {
+        if e.containment.as_deref() != Some("cgroup") || !e.this_boot() {
+            return None;
+        }
+        let path = e.cgroup.as_deref()?;
+        Cgroup::open(Path::new(path), Some(e.cgroup_inode?)).ok()
+    }
+
+    /// The cgroup's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory's inode.
+    pub fn inode(&self) -> u64 {
+        self.inode
+    }
+
+    /// The open `cgroup.events`: poll it for `POLLPRI`; after a wake, [`Cgroup::populated`]
+    /// reads it (which re-arms it).
+    pub fn events_fd(&self) -> RawFd {
+        self.events.as_raw_fd()
+    }
+
+    /// For the spawn: the fds the child needs to join, if this process created the cgroup.
+    pub fn join_fds(&self) -> Option<JoinFds> {
+        self.join.as_ref().map(|j| JoinFds {
+            procs: j.procs.as_raw_fd(),
+            report: j.report_w.as_raw_fd(),
+            report_read: j.report_r.as_raw_fd(),
+        })
+    }
+
+    /// `/proc/self/fd/DIR/file`: the file in this very directory, whatever its path now is.
+    fn at(&self, file: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}/{file}", self.dir.as_raw_fd()))
+    }
+
+    fn read_events(&self) -> io::Result<String> {
+        let mut f = &self.events;
+        f.seek(SeekFrom::Start(0))?;
+        let mut s = String::new();
+        f.read_to_string(&mut s)?;
+        Ok(s)
+    }
+
+    /// True while any process (in this cgroup or one below it) is alive: `populated 1` in
+    /// `cgroup.events`. Zombies do not count. A cgroup that can no longer be read is empty.
+    pub fn populated(&self) -> bool {
+        self.read_events().is_ok_and(|s| s.lines().any(|l| l == "populated 1"))
+    }
+
+    /// The processes in this cgroup and every cgroup below it (`cgroup.procs`), zombies left out.
+    pub fn members(&self) -> Vec<Pid> {
+        let mut out = Vec::new();
+        let mut dirs = vec![self.at("")];
+        while let Some(d) = dirs.pop() {
+            if let Ok(text) = fs::read_to_string(d.join("cgroup.procs")) {
+                out.extend(text.split_whitespace().filter_map(|s| s.parse().ok()).filter_map(Pid::new));
+            }
+            if let Ok(rd) = fs::read_dir(&d) {
+                dirs.extend(rd.flatten().filter(|x| x.file_type().is_ok_and(|t| t.is_dir())).map(|x| x.path()));
+            }
+        }
+        out.retain(|p| procfs::is_alive(*p));
+        out
+    }
+
+    /// True if `pid`'s cgroup (from `/proc/PID/cgroup`) is this one or below it.
+    fn contains(&self, pid: Pid) -> bool {
+        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else { return false };
+        let needle = format!("/{}", self.name);
+        text.lines()
+            .filter_map(|l| l.strip_prefix("0::"))
+            .any(|p| p.ends_with(&needle) || p.contains(&format!("{needle}/")))
+    }
+
+    /// Sends `sig` to every member: SIGKILL as one write of `1` to `cgroup.kill` (atomic: a
+    /// fork racing it is killed too); any other signal to each member through a pidfd, after
+    /// checking (with the pidfd open) that the process is still in this cgroup. Returns how many
+    /// members there were.
+    pub fn signal(&self, sig: Signal) -> usize {
+        let members = self.members();
+        if sig == Signal::KILL {
+            let _ = self.kill();
+            return members.len();
+        }
+        members
+            .iter()
+            .filter(|pid| match PidFd::open(**pid) {
+                Ok(fd) => self.contains(**pid) && matches!(fd.send(sig), Ok(process::Sent::Delivered)),
+                Err(_) => false,
+            })
+            .count()
+    }
+
+    /// Writes `1` to `cgroup.kill`: SIGKILL to every process in the cgroup and below, at once.
+    ///
+    /// Errors: the write's OS error (ENOENT once the cgroup is removed).
+    pub fn kill(&self) -> io::Result<()> {
+        let mut f = OpenOptions::new().write(true).open(self.at("cgroup.kill"))?;
+        f.write_all(b"1")
+    }
+
+    /// Blocks until `cgroup.events` changes or `timeout` passes (`POLLPRI`).
+    pub fn wait_change(&self, timeout: Duration) {
+        let mut fds = [process::PollFd::new(self.events_fd(), process::POLL_PRI)];
+        let _ = process::poll(&mut fds, Some(timeout));
+        let _ = self.read_events();
+    }
+
+    /// If the child's join failed (reported on the pipe before it gave up), the error.
+    pub fn join_error(&self) -> Option<io::Error> {
+        let fds = self.join_fds()?;
+        raw::take_join_error(fds)
+    }
+
+    /// Removes the cgroup and every empty cgroup below it (members may have made some; nested
+    /// supervisors leave theirs), retrying EBUSY per [`RMDIR_RETRIES_MS`]. Only when nothing is
+    /// populated, and only while the path still names this directory.
+    ///
+    /// Errors: the last `rmdir` error (EBUSY: still busy; the caller records a leftover).
+    pub fn remove(&self) -> io::Result<()> {
+        if self.populated() {
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        match fs::metadata(&self.path) {
+            Ok(m) if m.ino() == self.inode => {}
+            Ok(_) => return Ok(()), // someone removed ours and made another: not ours to touch
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let mut last = Ok(());
+        for delay in std::iter::once(0).chain(RMDIR_RETRIES_MS) {
+            if delay > 0 {
+                std::thread::sleep(Duration::from_millis(delay));
+            }
+            last = remove_tree(&self.path);
+            match &last {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => continue,
+                _ => break,
+            }
+        }
+        last
+    }
+
+    /// Usage figures now: `cpu.stat` (always there in v2), `memory.current` and `pids.current`
+    /// when those controllers are enabled for the cgroup.
+    pub fn usage(&self) -> Option<Usage> {
+        let cpu = fs::read_to_string(self.at("cpu.stat")).ok()?;
+        let usec: u64 = cpu.lines().find_map(|l| l.strip_prefix("usage_usec "))?.trim().parse().ok()?;
+        let number = |file: &str| fs::read_to_string(self.at(file)).ok().and_then(|s| s.trim().parse().ok());
+        Some(Usage { cpu_ms: usec / 1000, memory_bytes: number("memory.current"), tasks: number("pids.current") })
+    }
+}
+
+/// `rmdir` of `path` after every directory below it, deepest first. ENOENT counts as done.
+fn remove_tree(path: &Path) -> io::Result<()> {
+    if let Ok(rd) = fs::read_dir(path) {
+        for d in rd.flatten() {
+            if d.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&d.path())?;
+            }
+        }
+    }
+    match fs::remove_dir(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+/// Usage figures of an entry's tree, from its recorded cgroup (inode checked). `None` outside
+/// the cgroup tier, for a finished entry, or when the cgroup is gone. For `ps`, `top` and
+/// every other view.
+pub fn usage(e: &Entry) -> Option<Usage> {
+    if e.is_finished() {
+        return None;
+    }
+    Cgroup::of_entry(e)?.usage()
+}
+
+/// The cgroup name of a managed entry's tree: `sheepdog-ID-SUPERVISORPID-TAG8`, where TAG8
+/// starts the entry's random tag; so a recorded path can be told to be the entry's own.
+pub fn entry_cgroup_name(id: &str, supervisor: Pid, tag: &str) -> String {
+    format!("sheepdog-{id}-{supervisor}-{}", tag.get(..8).unwrap_or(tag))
+}
+
+/// Where a managed supervisor's tree cgroup will be made, recorded in the entry before the
+/// probe's `mkdir`; `None` where the cgroup tier is not available at all.
+pub fn planned_path(name: &str) -> Option<String> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    own_dir().ok().map(|d| d.join(name).to_string_lossy().into_owned())
+}
+
+/// Removes an entry's recorded cgroup once nothing in it lives (after a stop or reap past its
+/// supervisor, or a leftover the supervisor could not remove). Also a cgroup recorded only as
+/// planned (the supervisor died between recording the path and recording the inode): removed
+/// if its name is the entry's and it is empty. Returns true if none is left.
+pub fn remove_recorded(e: &Entry) -> bool {
+    let Some(path) = e.cgroup.as_deref().filter(|_| e.this_boot()) else { return true };
+    if e.containment.as_deref() == Some("cgroup") && e.cgroup_inode.is_some() {
+        return match Cgroup::of_entry(e) {
+            Some(cg) => cg.remove().is_ok(),
+            // Gone, or the path names another directory now: nothing of ours is left there.
+            None => true,
+        };
+    }
+    let name = Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let ours = e.supervisor_pid.and_then(Pid::new).is_some_and(|p| name == entry_cgroup_name(&e.id, p, &e.tag));
+    match Cgroup::open(Path::new(path), None) {
+        Ok(cg) if ours && !cg.populated() => cg.remove().is_ok(),
+        Ok(_) => false,
+        Err(_) => true,
+    }
+}
+
+/// What `sheepdog doctor` reports.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Doctor {
+    /// The tier `run` and `start` would get here: `cgroup`, `subreaper` or `group`.
+    pub containment: &'static str,
+    /// Why the cgroup tier would be refused; `None` when it is available.
+    pub containment_reason: Option<String>,
+    /// The mode the probe ran with (`auto`, or from `$SHEEPDOG_CONTAINMENT`).
+    pub mode: &'static str,
+    /// Where cgroup2 is mounted, if it is.
+    pub cgroup_mount: Option<String>,
+    /// This process's cgroup v2 path (`0::` in `/proc/self/cgroup`).
+    pub own_cgroup: Option<String>,
+    /// `/proc/sys/kernel/osrelease`.
+    pub kernel: String,
+    /// Controllers available to a tree's cgroup (the own cgroup's `cgroup.controllers`).
+    pub controllers: Vec<String>,
+    /// True when `--memory-max` / `--pids-max` can be applied here.
+    pub memory_max: bool,
+    pub pids_max: bool,
+    /// Ways to get the cgroup tier when it is refused (empty when it is available).
+    pub hints: Vec<String>,
+}
+
+/// The ways to get the cgroup tier, for a refused one.
+pub const HINTS: [&str; 2] = [
+    "as a normal user with systemd: systemd-run --user --scope -p Delegate=yes -- sheepdog ...",
+    "in a container: give it a writable cgroup namespace (docker/podman run --cgroupns=private, with the cgroup \
+     file system mounted read-write, e.g. a privileged or systemd-enabled container)",
+];
+
+/// Runs the probe as `run` would (creating and removing a probe cgroup) and gathers the facts.
+pub fn doctor(mode: Mode) -> Doctor {
+    let req = Request { mode, limits: Limits::default(), label: "doctor".into(), name: None };
+    let (containment, reason) = match probe(&req) {
+        Ok(c) => {
+            if let Some(cg) = &c.cgroup {
+                let _ = cg.remove();
+            }
+            (c.tier.name(), c.reason)
+        }
+        Err(Refused(r)) => (Tier::fallback().name(), Some(r)),
+    };
+    let own = own_dir().ok();
+    let controllers = own.as_deref().map(controllers).unwrap_or_default();
+    let tier_ok = containment == "cgroup";
+    Doctor {
+        containment,
+        hints: if tier_ok || !cfg!(target_os = "linux") { Vec::new() } else { HINTS.map(String::from).to_vec() },
+        containment_reason: reason,
+        mode: mode.name(),
+        cgroup_mount: mount_point().ok().map(|p| p.to_string_lossy().into_owned()),
+        own_cgroup: own_cgroup().ok(),
+        kernel: fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
+        memory_max: tier_ok && controllers.iter().any(|c| c == "memory"),
+        pids_max: tier_ok && controllers.iter().any(|c| c == "pids"),
+        controllers,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_cgroup2_mount_of_a_hybrid_host() {
+        let text = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
+                    35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+                    41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+        assert_eq!(parse_mountinfo(text), Some(PathBuf::from("/sys/fs/cgroup/unified")));
+        let spaced = "41 31 0:38 / /mnt/cg\\040two rw shared:1 - cgroup2 none rw\n";
+        assert_eq!(parse_mountinfo(spaced), Some(PathBuf::from("/mnt/cg two")));
+        assert_eq!(parse_mountinfo("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"), None);
+    }
+
+    #[test]
+    fn modes_parse_and_name() {
+        for m in [Mode::Auto, Mode::Cgroup, Mode::Subreaper] {
+            assert_eq!(Mode::parse(m.name()), Some(m));
+        }
+        assert_eq!(Mode::parse("systemd"), None);
+    }
+}
