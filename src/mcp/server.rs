@@ -294,6 +294,11 @@ pub struct ProcessView {
     pub cleanup_result: Option<Value>,
     /// Paths of its `stdout`, `stderr` and `combined` logs.
     pub logs: Value,
+    /// The tier that keeps its tree: `cgroup`, `subreaper` or `group`.
+    pub containment: Option<String>,
+    /// While it runs in the cgroup tier: `{cpuMs, memoryBytes, tasks}` (null where the
+    /// controller is missing); null otherwise.
+    pub usage: Option<Value>,
 }
 
 /// A cleanup command as configured.
