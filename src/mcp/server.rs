@@ -174,6 +174,7 @@ pub struct LogsArgs {
     /// across a log rotation.
     pub cursor: Option<String>,
     /// At most this many bytes of text (default 16384); `truncated` says when more is waiting.
+    /// Whole lines only: an unterminated last line comes once it ends (or the process does).
     pub max_bytes: Option<usize>,
 }
 
@@ -510,6 +511,14 @@ fn view_as(reg: &Registry, e: &Entry, status: Status) -> Value {
     serde_json::to_value(view_with_status(reg, e, status, false)).unwrap_or(Value::Null)
 }
 
+/// The view of an entry just started (and maybe waited on until ready), computed on a thread of
+/// its own: `ports::listening` reuses a socket table for 200 ms per thread, and the one read
+/// during the readiness wait may predate the listen ("Ready (port 8000)" next to `ports: []`).
+fn fresh_view(reg: &Registry, e: &Entry) -> EntryView {
+    std::thread::scope(|s| s.spawn(|| entry_view(reg, e, &OnceCell::new())).join())
+        .unwrap_or_else(|_| entry_view(reg, e, &OnceCell::new()))
+}
+
 /// The last `n` lines of an entry's combined log (tags and markers kept).
 pub fn last_lines(reg: &Registry, id: &str, n: usize) -> Vec<String> {
     logread::last_lines(reg, id, n)
@@ -812,7 +821,7 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
     };
     let (e, outcome) = manager::start_ready(&ctx.reg, req).map_err(|e| sentence(&e.to_string()))?;
     let e = ctx.reg.read(&e.id).unwrap_or(e);
-    let v = entry_view(&ctx.reg, &e, &OnceCell::new());
+    let v = fresh_view(&ctx.reg, &e);
     let mut text = format!("Started {}{}.", e.label(), e.pid.map(|p| format!(", pid {p}")).unwrap_or_default());
     let mut told = Vec::new();
     let mut tail = None;
@@ -951,7 +960,9 @@ fn logs(ctx: &Ctx, a: LogsArgs) -> Result<Done<LogsResult>, ToolError> {
         grep,
         cursor,
         max_bytes: Some(a.max_bytes.unwrap_or(LOGS_MAX_BYTES)),
-        partial: true,
+        // Whole lines only (an unterminated last line waits for its newline, or for the end of
+        // the process): a cursor never splits a line across two reads.
+        partial: false,
         ..LogQuery::default()
     };
     let chunk = logread::read(&ctx.reg, &e.id, &q).map_err(|err| sentence(&err.to_string()))?;
@@ -1080,7 +1091,7 @@ fn restart(ctx: &Ctx, a: RestartArgs) -> Result<Done<RestartResult>, ToolError> 
         lines.push(f);
     }
     let e = ctx.reg.read(&r.entry.id).unwrap_or(r.entry);
-    let v = entry_view(&ctx.reg, &e, &OnceCell::new());
+    let v = fresh_view(&ctx.reg, &e);
     let mut text = lines.join("\n");
     text.push_str(&format!("\nStarted {}{}.", e.label(), e.pid.map(|p| format!(", pid {p}")).unwrap_or_default()));
     if let Some(o) = &r.ready {
