@@ -531,7 +531,15 @@ fn entry_line(v: &EntryView) -> String {
     } else {
         format!(" ports {}", v.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","))
     };
-    format!("{} {}: {}{pid}{ports} — {}", v.id, v.name, v.status_text, v.command_preview)
+    let since = v.ended_at.unwrap_or_else(sheepdog::registry::now_ms).saturating_sub(v.started_at);
+    let age = match since / 1000 {
+        s @ 0..60 => format!("{s}s"),
+        s @ 60..3600 => format!("{}m", s / 60),
+        s @ 3600..86400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    };
+    let age = if v.status.is_finished() { format!(", ran {age}") } else { format!(", up {age}") };
+    format!("{} {}: {}{pid}{ports}{age} — {}", v.id, v.name, v.status_text, v.command_preview)
 }
 
 /// What one tool call produced before the news is added.
