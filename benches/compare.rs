@@ -46,7 +46,10 @@ struct Samples(Vec<f64>);
 
 impl Samples {
     fn push(&mut self, v: f64) {
-        self.0.push(v);
+        // A sample that could not be taken (NaN) is left out rather than breaking the sort.
+        if !v.is_nan() {
+            self.0.push(v);
+        }
     }
     fn q(&self, q: f64) -> f64 {
         let mut v = self.0.clone();
@@ -142,6 +145,8 @@ fn kill_tree(child: &mut Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+    // A `sheepdog run` killed by SIGKILL cannot remove its tree's (now empty) cgroup.
+    sheepdog::cgroup::sweep_run_leftovers();
 }
 
 fn rss_pss_kib(pid: u32) -> (f64, f64) {
@@ -778,12 +783,13 @@ signal.pause()
         .spawn()
         .ok()?;
     let sup_pid = Pid::new(sup.id() as i32)?;
-    let (tx, rx) = std::sync::mpsc::channel::<(Instant, String)>();
     let out = sup.stdout.take()?;
-    std::thread::spawn(move || {
-        for line in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok) {
-            let _ = tx.send((Instant::now(), line));
-        }
+    // Each event line with the moment it was read; the thread ends at EOF (the supervisor exits).
+    let reader = std::thread::spawn(move || {
+        std::io::BufRead::lines(std::io::BufReader::new(out))
+            .map_while(Result::ok)
+            .map(|l| (Instant::now(), l))
+            .collect::<Vec<_>>()
     });
     let end = Instant::now() + Duration::from_secs(20);
     let mut tracked: Vec<(Pid, u64)> = Vec::new();
@@ -806,16 +812,10 @@ signal.pause()
             let _ = sysproc::kill(*p, Signal::KILL);
         }
     }
-    let escalated = rx.try_iter().find(|(_, l)| l.contains("\"escalated\"")).map(|(t, _)| t);
-    let full = tracked.len() >= 101;
-    full.then(|| {
-        (
-            escalated.map(|t| ms(exited.saturating_duration_since(t))).unwrap_or(f64::NAN),
-            ms(exited - t0),
-            survivors.len(),
-            tracked.len(),
-        )
-    })
+    let lines = reader.join().unwrap_or_default();
+    let escalated = lines.iter().find(|(_, l)| l.contains("\"escalated\"")).map(|(t, _)| *t)?;
+    (tracked.len() >= 101)
+        .then(|| (ms(exited.saturating_duration_since(escalated)), ms(exited - t0), survivors.len(), tracked.len()))
 }
 
 /// Section 8: 32 fork chains that ignore SIGTERM under `sheepdog run --containment TIER`.

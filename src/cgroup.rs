@@ -545,6 +545,7 @@ impl Cgroup {
     /// For the spawn: the fds the child needs to join, if this process created the cgroup.
     pub fn join_fds(&self) -> Option<JoinFds> {
         self.join.as_ref().map(|j| JoinFds {
+            dir: self.dir.as_raw_fd(),
             procs: j.procs.as_raw_fd(),
             report: j.report_w.as_raw_fd(),
             report_read: j.report_r.as_raw_fd(),
@@ -734,6 +735,31 @@ pub fn remove_recorded(e: &Entry) -> bool {
         Ok(_) => false,
         Err(_) => true,
     }
+}
+
+/// Removes the cgroups that `sheepdog run` supervisors killed by SIGKILL left behind: empty
+/// `sheepdog-run-PID-*` directories below this process's own cgroup whose PID is not alive (a
+/// live PID may be a supervisor about to use its cgroup, so all of its are kept). `run` has no
+/// registry; `reap` calls this. Returns the paths removed.
+pub fn sweep_run_leftovers() -> Vec<PathBuf> {
+    let Ok(own) = own_dir() else { return Vec::new() };
+    let Ok(rd) = fs::read_dir(&own) else { return Vec::new() };
+    let mut removed = Vec::new();
+    for d in rd.flatten() {
+        let name = d.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("sheepdog-run-").and_then(|r| r.split('-').next()) else { continue };
+        let Some(pid) = pid.parse().ok().and_then(Pid::new) else { continue };
+        if process::exists(pid) {
+            continue;
+        }
+        if let Ok(cg) = Cgroup::open(&d.path(), None)
+            && !cg.populated()
+            && cg.remove().is_ok()
+        {
+            removed.push(d.path());
+        }
+    }
+    removed
 }
 
 /// What `sheepdog doctor` reports.

@@ -135,6 +135,18 @@ pub fn spawn_joined(
         process::pre_exec_provider(take_terminal)
     });
     let mut refused = None;
+    // The fast way into the cgroup: the child is created in it (clone3). Where the kernel
+    // refuses that, the child is forked and joins with a write to cgroup.procs (below).
+    if let Some(j) = join {
+        skip_join.store(true, std::sync::atomic::Ordering::Relaxed);
+        match crate::sys::cgroup::spawn_into(&mut cmd, j.fds.dir) {
+            Ok(pid) => return Ok((Spawned { pid, pgid: pid.as_group() }, None)),
+            Err(crate::sys::cgroup::SpawnInto::Exec(e)) => return Err(SpawnError::classify(program, e)),
+            Err(crate::sys::cgroup::SpawnInto::Clone(_)) => {
+                skip_join.store(false, std::sync::atomic::Ordering::Relaxed)
+            }
+        }
+    }
     let child = match (cmd.spawn(), join) {
         (Ok(c), _) => c,
         (Err(e), Some(j)) => match crate::sys::cgroup::take_join_error(j.fds) {

@@ -645,3 +645,33 @@ fn reap_removes_a_cgroup_a_supervisor_left_behind() {
     assert!(!cg.path.exists(), "reap removed the leftover");
     assert_eq!(st.entry(&id).get("cgroupLeftover"), None);
 }
+
+#[test]
+fn reap_removes_the_empty_cgroup_of_a_run_supervisor_killed_by_sigkill() {
+    if need_cgroup("reap_removes_the_empty_cgroup_of_a_run_supervisor_killed_by_sigkill").is_none() {
+        return;
+    }
+    let guard = Guard::new();
+    let (mut child, lines) =
+        run_with_events("--containment cgroup -- sh -c 'echo member $$; exec sleep 100'", &[], &guard);
+    let mut member = None;
+    let mut path = None;
+    while member.is_none() || path.is_none() {
+        let l = lines.next(SECS(10));
+        if let Some(p) = l.strip_prefix("member ") {
+            member = p.parse::<i32>().ok();
+        } else if let Ok(v) = serde_json::from_str::<Value>(&l) {
+            path = v["cgroup"].as_str().map(PathBuf::from);
+        }
+    }
+    let (member, path) = (member.unwrap(), path.unwrap());
+    guard.track(member);
+    signal(child.id() as i32, libc::SIGKILL);
+    wait_child(&mut child, SECS(5));
+    signal(member, libc::SIGKILL);
+    assert_eq!(wait_gone(&[member], SECS(5)), Vec::<i32>::new());
+    assert!(path.exists(), "a SIGKILLed run cannot remove its cgroup");
+    let st = State::new();
+    st.ok(&["reap"]);
+    assert!(!path.exists(), "reap removed {}", path.display());
+}
