@@ -411,7 +411,7 @@ async fn the_agent_sigkilled_stops_the_tree_and_runs_the_cleanup() {
         .ok(
             "process_start",
             json!({
-                "command": "sleep 100 & setsid sleep 100 & echo started; wait",
+                "command": "sleep 100 & setsid sleep 100 & echo tree-is-up; wait",
                 "name": "tree",
                 "cleanup": {"command": format!("touch {}", marker.display())},
             }),
@@ -419,7 +419,8 @@ async fn the_agent_sigkilled_stops_the_tree_and_runs_the_cleanup() {
         .await;
     assert_eq!(v["process"]["ownerPid"], agent_pid, "the owner is the agent, the server's parent: {v}");
     let id = v["process"]["id"].as_str().unwrap().to_string();
-    state.wait_log(&id, "combined.log", "started");
+    // Both background jobs are forked before the echo runs.
+    state.wait_log(&id, "combined.log", "[out] tree-is-up");
     let tree = state.tree_pids(&id);
     assert!(tree.len() >= 3, "{tree:?}");
     common::signal(agent_pid, libc::SIGKILL);
