@@ -702,3 +702,16 @@ async fn requests_split_across_reads_are_all_answered() {
     drop(stdin);
     common::wait_child(&mut child, SECS(10));
 }
+
+#[tokio::test]
+async fn timeout_ms_stops_the_tree_and_is_reported_as_timed_out() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let v = s.ok("process_start", json!({"command": "sleep 100", "name": "bounded", "timeoutMs": 300})).await;
+    let pid = v["process"]["pid"].as_i64().unwrap() as i32;
+    let r = s.ok("process_wait", json!({"ids": ["bounded"], "timeoutMs": 20000})).await;
+    assert_eq!(r["done"], true, "{r}");
+    assert_eq!(r["processes"][0]["status"], "timedOut", "{r}");
+    assert!(!alive(pid));
+    s.close().await;
+}
