@@ -715,3 +715,20 @@ async fn timeout_ms_stops_the_tree_and_is_reported_as_timed_out() {
     assert!(!alive(pid));
     s.close().await;
 }
+
+#[tokio::test]
+async fn a_ready_wait_is_capped_at_45_seconds() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let v = s
+        .ok(
+            "process_start",
+            json!({"command": "echo up; sleep 100", "ready": {"logPattern": "^up$", "timeoutMs": 600000}}),
+        )
+        .await;
+    assert_eq!(v["ready"]["ok"], true, "{v}");
+    assert_eq!(v["ready"]["matched"], "up");
+    assert_eq!(v["process"]["ready"]["timeoutMs"], 45000, "{v}");
+    s.ok("process_stop", json!({"all": true})).await;
+    s.close().await;
+}
