@@ -182,7 +182,7 @@ async fn the_2026_discover_era_is_served_too() {
     let tools = s.client().list_all_tools().await.unwrap();
     assert_eq!(tools.len(), TOOLS.len());
     let v = s.ok("process_list", json!({})).await;
-    assert_eq!(v["processes"], json!([]));
+    assert_eq!(v["entries"], json!([]));
     s.close().await;
 }
 
@@ -202,10 +202,10 @@ async fn a_dev_server_starts_ready_is_reached_and_logs_its_request() {
         )
         .await;
     assert_eq!(v["ready"]["ok"], true, "{v}");
-    assert_eq!(v["process"]["status"], "running");
-    assert_eq!(v["process"]["name"], "web");
-    assert!(v["process"]["ports"].as_array().unwrap().contains(&json!(port)), "{v}");
-    let id = v["process"]["id"].as_str().unwrap().to_string();
+    assert_eq!(v["status"], "running");
+    assert_eq!(v["name"], "web");
+    assert!(v["ports"].as_array().unwrap().contains(&json!(port)), "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
     // Reachable right away: readiness meant the port listens.
     let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the dev server accepts");
     conn.write_all(b"GET /hello HTTP/1.0\r\n\r\n").unwrap();
@@ -224,7 +224,7 @@ async fn a_dev_server_starts_ready_is_reached_and_logs_its_request() {
     assert!(logs["text"].as_str().unwrap().contains("[err] "), "{logs}");
     assert_eq!(logs["status"], "running");
     let list = s.ok("process_list", json!({})).await;
-    assert_eq!(list["processes"][0]["id"], id.as_str());
+    assert_eq!(list["entries"][0]["id"], id.as_str());
     let stop = s.ok("process_stop", json!({"id": id})).await;
     assert_eq!(stop["stopped"][0]["lines"], json!([format!("Stopped web ({id}).")]));
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "port {port} still accepts");
@@ -239,7 +239,7 @@ async fn logs_with_a_cursor_across_rotations_have_no_duplicates_and_no_gaps() {
     let script =
         "import sys,time\nfor i in range(600):\n    print('line %014d' % i, flush=True)\n    time.sleep(0.005)";
     let v = s.ok("process_start", json!({"argv": ["python3", "-c", script], "logMax": 1024})).await;
-    let id = v["process"]["id"].as_str().unwrap().to_string();
+    let id = v["id"].as_str().unwrap().to_string();
     let mut cursor: Option<String> = None;
     let mut seen: Vec<u64> = Vec::new();
     let end = Instant::now() + SECS(60);
@@ -275,16 +275,17 @@ async fn stop_prints_the_exact_lines_with_a_failed_cleanup() {
             json!({"command": "tail -f /dev/null", "name": "worker-tail", "cleanup": {"command": "echo undoing; exit 1"}}),
         )
         .await;
-    let id = v["process"]["id"].as_str().unwrap().to_string();
-    let pid = v["process"]["pid"].as_i64().unwrap() as i32;
+    let id = v["id"].as_str().unwrap().to_string();
+    let pid = v["pid"].as_i64().unwrap() as i32;
     let r = s.call("process_stop", json!({"name": "worker-tail"})).await;
     assert_eq!(r.is_error, Some(true), "a failed cleanup is an error: {}", text(&r));
     let sc = r.structured_content.clone().unwrap();
     let lines = json!([format!("Stopped worker-tail ({id})."), "Cleanup command failed with exit code 1."]);
     assert_eq!(sc["stopped"][0]["lines"], lines);
     assert!(text(&r).starts_with(&format!("Stopped worker-tail ({id}).\nCleanup command failed with exit code 1.")));
-    assert_eq!(sc["stopped"][0]["cleanup"]["exitCode"], 1);
-    assert_eq!(sc["stopped"][0]["cleanup"]["output"], json!(["undoing"]));
+    assert_eq!(sc["stopped"][0]["cleanupResult"]["exitCode"], 1);
+    assert_eq!(sc["stopped"][0]["cleanupResult"]["output"], json!(["undoing"]));
+    assert_eq!(sc["stopped"][0]["cleanupError"], "Cleanup command failed with exit code 1.");
     assert!(text(&r).contains("undoing"), "the cleanup's output tail is shown: {}", text(&r));
     assert!(wait_gone(&[pid], SECS(5)).is_empty());
 
@@ -295,7 +296,7 @@ async fn stop_prints_the_exact_lines_with_a_failed_cleanup() {
             json!({"command": "sleep 100", "name": "slow", "cleanup": {"command": "sleep 100", "timeoutMs": 1000}}),
         )
         .await;
-    let id = v["process"]["id"].as_str().unwrap().to_string();
+    let id = v["id"].as_str().unwrap().to_string();
     let r = s.call("process_stop", json!({"id": id})).await;
     assert_eq!(r.is_error, Some(true));
     let lines = json!([format!("Stopped slow ({id})."), "Cleanup command timed out after 1s."]);
@@ -310,19 +311,19 @@ async fn update_attaches_and_removes_a_cleanup_with_null() {
     let marker = state.path().join("cleanup-ran");
     let cleanup = format!("touch {}", marker.display());
     let v = s.ok("process_start", json!({"command": "sleep 100", "cleanup": {"command": cleanup}})).await;
-    let id = v["process"]["id"].as_str().unwrap().to_string();
-    assert_eq!(v["process"]["cleanup"]["command"], cleanup.as_str());
+    let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(v["cleanup"]["command"], cleanup.as_str());
     let u = s.ok("process_update", json!({"id": id, "cleanup": null})).await;
-    assert_eq!(u["process"]["cleanup"], Value::Null, "{u}");
+    assert_eq!(u["cleanup"], Value::Null, "{u}");
     let stop = s.ok("process_stop", json!({"id": id})).await;
     assert_eq!(stop["stopped"][0]["lines"], json!([format!("Stopped sh ({id}).")]));
     assert!(!marker.exists(), "a removed cleanup ran");
 
     // Attached after start, it runs at the stop.
     let v = s.ok("process_start", json!({"command": "sleep 100", "name": "later"})).await;
-    let id = v["process"]["id"].as_str().unwrap().to_string();
+    let id = v["id"].as_str().unwrap().to_string();
     let u = s.ok("process_update", json!({"id": "later", "cleanup": {"command": cleanup, "timeoutMs": 5000}})).await;
-    assert_eq!(u["process"]["cleanup"], json!({"command": cleanup, "timeoutMs": 5000}));
+    assert_eq!(u["cleanup"], json!({"command": cleanup, "timeoutMs": 5000}));
     s.ok("process_stop", json!({"id": id})).await;
     assert!(marker.exists(), "the attached cleanup did not run");
     // After the cleanup ran, a change is refused with a sentence.
@@ -337,7 +338,7 @@ async fn finished_is_reported_once_also_after_a_server_restart() {
     let (state, guard) = (State::new(), Guard::new());
     let a = Server::spawn(&state, &guard, &[]).await;
     let v = a.ok("process_start", json!({"command": "sleep 0.3; echo bye; exit 3", "name": "quick"})).await;
-    let quick = v["process"]["id"].as_str().unwrap().to_string();
+    let quick = v["id"].as_str().unwrap().to_string();
     wait_finished(&state, &quick);
     let l = a.ok("process_list", json!({})).await;
     assert_eq!(news_ids(&l), vec![quick.clone()], "{l}");
@@ -350,7 +351,7 @@ async fn finished_is_reported_once_also_after_a_server_restart() {
 
     // One that finishes while no server runs is reported by the next one, once.
     let v = a.ok("process_start", json!({"command": "sleep 0.5; exit 4", "name": "while-away"})).await;
-    let away = v["process"]["id"].as_str().unwrap().to_string();
+    let away = v["id"].as_str().unwrap().to_string();
     a.close().await;
     wait_finished(&state, &away);
     let b = Server::spawn(&state, &guard, &[]).await;
@@ -361,7 +362,7 @@ async fn finished_is_reported_once_also_after_a_server_restart() {
     let c = Server::spawn(&state, &guard, &[]).await;
     let l = c.ok("process_list", json!({"all": true})).await;
     assert!(news_ids(&l).is_empty(), "a restarted server repeated the news: {l}");
-    assert_eq!(l["processes"].as_array().unwrap().len(), 2, "{l}");
+    assert_eq!(l["entries"].as_array().unwrap().len(), 2, "{l}");
     c.close().await;
 }
 
@@ -388,7 +389,7 @@ async fn a_stop_is_not_repeated_as_news() {
     let (state, guard) = (State::new(), Guard::new());
     let s = Server::spawn(&state, &guard, &[]).await;
     let v = s.ok("process_start", json!({"command": "sleep 100"})).await;
-    let id = v["process"]["id"].as_str().unwrap().to_string();
+    let id = v["id"].as_str().unwrap().to_string();
     let stop = s.ok("process_stop", json!({"id": id})).await;
     assert!(news_ids(&stop).is_empty(), "{stop}");
     let l = s.ok("process_list", json!({})).await;
@@ -417,8 +418,8 @@ async fn the_agent_sigkilled_stops_the_tree_and_runs_the_cleanup() {
             }),
         )
         .await;
-    assert_eq!(v["process"]["ownerPid"], agent_pid, "the owner is the agent, the server's parent: {v}");
-    let id = v["process"]["id"].as_str().unwrap().to_string();
+    assert_eq!(v["ownerPid"], agent_pid, "the owner is the agent, the server's parent: {v}");
+    let id = v["id"].as_str().unwrap().to_string();
     // Both background jobs are forked before the echo runs.
     state.wait_log(&id, "combined.log", "[out] tree-is-up");
     let tree = state.tree_pids(&id);
@@ -448,17 +449,17 @@ async fn a_restarted_server_lists_the_processes_that_keep_running() {
     let (state, guard) = (State::new(), Guard::new());
     let a = Server::spawn(&state, &guard, &[]).await;
     let v = a.ok("process_start", json!({"command": "sleep 100", "name": "keeper"})).await;
-    let id = v["process"]["id"].as_str().unwrap().to_string();
-    let pid = v["process"]["pid"].as_i64().unwrap() as i32;
-    let session = v["process"]["sessionId"].as_str().unwrap().to_string();
+    let id = v["id"].as_str().unwrap().to_string();
+    let pid = v["pid"].as_i64().unwrap() as i32;
+    let session = v["sessionId"].as_str().unwrap().to_string();
     let status = a.close().await;
     assert!(status.success(), "{status:?}");
     assert!(alive(pid), "the server's exit stopped a process");
     let b = Server::spawn(&state, &guard, &[]).await;
     let l = b.ok("process_list", json!({})).await;
-    assert_eq!(l["processes"][0]["id"], id.as_str(), "{l}");
-    assert_eq!(l["processes"][0]["status"], "running");
-    assert_eq!(l["processes"][0]["sessionId"], session.as_str(), "the same agent, the same session");
+    assert_eq!(l["entries"][0]["id"], id.as_str(), "{l}");
+    assert_eq!(l["entries"][0]["status"], "running");
+    assert_eq!(l["entries"][0]["sessionId"], session.as_str(), "the same agent, the same session");
     b.ok("process_stop", json!({"id": "keeper"})).await;
     assert!(!alive(pid));
     b.close().await;
@@ -579,8 +580,8 @@ async fn managed_processes_never_hold_the_servers_stdio() {
     let (state, guard) = (State::new(), Guard::new());
     let s = Server::spawn(&state, &guard, &[]).await;
     let v = s.ok("process_start", json!({"command": "sleep 100"})).await;
-    let pid = v["process"]["pid"].as_i64().unwrap() as i32;
-    let sup = v["process"]["supervisorPid"].as_i64().unwrap() as i32;
+    let pid = v["pid"].as_i64().unwrap() as i32;
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
     // Supervisors are the small `sheepdog` binary, never the server with its runtime.
     let exe = std::fs::read_link(format!("/proc/{sup}/exe")).unwrap();
     assert_eq!(exe.file_name().unwrap(), "sheepdog", "{exe:?}");
@@ -607,11 +608,11 @@ async fn the_owner_is_found_through_a_launcher_and_keep_means_none() {
     let s = Server::spawn_via(&state, &guard, "sh", &["-c", &script], ClientLifecycleMode::Initialize).await;
     track_children(&guard, s.pid);
     let v = s.ok("process_start", json!({"command": "sleep 100"})).await;
-    assert_eq!(v["process"]["ownerPid"], std::process::id(), "{v}");
-    let session = v["process"]["sessionId"].as_str().unwrap().to_string();
+    assert_eq!(v["ownerPid"], std::process::id(), "{v}");
+    let session = v["sessionId"].as_str().unwrap().to_string();
     let k = s.ok("process_start", json!({"command": "sleep 100", "keep": true})).await;
-    assert_eq!(k["process"]["ownerPid"], Value::Null, "{k}");
-    assert_eq!(k["process"]["sessionId"], session.as_str());
+    assert_eq!(k["ownerPid"], Value::Null, "{k}");
+    assert_eq!(k["sessionId"], session.as_str());
     s.ok("process_stop", json!({"all": true})).await;
     s.close().await;
 
@@ -619,8 +620,8 @@ async fn the_owner_is_found_through_a_launcher_and_keep_means_none() {
     let mut owner = guard.sleeper();
     let s = Server::spawn(&state, &guard, &["--owner", &owner.id().to_string()]).await;
     let v = s.ok("process_start", json!({"command": "sleep 100"})).await;
-    assert_eq!(v["process"]["ownerPid"], owner.id(), "{v}");
-    assert_ne!(v["process"]["sessionId"].as_str().unwrap(), session);
+    assert_eq!(v["ownerPid"], owner.id(), "{v}");
+    assert_ne!(v["sessionId"].as_str().unwrap(), session);
     s.ok("process_stop", json!({"all": true})).await;
     s.close().await;
     let _ = owner.kill();
@@ -633,31 +634,32 @@ async fn wait_reports_done_or_still_running_and_never_kills() {
     let s = Server::spawn(&state, &guard, &[]).await;
     let quick = s.ok("process_start", json!({"command": "sleep 0.3; echo out; exit 2"})).await;
     let slow = s.ok("process_start", json!({"command": "sleep 100", "name": "slow"})).await;
-    let (q, w) = (quick["process"]["id"].as_str().unwrap(), slow["process"]["id"].as_str().unwrap());
+    let (q, w) = (quick["id"].as_str().unwrap(), slow["id"].as_str().unwrap());
     let r = s.ok("process_wait", json!({"ids": [q, w], "any": true, "timeoutMs": 20000})).await;
     assert_eq!(r["done"], true, "{r}");
-    assert_eq!(r["processes"][0]["done"], true);
-    assert_eq!(r["processes"][0]["exitCode"], 2);
-    assert_eq!(r["processes"][0]["lastLines"], json!(["[out] out"]));
-    assert_eq!(r["processes"][1]["done"], false);
+    assert_eq!(r["waited"][0]["done"], true);
+    assert_eq!(r["waited"][0]["exitCode"], 2);
+    assert_eq!(r["waited"][0]["lastLines"], json!(["[out] out"]));
+    assert_eq!(r["waited"][1]["done"], false);
     assert!(news_ids(&r).is_empty(), "the wait itself told it: {r}");
     let r = s.ok("process_wait", json!({"ids": ["slow"], "timeoutMs": 300})).await;
     assert_eq!(r["done"], false);
-    assert_eq!(r["processes"][0]["status"], "running");
-    assert!(alive(slow["process"]["pid"].as_i64().unwrap() as i32), "a wait killed it");
+    assert_eq!(r["waited"][0]["status"], "running");
+    assert!(alive(slow["pid"].as_i64().unwrap() as i32), "a wait killed it");
     // Clearing a running process is refused with the CLI's sentence; a finished one goes.
     let c = s.call("process_clear", json!({"ids": ["slow", q]})).await;
     assert_eq!(c.is_error, Some(true), "{}", text(&c));
     let sc = c.structured_content.unwrap();
-    assert_eq!(sc["cleared"], json!([q]), "{sc}");
+    assert_eq!(sc["cleared"].as_array().unwrap().len(), 1, "{sc}");
+    assert_eq!(sc["cleared"][0]["id"], q, "{sc}");
     assert_eq!(sc["refused"][0]["id"], w);
     assert!(sc["refused"][0]["message"].as_str().unwrap().contains("is running; stop it first"), "{sc}");
     // Restart: the old tree gone, a new id running the same command.
     let r = s.ok("process_restart", json!({"name": "slow"})).await;
     assert_eq!(r["replaced"], w);
-    assert_ne!(r["process"]["id"], w);
-    assert_eq!(r["process"]["status"], "running");
-    assert!(wait_gone(&[slow["process"]["pid"].as_i64().unwrap() as i32], SECS(2)).is_empty());
+    assert_ne!(r["id"], w);
+    assert_eq!(r["status"], "running");
+    assert!(wait_gone(&[slow["pid"].as_i64().unwrap() as i32], SECS(2)).is_empty());
     s.ok("process_stop", json!({"all": true})).await;
     let c = s.ok("process_clear", json!({"finished": true})).await;
     assert_eq!(c["cleared"].as_array().unwrap().len(), 2, "{c}");
@@ -708,10 +710,10 @@ async fn timeout_ms_stops_the_tree_and_is_reported_as_timed_out() {
     let (state, guard) = (State::new(), Guard::new());
     let s = Server::spawn(&state, &guard, &[]).await;
     let v = s.ok("process_start", json!({"command": "sleep 100", "name": "bounded", "timeoutMs": 300})).await;
-    let pid = v["process"]["pid"].as_i64().unwrap() as i32;
+    let pid = v["pid"].as_i64().unwrap() as i32;
     let r = s.ok("process_wait", json!({"ids": ["bounded"], "timeoutMs": 20000})).await;
     assert_eq!(r["done"], true, "{r}");
-    assert_eq!(r["processes"][0]["status"], "timedOut", "{r}");
+    assert_eq!(r["waited"][0]["status"], "timedOut", "{r}");
     assert!(!alive(pid));
     s.close().await;
 }
@@ -728,7 +730,9 @@ async fn a_ready_wait_is_capped_at_45_seconds() {
         .await;
     assert_eq!(v["ready"]["ok"], true, "{v}");
     assert_eq!(v["ready"]["matched"], "up");
-    assert_eq!(v["process"]["ready"]["timeoutMs"], 45000, "{v}");
+    // The options as recorded (for a restart): the list shows them.
+    let l = s.ok("process_list", json!({})).await;
+    assert_eq!(l["entries"][0]["ready"]["timeoutMs"], 45000, "{l}");
     s.ok("process_stop", json!({"all": true})).await;
     s.close().await;
 }

@@ -341,8 +341,10 @@ pub struct ReadyDoc {
     /// The port that made it ready.
     pub port: Option<u16>,
     /// `exited` (it ended before it was ready) or `timeout` (it keeps running) when not ok.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Its last lines of output when it exited before it was ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<Vec<String>>,
 }
 
@@ -360,14 +362,15 @@ pub struct WithNews<R> {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StartResult {
-    /// The new process.
+    /// The new process: its entry view's fields, as `sheepdog start --json` prints them.
+    #[serde(flatten)]
     #[schemars(with = "ProcessView")]
     pub process: Value,
     /// Nudges, as the CLI gives them: the command looks like its work outlives its tree (or
     /// dies with it) and it has no cleanup.
     #[schemars(with = "Vec<WarningDoc>")]
     pub warnings: Vec<Value>,
-    /// The readiness check, when one was asked for.
+    /// The readiness check (null when none was asked for), as `start --json` has it.
     #[schemars(with = "Option<ReadyDoc>")]
     pub ready: Option<Value>,
     /// Its last lines of output, when it already ended.
@@ -378,9 +381,9 @@ pub struct StartResult {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListResult {
-    /// Oldest first.
+    /// Entry views, oldest first (as `sheepdog ps --json`).
     #[schemars(with = "Vec<ProcessView>")]
-    pub processes: Vec<Value>,
+    pub entries: Vec<Value>,
 }
 
 /// Result of `process_logs`.
@@ -405,15 +408,13 @@ pub struct LogsResult {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitItem {
-    pub id: String,
-    pub name: String,
-    /// True when it finished (cleanup included).
+    /// Its entry view.
+    #[serde(flatten)]
+    #[schemars(with = "ProcessView")]
+    pub process: Value,
+    /// True when it finished (cleanup included); false: still running.
     pub done: bool,
-    pub status: String,
-    pub status_text: String,
-    /// Its exit code (or 128 + signal) when known.
-    pub exit_code: Option<i32>,
-    /// Its last lines of output.
+    /// Its last lines of output (`[out] `/`[err] ` lines).
     pub last_lines: Vec<String>,
 }
 
@@ -423,13 +424,16 @@ pub struct WaitItem {
 pub struct WaitResult {
     /// True when the wait was satisfied (all done, or any with `any`); false on timeout.
     pub done: bool,
-    pub processes: Vec<WaitItem>,
+    /// One per process, in the order asked (as `sheepdog wait --json`).
+    pub waited: Vec<WaitItem>,
 }
 
 /// One stopped process.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StopItem {
+    /// Its entry view (`cleanupResult` has what the cleanup did, `output` its last 20 lines).
+    #[serde(flatten)]
     #[schemars(with = "ProcessView")]
     pub process: Value,
     /// Exactly what `sheepdog stop` prints: `Stopped web (proc_4).`, then, when the cleanup
@@ -442,9 +446,8 @@ pub struct StopItem {
     pub tree_gone: bool,
     /// Tree gone and cleanup (if any) succeeded.
     pub ok: bool,
-    /// What the cleanup did: exitCode, signal, timedOut, durationMs, output (its last 20
-    /// lines); null without a cleanup.
-    pub cleanup: Option<Value>,
+    /// The cleanup's failure line, null when it succeeded or there was none.
+    pub cleanup_error: Option<String>,
 }
 
 /// Result of `process_stop`.
@@ -458,7 +461,8 @@ pub struct StopResult {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RestartResult {
-    /// The new process (a new id), started after the old tree was gone.
+    /// The new process (a new id, `restartOf` the old), started after the old tree was gone.
+    #[serde(flatten)]
     #[schemars(with = "ProcessView")]
     pub process: Value,
     /// The id it replaced.
@@ -475,6 +479,8 @@ pub struct RestartResult {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpdateResult {
+    /// The entry view after the change.
+    #[serde(flatten)]
     #[schemars(with = "ProcessView")]
     pub process: Value,
 }
@@ -491,8 +497,9 @@ pub struct Refusal {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClearResult {
-    /// Ids removed with their logs.
-    pub cleared: Vec<String>,
+    /// The entries removed with their logs (their last views, as `sheepdog clear --json`).
+    #[schemars(with = "Vec<ProcessView>")]
+    pub cleared: Vec<Value>,
     /// Those that were not: still running, or still running their cleanup.
     pub refused: Vec<Refusal>,
 }
@@ -504,6 +511,16 @@ pub struct ClearResult {
 /// says now.
 fn view(reg: &Registry, e: &Entry, census: &OnceCell<Census>) -> Value {
     serde_json::to_value(entry_view(reg, e, census)).unwrap_or(Value::Null)
+}
+
+/// `v` as a JSON object without its `ready` (the readiness options): the results that carry
+/// a readiness report under that name.
+fn without_ready(v: &EntryView) -> Value {
+    let mut v = serde_json::to_value(v).unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut v {
+        m.remove("ready");
+    }
+    v
 }
 
 /// The view with a status already known (a stop's result).
@@ -857,7 +874,7 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
     }
     let warnings = nudges.iter().map(|w| serde_json::to_value(w).unwrap_or(Value::Null)).collect();
     let ready = outcome.as_ref().map(|o| serde_json::to_value(o.report()).unwrap_or(Value::Null));
-    let process = serde_json::to_value(&v).unwrap_or(Value::Null);
+    let process = without_ready(&v);
     Ok(Done {
         result: StartResult { process, warnings, ready, last_lines: tail },
         text,
@@ -934,7 +951,7 @@ fn list(ctx: &Ctx, a: ListArgs) -> Result<Done<ListResult>, ToolError> {
         processes.push(serde_json::to_value(&v).unwrap_or(Value::Null));
     }
     let text = if lines.is_empty() { "No processes.".to_string() } else { lines.join("\n") };
-    Ok(Done::ok(ListResult { processes }, text))
+    Ok(Done::ok(ListResult { entries: processes }, text))
 }
 
 /// Default `maxBytes` of `process_logs`: 16 KiB.
@@ -1030,10 +1047,7 @@ fn wait(ctx: &Ctx, a: WaitArgs) -> Result<Done<WaitResult>, ToolError> {
         }
     };
     if targets.is_empty() {
-        return Ok(Done::ok(
-            WaitResult { done: true, processes: Vec::new() },
-            "No running processes to wait for.".into(),
-        ));
+        return Ok(Done::ok(WaitResult { done: true, waited: Vec::new() }, "No running processes to wait for.".into()));
     }
     let busy = news::busy(targets.iter().map(|e| e.id.clone()));
     let any = a.any.unwrap_or(false);
@@ -1060,15 +1074,7 @@ fn wait(ctx: &Ctx, a: WaitArgs) -> Result<Done<WaitResult>, ToolError> {
         if done {
             lines.extend(last.iter().rev().take(5).rev().map(|l| format!("    {l}")));
         }
-        items.push(WaitItem {
-            id: cur.id.clone(),
-            name: cur.display_name(),
-            done,
-            status: status.as_str().into(),
-            status_text,
-            exit_code: if done { manager::exit_status_of(&cur) } else { None },
-            last_lines: last,
-        });
+        items.push(WaitItem { process: view_as(&ctx.reg, &cur, status), done, last_lines: last });
     }
     let all_done = if any { items.iter().any(|i| i.done) } else { items.iter().all(|i| i.done) };
     if !all_done {
@@ -1078,7 +1084,7 @@ fn wait(ctx: &Ctx, a: WaitArgs) -> Result<Done<WaitResult>, ToolError> {
         ));
     }
     Ok(Done {
-        result: WaitResult { done: all_done, processes: items },
+        result: WaitResult { done: all_done, waited: items },
         text: lines.join("\n"),
         is_error: false,
         told,
@@ -1116,35 +1122,12 @@ fn restart(ctx: &Ctx, a: RestartArgs) -> Result<Done<RestartResult>, ToolError> 
         told.push(e.id.clone());
     }
     let result = RestartResult {
-        process: serde_json::to_value(&v).unwrap_or(Value::Null),
+        process: without_ready(&v),
         replaced: old.id.clone(),
         lines,
         ready: r.ready.as_ref().map(|o| serde_json::to_value(o.report()).unwrap_or(Value::Null)),
     };
     Ok(Done { result, text, is_error: false, told, busy: Some(busy) })
-}
-
-/// The cleanup's result for a stop: as `sheepdog stop --json` shows it.
-fn cleanup_json(e: &Entry) -> Option<Value> {
-    match (&e.cleanup, &e.cleanup_result) {
-        (_, Some(r)) => Some(serde_json::json!({
-            "command": r.command,
-            "timeoutMs": e.cleanup.as_ref().map(|c| c.timeout_ms),
-            "exitCode": r.exit_code,
-            "signal": r.signal,
-            "timedOut": r.timed_out,
-            "durationMs": r.duration_ms,
-            "output": r.output,
-            "error": sheepdog::cleanup::failure_line(e),
-        })),
-        (Some(c), None) => Some(serde_json::json!({
-            "command": c.command,
-            "timeoutMs": c.timeout_ms,
-            "ran": e.cleanup_started_at.is_some(),
-            "error": sheepdog::cleanup::failure_line(e),
-        })),
-        (None, None) => None,
-    }
 }
 
 fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError> {
@@ -1203,7 +1186,7 @@ fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError> {
                     already_finished: o.already_finished,
                     tree_gone: o.tree_gone,
                     ok,
-                    cleanup: cleanup_json(&o.entry),
+                    cleanup_error: failure,
                 });
             }
             Err(err) => {
@@ -1279,11 +1262,12 @@ fn clear(ctx: &Ctx, a: ClearArgs) -> Result<Done<ClearResult>, ToolError> {
     let mut refused = Vec::new();
     for e in &targets {
         match manager::clear(&ctx.reg, e, force) {
-            Ok(()) => cleared.push(e.id.clone()),
+            Ok(()) => cleared.push(view_as(&ctx.reg, e, manager::live_status(e, &OnceCell::new()))),
             Err(err) => refused.push(Refusal { id: e.id.clone(), message: sentence(&err.to_string()) }),
         }
     }
-    let mut text: Vec<String> = cleared.iter().map(|id| format!("Cleared {id}.")).collect();
+    let mut text: Vec<String> =
+        cleared.iter().map(|v| format!("Cleared {}.", v["id"].as_str().unwrap_or("?"))).collect();
     text.extend(refused.iter().map(|r| r.message.clone()));
     if text.is_empty() {
         text.push("Nothing to clear.".into());
