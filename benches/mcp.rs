@@ -127,7 +127,7 @@ fn main() {
     let mut list = Samples(Vec::new());
     for _ in 0..reps(50) {
         let (v, ms) = s.call("process_list", json!({"session": "bench", "all": true}));
-        assert_eq!(v["processes"].as_array().unwrap().len(), 100);
+        assert_eq!(v["entries"].as_array().unwrap().len(), 100);
         list.0.push(ms);
     }
 
