@@ -648,12 +648,21 @@ fn reap_removes_a_cgroup_a_supervisor_left_behind() {
 
 #[test]
 fn reap_removes_the_empty_cgroup_of_a_run_supervisor_killed_by_sigkill() {
-    if need_cgroup("reap_removes_the_empty_cgroup_of_a_run_supervisor_killed_by_sigkill").is_none() {
+    let Some(own) = need_cgroup("reap_removes_the_empty_cgroup_of_a_run_supervisor_killed_by_sigkill") else {
         return;
-    }
+    };
+    // The supervisor and the reap run in a cgroup of this test's own: `reap` sweeps only below
+    // its own cgroup, so the reaps of tests running alongside cannot take this one first.
+    let home = TestCgroup::new(&own);
+    let enter = format!("echo $$ > {}/cgroup.procs && exec", home.path_str());
     let guard = Guard::new();
-    let (mut child, lines) =
-        run_with_events("--containment cgroup -- sh -c 'echo member $$; exec sleep 100'", &[], &guard);
+    let script = format!(
+        "{enter} {} run --events-fd 3 --containment cgroup -- sh -c 'echo member $$; exec sleep 100' 3>&1",
+        bin()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script]).env_remove("SHEEPDOG_CONTAINMENT").stdin(Stdio::null());
+    let (mut child, lines) = spawn_lines(cmd, &guard);
     let mut member = None;
     let mut path = None;
     while member.is_none() || path.is_none() {
@@ -666,12 +675,15 @@ fn reap_removes_the_empty_cgroup_of_a_run_supervisor_killed_by_sigkill() {
     }
     let (member, path) = (member.unwrap(), path.unwrap());
     guard.track(member);
+    assert!(path.starts_with(&home.path), "{}", path.display());
     signal(child.id() as i32, libc::SIGKILL);
     wait_child(&mut child, SECS(5));
     signal(member, libc::SIGKILL);
     assert_eq!(wait_gone(&[member], SECS(5)), Vec::<i32>::new());
     assert!(path.exists(), "a SIGKILLed run cannot remove its cgroup");
     let st = State::new();
-    st.ok(&["reap"]);
+    let reap = format!("{enter} {} --state-dir {} reap", bin(), st.path().display());
+    let out = Command::new("sh").args(["-c", &reap]).env_remove("SHEEPDOG_CONTAINMENT").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!path.exists(), "reap removed {}", path.display());
 }
