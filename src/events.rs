@@ -19,13 +19,91 @@
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use crate::spawn::Spawned;
 use crate::stop::{StopPolicy, Trigger};
 use crate::supervisor::{Exit, Observer, Outcome};
 use crate::sys::WaitStatus;
 use crate::sys::process::{self, POLL_OUT, PollFd};
+
+/// One `--events-fd` line, `{"event": "spawned" | "stopping" | "escalated" | "exited", ...}`:
+/// the shape hosts parse, in one type (camelCase fields, `event` first).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "camelCase")]
+pub enum Event {
+    /// The provider runs: its pid and group, the longest a stop can take (ms), and the tier.
+    #[serde(rename_all = "camelCase")]
+    Spawned {
+        pid: i32,
+        pgid: i32,
+        max_stop_ms: u64,
+        containment: Option<&'static str>,
+        containment_reason: Option<String>,
+        cgroup: Option<String>,
+        cgroup_inode: Option<u64>,
+    },
+    /// A stop began: `trigger` is `signal` (with `signal`), `owner`, `stdinEof`, `timeout` or
+    /// `providerExited` (not a stop: what an exited provider left is being cleaned up).
+    Stopping {
+        trigger: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        signal: Option<String>,
+    },
+    /// The term grace ran out; SIGKILL went to `remaining` processes.
+    Escalated { signal: &'static str, remaining: usize },
+    /// The end: `code`/`signal` describe the provider (both null if it could not be killed),
+    /// `status` is what sheepdog itself exits with (a number, or the signal it dies by).
+    #[serde(rename_all = "camelCase")]
+    Exited {
+        code: Option<i32>,
+        signal: Option<String>,
+        tree_gone: bool,
+        escalated: bool,
+        trigger: Option<&'static str>,
+        status: ExitValue,
+    },
+}
+
+/// sheepdog's own exit in the `exited` event: a number, or the name of the signal it dies by.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum ExitValue {
+    Code(i32),
+    Signal(String),
+}
+
+impl Event {
+    /// The `stopping` event of `trigger`.
+    pub fn stopping(trigger: Trigger) -> Event {
+        let signal = match trigger {
+            Trigger::Signal(s) => Some(s.name()),
+            _ => None,
+        };
+        Event::Stopping { trigger: trigger.name(), signal }
+    }
+
+    /// The `exited` event of an outcome.
+    pub fn exited(outcome: &Outcome) -> Event {
+        let (code, signal) = match outcome.provider {
+            Some(WaitStatus::Exited(c)) => (Some(c), None),
+            Some(WaitStatus::Signaled(s)) => (None, Some(s.name())),
+            None => (None, None),
+        };
+        let status = match outcome.exit() {
+            Exit::Code(c) => ExitValue::Code(c),
+            Exit::Signal(s) => ExitValue::Signal(s.name()),
+        };
+        Event::Exited {
+            code,
+            signal,
+            tree_gone: outcome.tree_gone,
+            escalated: outcome.escalated,
+            trigger: outcome.trigger.map(|t| t.name()),
+            status,
+        }
+    }
+}
 
 /// Writes events to an inherited fd.
 #[derive(Debug)]
@@ -48,8 +126,8 @@ impl EventSink {
     /// Writes one event line, only if the fd can take it now (`poll` for `POLLOUT`): a line is
     /// far below `PIPE_BUF`, so a pipe that reports room takes it whole without blocking. A
     /// reader that stopped reading loses events; it never stalls the supervisor.
-    pub fn emit(&self, value: Value) {
-        let mut line = value.to_string();
+    pub fn emit(&self, event: &Event) {
+        let Ok(mut line) = serde_json::to_string(event) else { return };
         line.push('\n');
         let mut fds = [PollFd::new(self.fd.as_raw_fd(), POLL_OUT)];
         if matches!(process::poll(&mut fds, Some(std::time::Duration::ZERO)), Ok(1)) && !fds[0].hung_up() {
@@ -59,32 +137,7 @@ impl EventSink {
 
     /// The final `exited` event.
     pub fn exited(&self, outcome: &Outcome) {
-        let (code, signal) = match outcome.provider {
-            Some(WaitStatus::Exited(c)) => (Some(c), None),
-            Some(WaitStatus::Signaled(s)) => (None, Some(s.name())),
-            None => (None, None),
-        };
-        let status = match outcome.exit() {
-            Exit::Code(c) => json!(c),
-            Exit::Signal(s) => json!(s.name()),
-        };
-        self.emit(json!({
-            "event": "exited",
-            "code": code,
-            "signal": signal,
-            "treeGone": outcome.tree_gone,
-            "escalated": outcome.escalated,
-            "trigger": outcome.trigger.map(|t| t.name()),
-            "status": status,
-        }));
-    }
-}
-
-/// `stopping` as JSON.
-pub fn stopping_json(trigger: Trigger) -> Value {
-    match trigger {
-        Trigger::Signal(s) => json!({"event": "stopping", "trigger": trigger.name(), "signal": s.name()}),
-        _ => json!({"event": "stopping", "trigger": trigger.name()}),
+        self.emit(&Event::exited(outcome));
     }
 }
 
@@ -95,23 +148,71 @@ impl Observer for EventSink {
 
     fn spawned(&mut self, spawned: &Spawned, policy: &StopPolicy) {
         let c = self.containment.as_ref();
-        self.emit(json!({
-            "event": "spawned",
-            "pid": spawned.pid.as_raw(),
-            "pgid": spawned.pgid.as_raw(),
-            "maxStopMs": policy.max_stop().as_millis() as u64,
-            "containment": c.map(|c| c.containment),
-            "containmentReason": c.and_then(|c| c.containment_reason.clone()),
-            "cgroup": c.and_then(|c| c.cgroup.clone()),
-            "cgroupInode": c.and_then(|c| c.cgroup_inode),
-        }));
+        self.emit(&Event::Spawned {
+            pid: spawned.pid.as_raw(),
+            pgid: spawned.pgid.as_raw(),
+            max_stop_ms: policy.max_stop().as_millis() as u64,
+            containment: c.map(|c| c.containment),
+            containment_reason: c.and_then(|c| c.containment_reason.clone()),
+            cgroup: c.and_then(|c| c.cgroup.clone()),
+            cgroup_inode: c.and_then(|c| c.cgroup_inode),
+        });
     }
 
     fn stopping(&mut self, trigger: Trigger) {
-        self.emit(stopping_json(trigger));
+        self.emit(&Event::stopping(trigger));
     }
 
     fn escalated(&mut self, remaining: usize) {
-        self.emit(json!({"event": "escalated", "signal": "SIGKILL", "remaining": remaining}));
+        self.emit(&Event::Escalated { signal: "SIGKILL", remaining });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::{Pid, Signal};
+
+    /// The shapes hosts parse, byte for byte (README.md, `--events-fd`).
+    #[test]
+    fn event_lines_keep_their_shape() {
+        let spawned = Event::Spawned {
+            pid: 4242,
+            pgid: 4242,
+            max_stop_ms: 5500,
+            containment: Some("subreaper"),
+            containment_reason: Some("no cgroup2 mount".into()),
+            cgroup: None,
+            cgroup_inode: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&spawned).unwrap(),
+            r#"{"event":"spawned","pid":4242,"pgid":4242,"maxStopMs":5500,"containment":"subreaper","containmentReason":"no cgroup2 mount","cgroup":null,"cgroupInode":null}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Event::stopping(Trigger::Signal(Signal::TERM))).unwrap(),
+            r#"{"event":"stopping","trigger":"signal","signal":"SIGTERM"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Event::stopping(Trigger::OwnerDied)).unwrap(),
+            r#"{"event":"stopping","trigger":"owner"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Event::Escalated { signal: "SIGKILL", remaining: 2 }).unwrap(),
+            r#"{"event":"escalated","signal":"SIGKILL","remaining":2}"#
+        );
+        let pid = Pid::new(4242).unwrap();
+        let outcome = Outcome {
+            spawned: Spawned { pid, pgid: pid.as_group() },
+            provider: Some(WaitStatus::Signaled(Signal::KILL)),
+            trigger: Some(Trigger::Signal(Signal::TERM)),
+            tree_gone: true,
+            escalated: true,
+            cgroup_left: false,
+        };
+        assert_eq!(
+            serde_json::to_string(&Event::exited(&outcome)).unwrap(),
+            r#"{"event":"exited","code":null,"signal":"SIGKILL","treeGone":true,"escalated":true,"trigger":"signal","status":"SIGTERM"}"#
+        );
     }
 }

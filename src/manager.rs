@@ -662,6 +662,28 @@ pub fn live_tree(e: &Entry) -> Vec<(i32, i32, i32, String)> {
         .collect()
 }
 
+/// True if a stop of a selection (`--session`, `--all`) takes this entry: it still runs, or its
+/// cleanup is pending or running (a cleanup belongs to its entry, and every stop runs it).
+pub fn stoppable(e: &Entry) -> bool {
+    !e.is_finished() || e.cleanup_pending() || e.cleanup_running()
+}
+
+/// Stops each of `targets` with [`stop`], each on its own thread, so a whole turn stops within
+/// one grace instead of one per entry. Results come in the order of `targets`.
+pub fn stop_many(
+    reg: &Registry,
+    targets: &[Entry],
+    term_grace: Option<Duration>,
+) -> Vec<Result<StopOutcome, ManagerError>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = targets.iter().map(|e| s.spawn(|| stop(reg, e, term_grace))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(ManagerError::Refused("stop panicked".into()))))
+            .collect()
+    })
+}
+
 /// How one `stop` ended.
 #[derive(Debug)]
 pub struct StopOutcome {
@@ -670,6 +692,25 @@ pub struct StopOutcome {
     pub already_finished: bool,
     /// Nothing of the tree is alive.
     pub tree_gone: bool,
+}
+
+impl StopOutcome {
+    /// The first line every front end shows for this stop: `Stopped NAME (ID).` for a real
+    /// stop; for an entry that had already ended, what happened instead (`web (proc_5) had
+    /// already exited (3).`), never `Stopped`.
+    pub fn headline(&self) -> String {
+        let e = &self.entry;
+        if !self.already_finished {
+            return format!("Stopped {}.", e.label());
+        }
+        let text = crate::view::status_text(e, e.status);
+        let what = match e.status {
+            Status::Exited | Status::TimedOut => text,
+            Status::Killed | Status::Stopped | Status::Reaped => format!("been {text}"),
+            _ => format!("ended: {text}"),
+        };
+        format!("{} had already {what}.", e.label())
+    }
 }
 
 /// Stops one entry: asks its supervisor (SIGTERM through a pidfd, after its identity is

@@ -631,14 +631,11 @@ fn resolve(reg: &Registry, keys: &[String]) -> Result<Vec<Entry>, CliError> {
 
 pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let reg = open(dir)?;
-    // A selection takes what still runs and what ended with its cleanup still pending: a
-    // cleanup belongs to its entry, and every stop runs it.
-    let stoppable = |e: &Entry| !e.is_finished() || e.cleanup_pending() || e.cleanup_running();
     let targets: Vec<Entry> = if let Some(s) = &a.session {
         let (entries, aside) = reg.list();
         warn_set_aside(&aside);
         let targets: Vec<Entry> =
-            entries.into_iter().filter(|e| e.session_id.as_ref() == Some(s) && stoppable(e)).collect();
+            entries.into_iter().filter(|e| e.session_id.as_ref() == Some(s) && manager::stoppable(e)).collect();
         if targets.is_empty() {
             return Err(CliError::new(
                 1,
@@ -651,20 +648,13 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     } else if a.all {
         let (entries, aside) = reg.list();
         warn_set_aside(&aside);
-        entries.into_iter().filter(stoppable).collect()
+        entries.into_iter().filter(manager::stoppable).collect()
     } else if a.targets.is_empty() {
         return Err(CliError::usage("stop: name an id or name, --session ID or --all"));
     } else {
         resolve(&reg, &a.targets)?
     };
-    // Each entry is stopped on its own thread: a whole turn stops in one grace, not one per entry.
-    let results: Vec<Result<manager::StopOutcome, ManagerError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = targets.iter().map(|e| s.spawn(|| manager::stop(&reg, e, a.term_grace))).collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(ManagerError::Refused("stop panicked".into()))))
-            .collect()
-    });
+    let results = manager::stop_many(&reg, &targets, a.term_grace);
     let mut code = 0;
     let mut list = Vec::new();
     for (e, r) in targets.iter().zip(results) {
@@ -681,11 +671,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                     }
                     list.push(v);
                 } else {
-                    if o.already_finished {
-                        outln!("{}", already_ended_line(&o.entry));
-                    } else {
-                        outln!("Stopped {}.", o.entry.label());
-                    }
+                    outln!("{}", o.headline());
                     if let Some(line) = &cleanup_failed {
                         outln!("{line}");
                     }
@@ -710,18 +696,6 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         outln!("{}", json!({ "stopped": list }));
     }
     Ok(code)
-}
-
-/// What `stop` prints for an entry that had already ended before it: `web (proc_5) had already
-/// exited (3).` — never `Stopped ...`, which is kept for a real stop.
-fn already_ended_line(e: &Entry) -> String {
-    let text = e.status_text.clone().unwrap_or_else(|| e.status.to_string());
-    let what = match e.status {
-        Status::Exited | Status::TimedOut => text,
-        Status::Killed | Status::Stopped | Status::Reaped => format!("been {text}"),
-        _ => format!("ended: {text}"),
-    };
-    format!("{} had already {what}.", e.label())
 }
 
 /// `sheepdog update`.

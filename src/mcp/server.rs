@@ -1140,20 +1140,16 @@ fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError> {
     } else {
         let session = a.session.unwrap_or_else(|| ctx.session.clone());
         let (entries, _) = ctx.reg.list();
-        entries.into_iter().filter(|e| e.session_id.as_deref() == Some(session.as_str()) && !e.is_finished()).collect()
+        entries
+            .into_iter()
+            .filter(|e| e.session_id.as_deref() == Some(session.as_str()) && manager::stoppable(e))
+            .collect()
     };
     if targets.is_empty() {
         return Ok(Done::ok(StopResult { stopped: Vec::new() }, "No running processes to stop.".into()));
     }
     let busy = news::busy(targets.iter().map(|e| e.id.clone()));
-    // Each entry on its own thread: a whole session stops in one grace, not one per entry.
-    let results: Vec<Result<manager::StopOutcome, manager::ManagerError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = targets.iter().map(|e| s.spawn(|| manager::stop(&ctx.reg, e, None))).collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(manager::ManagerError::Refused("stop panicked".into()))))
-            .collect()
-    });
+    let results = manager::stop_many(&ctx.reg, &targets, None);
     let mut stopped = Vec::new();
     let mut text = Vec::new();
     let mut is_error = false;
@@ -1162,7 +1158,7 @@ fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError> {
         match r {
             Ok(o) => {
                 let failure = sheepdog::cleanup::failure_line(&o.entry);
-                let mut lines = vec![format!("Stopped {}.", o.entry.label())];
+                let mut lines = vec![o.headline()];
                 if !o.tree_gone {
                     lines.push(format!("The tree of {} was not confirmed gone.", o.entry.label()));
                 }

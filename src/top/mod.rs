@@ -285,11 +285,7 @@ fn run_action(action: Action, reg: &Registry, tx: Sender<Event>) {
 pub fn stop_lines(reg: &Registry, e: &crate::registry::Entry) -> Vec<String> {
     match manager::stop(reg, e, None) {
         Ok(o) => {
-            let mut lines = vec![format!("Stopped {}.", o.entry.label())];
-            if o.already_finished {
-                lines
-                    .push(format!("It had already finished: {}.", &crate::view::status_text(&o.entry, o.entry.status)));
-            }
+            let mut lines = vec![o.headline()];
             if !o.tree_gone {
                 lines.push("The process tree was NOT confirmed gone.".into());
             }
