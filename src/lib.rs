@@ -15,6 +15,8 @@
 //! - [`logs`]: capped, rotating stdout / stderr / combined logs.
 //! - [`events`]: the JSON lines of `--events-fd`.
 //! - [`duration`]: `250ms`, `1.5s` on the command line.
+//! - [`usage`]: CPU and memory of a tree, from `/proc`.
+//! - [`top`]: the `sheepdog top` terminal UI (its own binary, `sheepdog-top`).
 //! - [`sys`]: the only place with `unsafe`: signals, pidfds, `/proc`, `poll`.
 //! - [`status`]: the status vocabulary, one enum.
 //! - [`view`]: the one entry view every `--json`, MCP and `top` render.
@@ -45,5 +47,7 @@ pub mod stop;
 pub mod supervisor;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod top;
 pub mod tree;
+pub mod usage;
 pub mod view;

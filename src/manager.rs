@@ -151,6 +151,24 @@ pub fn preview(argv: &[String]) -> String {
     s
 }
 
+static SUPERVISOR_EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Sets the `sheepdog` executable that [`start`] runs as each entry's detached supervisor
+/// (`sheepdog supervise-entry`). Front ends built as their own binary (`sheepdog-mcp`) call it
+/// once at startup, so every supervisor stays the small `sheepdog` binary. The first call wins.
+pub fn set_supervisor_exe(path: PathBuf) {
+    let _ = SUPERVISOR_EXE.set(path);
+}
+
+/// The executable [`start`] runs as a supervisor: the one set with [`set_supervisor_exe`], else
+/// this process's own executable. Errors: `current_exe`'s.
+pub fn supervisor_exe() -> io::Result<PathBuf> {
+    match SUPERVISOR_EXE.get() {
+        Some(p) => Ok(p.clone()),
+        None => std::env::current_exe(),
+    }
+}
+
 /// Starts a managed process and returns its entry once the command has really been spawned
 /// and registered. A command that cannot start fails here (126/127 with the OS reason) and
 /// leaves no entry behind.
@@ -206,7 +224,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         .mode(0o600)
         .open(reg.file(&id, "supervisor.log"))
         .map_err(io_err("open the supervisor log"))?;
-    let exe = std::env::current_exe().map_err(io_err("find the sheepdog executable"))?;
+    let exe = supervisor_exe().map_err(io_err("find the sheepdog executable"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("--state-dir")
         .arg(reg.root())

@@ -8,6 +8,7 @@
 mod doctor;
 mod manage;
 mod run;
+mod top;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -83,6 +84,8 @@ enum Command {
     Reap(manage::ReapArgs),
     /// Remove finished entries and their logs.
     Clear(manage::ClearArgs),
+    /// A live full-screen view: statuses, usage, ports, process trees, logs; stop/restart/clear.
+    Top(top::TopArgs),
     /// Which containment tier `run` and `start` get here, and why; the cgroup2 mount, kernel
     /// and controllers.
     Doctor(doctor::DoctorArgs),
@@ -141,6 +144,7 @@ pub fn main() -> i32 {
         Command::Wait(a) => manage::wait(a, dir, json),
         Command::Reap(a) => manage::reap(a, dir, json),
         Command::Clear(a) => manage::clear(a, dir, json),
+        Command::Top(a) => top::top(a, dir),
         Command::Doctor(a) => doctor::doctor(a, json),
         Command::SuperviseEntry(a) => manage::supervise_entry(a, dir),
     };

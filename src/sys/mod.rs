@@ -9,6 +9,7 @@ pub mod cgroup;
 pub mod process;
 pub mod procfs;
 pub mod signal;
+pub mod sysconf;
 
 pub use process::{Pgid, Pid, WaitStatus};
 pub use signal::Signal;
