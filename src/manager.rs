@@ -1136,6 +1136,73 @@ pub fn clear(reg: &Registry, e: &Entry, force: bool) -> Result<(), ManagerError>
     Ok(())
 }
 
+/// What `update` changes: the cleanup (attach, replace, or remove with `Some(None)`), its
+/// timeout alone, and the name.
+#[derive(Debug, Default)]
+pub struct UpdateRequest {
+    /// `Some(Some(cmd))`: attach or replace; `Some(None)`: remove; `None`: leave it.
+    pub cleanup: Option<Option<String>>,
+    /// The cleanup's bound; `None`: the one already set, else the default (10 s).
+    pub cleanup_timeout: Option<Duration>,
+    /// A new name (unique among live entries).
+    pub name: Option<String>,
+}
+
+/// Default timeout of a cleanup command: 10 000 ms.
+pub const CLEANUP_TIMEOUT_MS: u64 = 10_000;
+
+/// Changes an entry's cleanup and/or name. The supervisor reads the cleanup at stop time.
+/// Refused (`Refused`, status 1) when the cleanup is to change but its run has already been
+/// claimed (it has run or is running): the change would have no effect. Errors: `NameInUse`,
+/// `NotFound`.
+pub fn update(reg: &Registry, e: &Entry, req: &UpdateRequest) -> Result<Entry, ManagerError> {
+    let changes_cleanup = req.cleanup.is_some() || req.cleanup_timeout.is_some();
+    if changes_cleanup && e.cleanup_started_at.is_some() {
+        return Err(ManagerError::Refused(format!(
+            "the cleanup of {} has already run (or is running); a change would have no effect",
+            e.label()
+        )));
+    }
+    if let Some(n) = &req.name {
+        reg.rename(&e.id, n)?;
+    }
+    let mut too_late = false;
+    let e = reg.update(&e.id, |x| {
+        if !changes_cleanup {
+            return;
+        }
+        // Re-checked under the entry's lock: the supervisor may have claimed it meanwhile.
+        if x.cleanup_started_at.is_some() {
+            too_late = true;
+            return;
+        }
+        let timeout_ms = req
+            .cleanup_timeout
+            .map(|d| d.as_millis() as u64)
+            .or(x.cleanup.as_ref().map(|c| c.timeout_ms))
+            .unwrap_or(CLEANUP_TIMEOUT_MS);
+        match &req.cleanup {
+            Some(None) => x.cleanup = None,
+            Some(Some(c)) => x.cleanup = Some(Cleanup { command: c.clone(), timeout_ms }),
+            None => {
+                if let Some(c) = &mut x.cleanup {
+                    c.timeout_ms = timeout_ms;
+                }
+            }
+        }
+    })?;
+    if too_late {
+        return Err(ManagerError::Refused(format!(
+            "the cleanup of {} started before this update; the change had no effect",
+            e.label()
+        )));
+    }
+    // A supervisor that stayed for a pending cleanup re-reads its entry (it leaves if none is
+    // pending any more).
+    notify_supervisor(&e);
+    Ok(e)
+}
+
 /// How long `restart` waits for the ports the old tree listened on to be free before it starts
 /// the new command anyway: 5 s (a tree that is gone has closed its sockets; this covers a
 /// listening socket still held by a process that is exiting).

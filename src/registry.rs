@@ -214,6 +214,10 @@ pub struct Entry {
     pub memory_max: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids_max: Option<u64>,
+    /// Unix ms when a reply of `sheepdog mcp` told the agent that this entry finished: each
+    /// finished entry is reported once, also across server restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_reported_at: Option<u64>,
     /// The readiness options it was started with (`--ready-port`, `--ready-log`,
     /// `--ready-listen`, `--ready-timeout`), kept for `restart`.
     pub ready: Option<ReadySpec>,
@@ -313,6 +317,20 @@ pub fn identity_alive(pid: Option<i32>, start_time: Option<u64>) -> bool {
         return false;
     };
     procfs::start_time(pid) == Some(t) && procfs::uid(pid) == Some(process::getuid())
+}
+
+/// Names are free text, except the shape of ids (`proc_12`): a name equal to another entry's id
+/// would make `stop proc_12` ambiguous. Also not empty and without control characters. The error
+/// is one sentence naming the problem.
+pub fn check_name(s: &str) -> Result<(), String> {
+    let id_like = s.strip_prefix("proc_").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if s.is_empty() || s.chars().any(char::is_control) {
+        return Err(format!("invalid name {s:?}: empty or with control characters"));
+    }
+    if id_like {
+        return Err(format!("invalid name '{s}': names of the form proc_N are reserved for ids"));
+    }
+    Ok(())
 }
 
 /// A fresh random token: 32 hex digits from /dev/urandom (time and pid if unreadable).

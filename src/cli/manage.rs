@@ -19,9 +19,6 @@ use crate::view;
 
 use super::{CliError, parse_duration, parse_positive_duration, pid_arg};
 
-/// Default timeout of a cleanup command: 10 s.
-pub const CLEANUP_TIMEOUT_MS: u64 = 10_000;
-
 impl From<RegistryError> for CliError {
     fn from(e: RegistryError) -> Self {
         CliError::usage(e.to_string())
@@ -53,14 +50,7 @@ fn warn_set_aside(aside: &[crate::registry::SetAside]) {
 /// Names are free text, except the shape of ids (`proc_12`): a name equal to another entry's id
 /// would make `stop proc_12` ambiguous. Also not empty and without control characters.
 fn parse_name(s: &str) -> Result<String, String> {
-    let id_like = s.strip_prefix("proc_").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    if s.is_empty() || s.chars().any(char::is_control) {
-        return Err(format!("invalid name {s:?}: empty or with control characters"));
-    }
-    if id_like {
-        return Err(format!("invalid name '{s}': names of the form proc_N are reserved for ids"));
-    }
-    Ok(s.to_string())
+    crate::registry::check_name(s).map(|()| s.to_string())
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -764,47 +754,12 @@ pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<
     }
     let reg = open(dir)?;
     let e = reg.find(&a.target)?;
-    if changes_cleanup && e.cleanup_started_at.is_some() {
-        return Err(CliError::new(
-            1,
-            format!("the cleanup of {} has already run (or is running); a change would have no effect", e.label()),
-        ));
-    }
-    if let Some(n) = &a.name {
-        reg.rename(&e.id, n)?;
-    }
-    let mut too_late = false;
-    let e = reg.update(&e.id, |x| {
-        if !changes_cleanup {
-            return;
-        }
-        // Re-checked under the entry's lock: the supervisor may have claimed it meanwhile.
-        if x.cleanup_started_at.is_some() {
-            too_late = true;
-            return;
-        }
-        let timeout_ms = a
-            .cleanup_timeout
-            .map(|d| d.as_millis() as u64)
-            .or(x.cleanup.as_ref().map(|c| c.timeout_ms))
-            .unwrap_or(CLEANUP_TIMEOUT_MS);
-        if a.no_cleanup {
-            x.cleanup = None;
-        } else if let Some(c) = &a.cleanup {
-            x.cleanup = Some(Cleanup { command: c.clone(), timeout_ms });
-        } else if let Some(c) = &mut x.cleanup {
-            c.timeout_ms = timeout_ms;
-        }
-    })?;
-    if too_late {
-        return Err(CliError::new(
-            1,
-            format!("the cleanup of {} started before this update; the change had no effect", e.label()),
-        ));
-    }
-    // A supervisor that stayed for a pending cleanup re-reads its entry (it leaves if none is
-    // pending any more).
-    manager::notify_supervisor(&e);
+    let req = manager::UpdateRequest {
+        cleanup: if a.no_cleanup { Some(None) } else { a.cleanup.map(Some) },
+        cleanup_timeout: a.cleanup_timeout,
+        name: a.name,
+    };
+    let e = manager::update(&reg, &e, &req)?;
     if json {
         println!("{}", entry_json(&reg, &e, manager::live_status(&e, &Default::default())));
     } else {

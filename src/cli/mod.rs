@@ -48,7 +48,9 @@ fn parse_positive_duration(s: &str) -> Result<Duration, String> {
 #[command(
     name = "sheepdog",
     version,
-    about = "A process supervisor for AI coding agents: when sheepdog is gone, so is everything the agent started."
+    about = "A process supervisor for AI coding agents: when sheepdog is gone, so is everything the agent started.",
+    after_help = "Also: sheepdog mcp [--owner PID]  Serve the Model Context Protocol on stdin/stdout: background \
+                  processes as tools for an agent (runs sheepdog-mcp, installed next to sheepdog; see 'sheepdog mcp --help')."
 )]
 struct Cli {
     /// Print errors (and results, where a command has them) as JSON on stdout.
@@ -122,11 +124,55 @@ struct RunArgs {
     command: Vec<OsString>,
 }
 
+/// `sheepdog [--state-dir DIR] [--json] mcp ARGS...`: the state dir (if given) and ARGS, else
+/// `None`. Recognised before clap parses anything, so `mcp` costs `run` and every supervisor
+/// nothing (no extra subcommand for clap to build on each start; see BENCHMARKS.md).
+fn mcp_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, Vec<OsString>)> {
+    let mut dir = None;
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        let s = a.to_str()?;
+        if s == "mcp" {
+            return Some((dir, it.cloned().collect()));
+        } else if s == "--state-dir" {
+            dir = Some(PathBuf::from(it.next()?));
+        } else if let Some(d) = s.strip_prefix("--state-dir=") {
+            dir = Some(PathBuf::from(d));
+        } else if s != "--json" {
+            return None;
+        }
+    }
+    None
+}
+
+/// The MCP server's binary: `sheepdog-mcp` in the directory of this executable. A separate
+/// binary so that `run` and every supervisor never load an async runtime (BENCHMARKS.md).
+pub const MCP_BINARY: &str = "sheepdog-mcp";
+
+/// Replaces this process with `sheepdog-mcp` (same pid, so the MCP client stays its parent and
+/// owner detection sees the same tree). Returns only on failure: status 125 with the path.
+fn mcp(args: Vec<OsString>, dir: Option<PathBuf>) -> Result<i32, CliError> {
+    use std::os::unix::process::CommandExt;
+    let exe =
+        std::env::current_exe().map_err(|e| CliError::usage(format!("unable to find the sheepdog executable: {e}")))?;
+    let server = exe.with_file_name(MCP_BINARY);
+    let mut cmd = std::process::Command::new(&server);
+    if let Some(d) = dir {
+        cmd.arg("--state-dir").arg(d);
+    }
+    cmd.args(&args);
+    let err = cmd.exec();
+    Err(CliError::usage(format!("unable to run {}: {err}", server.display())))
+}
+
 /// Parses the process's arguments, runs the subcommand, and returns the exit status (or does
 /// not return: `run` may die by the signal that stopped it).
 pub fn main() -> i32 {
     let args: Vec<OsString> = std::env::args_os().collect();
     let json = args.iter().take_while(|a| *a != "--").any(|a| a == "--json");
+    if let Some((dir, rest)) = mcp_invocation(&args) {
+        return mcp(rest, dir).unwrap_or_else(|e| report(&e, json));
+    }
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => return clap_error(e, json),

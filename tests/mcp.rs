@@ -1,0 +1,738 @@
+//! `sheepdog mcp` driven by a real MCP client (rmcp's) over the real binary's stdin/stdout, with
+//! real processes: every test has its own state dir, and its guards kill what it spawned by
+//! recorded pid (the server too).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{Guard, SECS, State, alive, wait_gone};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion};
+use rmcp::service::RunningService;
+use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
+use serde_json::{Value, json};
+
+/// A running `sheepdog mcp` and the client talking to it.
+struct Server {
+    client: Option<RunningService<RoleClient, ()>>,
+    child: tokio::process::Child,
+    /// The pid of the server (or of the owner that runs it, see [`Server::spawn_via`]).
+    pid: i32,
+}
+
+fn server_cmd(state: &State, program: &str, args: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .env("SHEEPDOG_STATE_DIR", state.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(false);
+    cmd
+}
+
+impl Server {
+    /// `sheepdog mcp ARGS` as a child of this test (its owner), connected with rmcp's client.
+    async fn spawn(state: &State, guard: &Guard, args: &[&str]) -> Server {
+        let mut a = vec!["mcp"];
+        a.extend_from_slice(args);
+        Server::spawn_via(state, guard, common::bin(), &a, ClientLifecycleMode::Initialize).await
+    }
+
+    /// Runs `program args` (the server, or something that runs it with our pipes) and connects.
+    async fn spawn_via(
+        state: &State,
+        guard: &Guard,
+        program: &str,
+        args: &[&str],
+        lifecycle: ClientLifecycleMode,
+    ) -> Server {
+        let mut child = server_cmd(state, program, args).spawn().expect("spawn the server");
+        let pid = child.id().expect("pid") as i32;
+        guard.track(pid);
+        let stdout = child.stdout.take().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let client = ().serve_with_lifecycle((stdout, stdin), lifecycle).await.expect("initialize");
+        Server { client: Some(client), child, pid }
+    }
+
+    fn client(&self) -> &RunningService<RoleClient, ()> {
+        self.client.as_ref().unwrap()
+    }
+
+    /// Calls a tool; a protocol error fails the test.
+    async fn call(&self, name: &'static str, args: Value) -> CallToolResult {
+        let Value::Object(m) = args else { panic!("arguments must be an object") };
+        self.client()
+            .call_tool(CallToolRequestParams::new(name).with_arguments(m))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: protocol error: {e}"))
+    }
+
+    /// Calls a tool that must succeed; returns its structured content.
+    async fn ok(&self, name: &'static str, args: Value) -> Value {
+        let r = self.call(name, args.clone()).await;
+        assert_ne!(r.is_error, Some(true), "{name} {args} failed: {}", text(&r));
+        r.structured_content.clone().expect("structuredContent")
+    }
+
+    /// Closes the client's side (stdin EOF) and waits for the server to exit.
+    async fn close(mut self) -> std::process::ExitStatus {
+        if let Some(c) = self.client.take() {
+            let _ = c.cancel().await;
+        }
+        tokio::time::timeout(SECS(10), self.child.wait()).await.expect("the server exits on stdin EOF").unwrap()
+    }
+}
+
+/// Tracks the children of `pid` (the server under an owner or a launcher), so they are killed
+/// by recorded pid if the test fails.
+fn track_children(guard: &Guard, pid: i32) {
+    for c in sheepdog::sys::procfs::children(common::pid(pid)) {
+        guard.track(c.as_raw());
+    }
+}
+
+fn text(r: &CallToolResult) -> String {
+    r.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default()
+}
+
+/// A TCP port nobody listens on (for a dev server).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Waits until the registry records `id` as finished.
+fn wait_finished(state: &State, id: &str) -> Value {
+    let end = Instant::now() + SECS(20);
+    loop {
+        let e = state.entry(id);
+        if !matches!(e["status"].as_str(), Some("running" | "starting")) {
+            return e;
+        }
+        assert!(Instant::now() < end, "{id} never finished: {e}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn news_ids(v: &Value) -> Vec<String> {
+    v["finished"].as_array().unwrap().iter().map(|f| f["id"].as_str().unwrap().to_string()).collect()
+}
+
+const TOOLS: [&str; 8] = [
+    "process_clear",
+    "process_list",
+    "process_logs",
+    "process_restart",
+    "process_start",
+    "process_stop",
+    "process_update",
+    "process_wait",
+];
+
+#[tokio::test]
+async fn initialize_lists_the_tools_with_schemas() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let info = s.client().peer_info().expect("server info");
+    let server = info.server_info.clone().expect("serverInfo");
+    assert_eq!(server.name, "sheepdog");
+    assert_eq!(server.version, env!("CARGO_PKG_VERSION"));
+    let instructions = info.instructions.clone().unwrap_or_default();
+    assert!(instructions.contains("process_start") && instructions.contains("process_wait"), "{instructions}");
+    assert!(instructions.contains("nohup") && instructions.contains("sleep"), "{instructions}");
+
+    let tools = s.client().list_all_tools().await.unwrap();
+    let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+    names.sort();
+    assert_eq!(names, TOOLS);
+    for t in &tools {
+        assert!(t.description.as_ref().is_some_and(|d| !d.is_empty()), "{} has no description", t.name);
+        let out = t.output_schema.as_ref().unwrap_or_else(|| panic!("{} has no outputSchema", t.name));
+        assert_eq!(out["type"], "object", "{}", t.name);
+        assert!(out["properties"]["finished"].is_object(), "{}: no `finished` in {:?}", t.name, out);
+        assert_eq!(t.input_schema["type"], "object");
+    }
+    let start = tools.iter().find(|t| t.name == "process_start").unwrap();
+    let props = start.input_schema["properties"].as_object().unwrap();
+    for k in ["command", "argv", "name", "cwd", "env", "session", "timeoutMs", "cleanup", "ready", "keep", "logMax"] {
+        assert!(props.contains_key(k), "process_start has no `{k}`: {props:?}");
+        let described = serde_json::to_string(&props[k]).unwrap().contains("description");
+        assert!(described, "process_start `{k}` has no description");
+    }
+    let schema = serde_json::to_string(&start.input_schema).unwrap();
+    assert!(schema.contains("logPattern") && schema.contains("timeoutMs"), "{schema}");
+    let logs = tools.iter().find(|t| t.name == "process_logs").unwrap();
+    for k in ["id", "stream", "tail", "grep", "cursor", "maxBytes"] {
+        assert!(logs.input_schema["properties"].get(k).is_some(), "process_logs has no `{k}`");
+    }
+    let stop_out =
+        serde_json::to_string(&tools.iter().find(|t| t.name == "process_stop").unwrap().output_schema).unwrap();
+    assert!(stop_out.contains("lines") && stop_out.contains("treeGone"), "{stop_out}");
+    s.close().await;
+}
+
+#[tokio::test]
+async fn the_2026_discover_era_is_served_too() {
+    let (state, guard) = (State::new(), Guard::new());
+    let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+    let s = Server::spawn_via(&state, &guard, common::bin(), &["mcp"], lifecycle).await;
+    let tools = s.client().list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), TOOLS.len());
+    let v = s.ok("process_list", json!({})).await;
+    assert_eq!(v["entries"], json!([]));
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_dev_server_starts_ready_is_reached_and_logs_its_request() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let port = free_port();
+    let v = s
+        .ok(
+            "process_start",
+            json!({
+                "argv": ["python3", "-u", "-m", "http.server", port.to_string(), "--bind", "127.0.0.1"],
+                "name": "web",
+                "ready": {"port": port, "timeoutMs": 20000},
+            }),
+        )
+        .await;
+    assert_eq!(v["ready"]["ok"], true, "{v}");
+    assert_eq!(v["status"], "running");
+    assert_eq!(v["name"], "web");
+    assert!(v["ports"].as_array().unwrap().contains(&json!(port)), "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    // Reachable right away: readiness meant the port listens.
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the dev server accepts");
+    conn.write_all(b"GET /hello HTTP/1.0\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.0 404") || reply.starts_with("HTTP/1.0 200"), "{reply}");
+
+    let end = Instant::now() + SECS(10);
+    let logs = loop {
+        let l = s.ok("process_logs", json!({"id": "web", "grep": "GET /hello"})).await;
+        if l["text"].as_str().unwrap().contains("GET /hello") || Instant::now() > end {
+            break l;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(logs["text"].as_str().unwrap().contains("[err] "), "{logs}");
+    assert_eq!(logs["status"], "running");
+    let list = s.ok("process_list", json!({})).await;
+    assert_eq!(list["entries"][0]["id"], id.as_str());
+    let stop = s.ok("process_stop", json!({"id": id})).await;
+    assert_eq!(stop["stopped"][0]["lines"], json!([format!("Stopped web ({id}).")]));
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "port {port} still accepts");
+    s.close().await;
+}
+
+#[tokio::test]
+async fn logs_with_a_cursor_across_rotations_have_no_duplicates_and_no_gaps() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    // 600 numbered lines of 20 bytes into a 1 KiB log: a rotation every ~50 lines, ~5 ms apart.
+    let script =
+        "import sys,time\nfor i in range(600):\n    print('line %014d' % i, flush=True)\n    time.sleep(0.005)";
+    let v = s.ok("process_start", json!({"argv": ["python3", "-c", script], "logMax": 1024})).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    let mut cursor: Option<String> = None;
+    let mut seen: Vec<u64> = Vec::new();
+    let end = Instant::now() + SECS(60);
+    loop {
+        let mut args = json!({"id": id, "stream": "out", "maxBytes": 200});
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let l = s.ok("process_logs", args).await;
+        // A rotated file starts with sheepdog's marker line; the rest is the command's.
+        for line in l["text"].as_str().unwrap().lines().filter(|l| !l.starts_with("[sheepdog] ")) {
+            let n = line.strip_prefix("line ").unwrap_or_else(|| panic!("not a line of ours: {line:?}"));
+            seen.push(n.parse().unwrap());
+        }
+        cursor = Some(l["cursor"].as_str().unwrap().to_string());
+        if l["eof"] == true {
+            break;
+        }
+        assert!(Instant::now() < end, "no eof; read {} lines", seen.len());
+    }
+    assert_eq!(seen, (0..600).collect::<Vec<u64>>(), "lines lost or repeated");
+    assert!(state.path().join("procs").join(&id).join("stdout.log.1").exists(), "the log never rotated");
+    s.close().await;
+}
+
+#[tokio::test]
+async fn stop_prints_the_exact_lines_with_a_failed_cleanup() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let v = s
+        .ok(
+            "process_start",
+            json!({"command": "tail -f /dev/null", "name": "worker-tail", "cleanup": {"command": "echo undoing; exit 1"}}),
+        )
+        .await;
+    let id = v["id"].as_str().unwrap().to_string();
+    let pid = v["pid"].as_i64().unwrap() as i32;
+    let r = s.call("process_stop", json!({"name": "worker-tail"})).await;
+    assert_eq!(r.is_error, Some(true), "a failed cleanup is an error: {}", text(&r));
+    let sc = r.structured_content.clone().unwrap();
+    let lines = json!([format!("Stopped worker-tail ({id})."), "Cleanup command failed with exit code 1."]);
+    assert_eq!(sc["stopped"][0]["lines"], lines);
+    assert!(text(&r).starts_with(&format!("Stopped worker-tail ({id}).\nCleanup command failed with exit code 1.")));
+    assert_eq!(sc["stopped"][0]["cleanupResult"]["exitCode"], 1);
+    assert_eq!(sc["stopped"][0]["cleanupResult"]["output"], json!(["undoing"]));
+    assert_eq!(sc["stopped"][0]["cleanupError"], "Cleanup command failed with exit code 1.");
+    assert!(text(&r).contains("undoing"), "the cleanup's output tail is shown: {}", text(&r));
+    assert!(wait_gone(&[pid], SECS(5)).is_empty());
+
+    // A cleanup that outlives its bound: the other exact line.
+    let v = s
+        .ok(
+            "process_start",
+            json!({"command": "sleep 100", "name": "slow", "cleanup": {"command": "sleep 100", "timeoutMs": 1000}}),
+        )
+        .await;
+    let id = v["id"].as_str().unwrap().to_string();
+    let r = s.call("process_stop", json!({"id": id})).await;
+    assert_eq!(r.is_error, Some(true));
+    let lines = json!([format!("Stopped slow ({id})."), "Cleanup command timed out after 1s."]);
+    assert_eq!(r.structured_content.unwrap()["stopped"][0]["lines"], lines);
+    s.close().await;
+}
+
+#[tokio::test]
+async fn update_attaches_and_removes_a_cleanup_with_null() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let marker = state.path().join("cleanup-ran");
+    let cleanup = format!("touch {}", marker.display());
+    let v = s.ok("process_start", json!({"command": "sleep 100", "cleanup": {"command": cleanup}})).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(v["cleanup"]["command"], cleanup.as_str());
+    let u = s.ok("process_update", json!({"id": id, "cleanup": null})).await;
+    assert_eq!(u["cleanup"], Value::Null, "{u}");
+    let stop = s.ok("process_stop", json!({"id": id})).await;
+    assert_eq!(stop["stopped"][0]["lines"], json!([format!("Stopped sh ({id}).")]));
+    assert!(!marker.exists(), "a removed cleanup ran");
+
+    // Attached after start, it runs at the stop.
+    let v = s.ok("process_start", json!({"command": "sleep 100", "name": "later"})).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    let u = s.ok("process_update", json!({"id": "later", "cleanup": {"command": cleanup, "timeoutMs": 5000}})).await;
+    assert_eq!(u["cleanup"], json!({"command": cleanup, "timeoutMs": 5000}));
+    s.ok("process_stop", json!({"id": id})).await;
+    assert!(marker.exists(), "the attached cleanup did not run");
+    // After the cleanup ran, a change is refused with a sentence.
+    let r = s.call("process_update", json!({"id": id, "cleanup": null})).await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("has already run"), "{}", text(&r));
+    s.close().await;
+}
+
+#[tokio::test]
+async fn finished_is_reported_once_also_after_a_server_restart() {
+    let (state, guard) = (State::new(), Guard::new());
+    let a = Server::spawn(&state, &guard, &[]).await;
+    let v = a.ok("process_start", json!({"command": "sleep 0.3; echo bye; exit 3", "name": "quick"})).await;
+    let quick = v["id"].as_str().unwrap().to_string();
+    wait_finished(&state, &quick);
+    let l = a.ok("process_list", json!({})).await;
+    assert_eq!(news_ids(&l), vec![quick.clone()], "{l}");
+    let f = &l["finished"][0];
+    assert_eq!(f["status"], "exited");
+    assert_eq!(f["exitCode"], 3);
+    assert!(f["lastLines"].as_array().unwrap().contains(&json!("[out] bye")), "{f}");
+    let l = a.ok("process_list", json!({})).await;
+    assert!(news_ids(&l).is_empty(), "reported twice: {l}");
+
+    // One that finishes while no server runs is reported by the next one, once.
+    let v = a.ok("process_start", json!({"command": "sleep 0.5; exit 4", "name": "while-away"})).await;
+    let away = v["id"].as_str().unwrap().to_string();
+    a.close().await;
+    wait_finished(&state, &away);
+    let b = Server::spawn(&state, &guard, &[]).await;
+    let l = b.ok("process_list", json!({"all": true})).await;
+    assert_eq!(news_ids(&l), vec![away.clone()], "{l}");
+    assert_eq!(l["finished"][0]["exitCode"], 4);
+    b.close().await;
+    let c = Server::spawn(&state, &guard, &[]).await;
+    let l = c.ok("process_list", json!({"all": true})).await;
+    assert!(news_ids(&l).is_empty(), "a restarted server repeated the news: {l}");
+    assert_eq!(l["entries"].as_array().unwrap().len(), 2, "{l}");
+    c.close().await;
+}
+
+#[tokio::test]
+async fn start_warns_like_the_cli_when_work_may_outlive_the_tree() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    // Not installed here: the command fails at once, which does not matter to the nudge.
+    let r = s.call("process_start", json!({"command": "docker run -d nginx"})).await;
+    let v = r.structured_content.clone().unwrap();
+    let w = v["warnings"].as_array().unwrap();
+    assert_eq!(w.len(), 1, "{v}");
+    assert_eq!(w[0]["kind"], "outsideTree", "{v}");
+    assert!(w[0]["matched"].as_str().unwrap().contains("docker run -d"), "{v}");
+    assert!(text(&r).contains("Warning: "), "{}", text(&r));
+    let v = s.ok("process_start", json!({"command": "sleep 100 &", "cleanup": {"command": "true"}})).await;
+    assert_eq!(v["warnings"], json!([]), "a cleanup silences the nudge: {v}");
+    s.ok("process_stop", json!({"all": true})).await;
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_stop_is_not_repeated_as_news() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let v = s.ok("process_start", json!({"command": "sleep 100"})).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    let stop = s.ok("process_stop", json!({"id": id})).await;
+    assert!(news_ids(&stop).is_empty(), "{stop}");
+    let l = s.ok("process_list", json!({})).await;
+    assert!(news_ids(&l).is_empty(), "{l}");
+    s.close().await;
+}
+
+#[tokio::test]
+async fn the_agent_sigkilled_stops_the_tree_and_runs_the_cleanup() {
+    let (state, guard) = (State::new(), Guard::new());
+    // The agent: a python process that runs the server with our pipes as its stdio and waits.
+    let agent = "import subprocess,sys\nsys.exit(subprocess.call(sys.argv[1:]))";
+    let bin = common::bin();
+    let s =
+        Server::spawn_via(&state, &guard, "python3", &["-c", agent, bin, "mcp"], ClientLifecycleMode::Initialize).await;
+    let agent_pid = s.pid;
+    track_children(&guard, agent_pid);
+    let marker = state.path().join("cleaned");
+    let v = s
+        .ok(
+            "process_start",
+            json!({
+                "command": "sleep 100 & setsid sleep 100 & echo tree-is-up; wait",
+                "name": "tree",
+                "cleanup": {"command": format!("touch {}", marker.display())},
+            }),
+        )
+        .await;
+    assert_eq!(v["ownerPid"], agent_pid, "the owner is the agent, the server's parent: {v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    // Both background jobs are forked before the echo runs.
+    state.wait_log(&id, "combined.log", "[out] tree-is-up");
+    let tree = state.tree_pids(&id);
+    assert!(tree.len() >= 3, "{tree:?}");
+    common::signal(agent_pid, libc::SIGKILL);
+    let t0 = Instant::now();
+    // The stop bound: maxStop (4.5 s) plus the cleanup, with a generous margin.
+    let left = wait_gone(&tree, SECS(20));
+    assert!(left.is_empty(), "still alive after the agent died: {left:?}");
+    let end = Instant::now() + SECS(20);
+    while !marker.exists() {
+        assert!(Instant::now() < end, "the cleanup never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("tree and cleanup gone {:?} after the agent's death", t0.elapsed());
+    let e = wait_finished(&state, &id);
+    assert_eq!(e["status"], "stopped", "{e}");
+    assert_eq!(e["stopReason"], "owner", "{e}");
+    let mut s = s;
+    let _ = s.child.wait().await;
+    // The server itself (the agent's child) is reaped by init; closing our pipes ends it.
+    drop(s.client.take());
+}
+
+#[tokio::test]
+async fn a_restarted_server_lists_the_processes_that_keep_running() {
+    let (state, guard) = (State::new(), Guard::new());
+    let a = Server::spawn(&state, &guard, &[]).await;
+    let v = a.ok("process_start", json!({"command": "sleep 100", "name": "keeper"})).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    let pid = v["pid"].as_i64().unwrap() as i32;
+    let session = v["sessionId"].as_str().unwrap().to_string();
+    let status = a.close().await;
+    assert!(status.success(), "{status:?}");
+    assert!(alive(pid), "the server's exit stopped a process");
+    let b = Server::spawn(&state, &guard, &[]).await;
+    let l = b.ok("process_list", json!({})).await;
+    assert_eq!(l["entries"][0]["id"], id.as_str(), "{l}");
+    assert_eq!(l["entries"][0]["status"], "running");
+    assert_eq!(l["entries"][0]["sessionId"], session.as_str(), "the same agent, the same session");
+    b.ok("process_stop", json!({"id": "keeper"})).await;
+    assert!(!alive(pid));
+    b.close().await;
+}
+
+#[tokio::test]
+async fn stdin_eof_ends_the_server_at_once() {
+    let (state, guard) = (State::new(), Guard::new());
+    let mut child = std::process::Command::new(common::bin())
+        .arg("mcp")
+        .env("SHEEPDOG_STATE_DIR", state.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    guard.track_child(&child);
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    writeln!(stdin, "{init}").unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains("\"serverInfo\""), "{line}");
+    drop(stdin);
+    let t0 = Instant::now();
+    let status = common::wait_child(&mut child, SECS(5));
+    assert!(status.success(), "{status:?}");
+    eprintln!("exited {:?} after stdin EOF", t0.elapsed());
+}
+
+#[tokio::test]
+async fn malformed_messages_get_protocol_errors_and_the_server_keeps_serving() {
+    let (state, guard) = (State::new(), Guard::new());
+    let mut child = std::process::Command::new(common::bin())
+        .arg("mcp")
+        .env("SHEEPDOG_STATE_DIR", state.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    guard.track_child(&child);
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut next = || {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    writeln!(stdin, "{init}").unwrap();
+    assert_eq!(next()["id"], 1);
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).unwrap();
+    writeln!(stdin, "this is not json {{").unwrap();
+    let e = next();
+    assert_eq!(e["error"]["code"], -32700, "{e}");
+    assert_eq!(e["id"], Value::Null);
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": 7, "nonsense": true})).unwrap();
+    let e = next();
+    assert_eq!(e["error"]["code"], -32600, "{e}");
+    assert_eq!(e["id"], 7);
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).unwrap();
+    let r = next();
+    assert_eq!(r["id"], 2);
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 8);
+    // Arguments of the wrong type are a tool error (a sentence), not a protocol error.
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "process_logs", "arguments": {"id": "proc_1", "tail": "ten"}}});
+    writeln!(stdin, "{call}").unwrap();
+    let r = next();
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(r["result"]["content"][0]["text"].as_str().unwrap().starts_with("Invalid arguments:"), "{r}");
+    drop(stdin);
+    common::wait_child(&mut child, SECS(5));
+}
+
+#[tokio::test]
+async fn bad_input_is_a_tool_error_with_one_sentence() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let cases = [
+        ("process_start", json!({"command": "true", "argv": ["true"]}), "not both"),
+        ("process_start", json!({}), "Give `command`"),
+        (
+            "process_start",
+            json!({"command": "sleep 1", "ready": {"logPattern": "("}}),
+            "not a valid regular expression",
+        ),
+        ("process_start", json!({"command": "sleep 1", "name": "proc_9"}), "reserved for ids"),
+        ("process_start", json!({"comand": "sleep 1"}), "unknown field"),
+        ("process_start", json!({"command": "true", "cwd": "/no/such/dir"}), "is not a directory"),
+        ("process_start", json!({"command": "true", "env": {"A=B": "c"}}), "is not a variable name"),
+        ("process_start", json!({"argv": ["/no/such/program"]}), "/no/such/program"),
+        ("process_logs", json!({"id": "proc_404"}), "No entry with id or name 'proc_404'."),
+        ("process_logs", json!({"id": "x", "grep": "("}), "not a valid regular expression"),
+        ("process_stop", json!({"id": "nope"}), "No entry with id or name 'nope'."),
+        ("process_stop", json!({}), "exactly one"),
+        ("process_wait", json!({"ids": ["nope"]}), "No entry"),
+        ("process_update", json!({"id": "nope", "name": "x"}), "No entry"),
+        ("process_list", json!({"status": "sleeping"}), "Unknown status"),
+        ("process_clear", json!({}), "Give `ids`"),
+    ];
+    for (tool, args, needle) in cases {
+        let r = s.call(tool, args.clone()).await;
+        assert_eq!(r.is_error, Some(true), "{tool} {args}: {}", text(&r));
+        let t = text(&r);
+        assert!(t.contains(needle), "{tool} {args}: {t:?} lacks {needle:?}");
+        assert_eq!(t.lines().count(), 1, "one sentence: {t:?}");
+    }
+    // Still serving.
+    s.ok("process_list", json!({})).await;
+    s.close().await;
+}
+
+#[tokio::test]
+async fn managed_processes_never_hold_the_servers_stdio() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let v = s.ok("process_start", json!({"command": "sleep 100"})).await;
+    let pid = v["pid"].as_i64().unwrap() as i32;
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    // Supervisors are the small `sheepdog` binary, never the server with its runtime.
+    let exe = std::fs::read_link(format!("/proc/{sup}/exe")).unwrap();
+    assert_eq!(exe.file_name().unwrap(), "sheepdog", "{exe:?}");
+    let link = |p: i32, fd: u32| std::fs::read_link(format!("/proc/{p}/fd/{fd}")).ok();
+    let channel = [link(s.pid, 0).unwrap(), link(s.pid, 1).unwrap()];
+    for p in [pid, sup] {
+        for fd in std::fs::read_dir(format!("/proc/{p}/fd")).unwrap().flatten() {
+            let target = std::fs::read_link(fd.path()).unwrap_or_default();
+            assert!(
+                !channel.contains(&target),
+                "pid {p} holds the protocol channel {target:?} as fd {:?}",
+                fd.file_name()
+            );
+        }
+    }
+    s.close().await;
+}
+
+#[tokio::test]
+async fn the_owner_is_found_through_a_launcher_and_keep_means_none() {
+    let (state, guard) = (State::new(), Guard::new());
+    // `sh -c "...; true"` stays between us and the server: a launcher, looked through.
+    let script = format!("'{}' mcp; true", common::bin());
+    let s = Server::spawn_via(&state, &guard, "sh", &["-c", &script], ClientLifecycleMode::Initialize).await;
+    track_children(&guard, s.pid);
+    let v = s.ok("process_start", json!({"command": "sleep 100"})).await;
+    assert_eq!(v["ownerPid"], std::process::id(), "{v}");
+    let session = v["sessionId"].as_str().unwrap().to_string();
+    let k = s.ok("process_start", json!({"command": "sleep 100", "keep": true})).await;
+    assert_eq!(k["ownerPid"], Value::Null, "{k}");
+    assert_eq!(k["sessionId"], session.as_str());
+    s.ok("process_stop", json!({"all": true})).await;
+    s.close().await;
+
+    // --owner overrides.
+    let mut owner = guard.sleeper();
+    let s = Server::spawn(&state, &guard, &["--owner", &owner.id().to_string()]).await;
+    let v = s.ok("process_start", json!({"command": "sleep 100"})).await;
+    assert_eq!(v["ownerPid"], owner.id(), "{v}");
+    assert_ne!(v["sessionId"].as_str().unwrap(), session);
+    s.ok("process_stop", json!({"all": true})).await;
+    s.close().await;
+    let _ = owner.kill();
+    let _ = owner.wait();
+}
+
+#[tokio::test]
+async fn wait_reports_done_or_still_running_and_never_kills() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let quick = s.ok("process_start", json!({"command": "sleep 0.3; echo out; exit 2"})).await;
+    let slow = s.ok("process_start", json!({"command": "sleep 100", "name": "slow"})).await;
+    let (q, w) = (quick["id"].as_str().unwrap(), slow["id"].as_str().unwrap());
+    let r = s.ok("process_wait", json!({"ids": [q, w], "any": true, "timeoutMs": 20000})).await;
+    assert_eq!(r["done"], true, "{r}");
+    assert_eq!(r["waited"][0]["done"], true);
+    assert_eq!(r["waited"][0]["exitCode"], 2);
+    assert_eq!(r["waited"][0]["lastLines"], json!(["[out] out"]));
+    assert_eq!(r["waited"][1]["done"], false);
+    assert!(news_ids(&r).is_empty(), "the wait itself told it: {r}");
+    let r = s.ok("process_wait", json!({"ids": ["slow"], "timeoutMs": 300})).await;
+    assert_eq!(r["done"], false);
+    assert_eq!(r["waited"][0]["status"], "running");
+    assert!(alive(slow["pid"].as_i64().unwrap() as i32), "a wait killed it");
+    // Clearing a running process is refused with the CLI's sentence; a finished one goes.
+    let c = s.call("process_clear", json!({"ids": ["slow", q]})).await;
+    assert_eq!(c.is_error, Some(true), "{}", text(&c));
+    let sc = c.structured_content.unwrap();
+    assert_eq!(sc["cleared"].as_array().unwrap().len(), 1, "{sc}");
+    assert_eq!(sc["cleared"][0]["id"], q, "{sc}");
+    assert_eq!(sc["refused"][0]["id"], w);
+    assert!(sc["refused"][0]["message"].as_str().unwrap().contains("is running; stop it first"), "{sc}");
+    // Restart: the old tree gone, a new id running the same command.
+    let r = s.ok("process_restart", json!({"name": "slow"})).await;
+    assert_eq!(r["replaced"], w);
+    assert_ne!(r["id"], w);
+    assert_eq!(r["status"], "running");
+    assert!(wait_gone(&[slow["pid"].as_i64().unwrap() as i32], SECS(2)).is_empty());
+    s.ok("process_stop", json!({"all": true})).await;
+    let c = s.ok("process_clear", json!({"finished": true})).await;
+    assert_eq!(c["cleared"].as_array().unwrap().len(), 2, "{c}");
+    s.close().await;
+}
+
+/// Regression (found by benches/mcp.rs): rmcp selects over the transport's `receive`, so a read
+/// cancelled halfway must keep what it read. A request that arrives in two pieces, right after
+/// the previous reply (when rmcp's send task completes and wins the select), is answered.
+#[tokio::test]
+async fn requests_split_across_reads_are_all_answered() {
+    let (state, guard) = (State::new(), Guard::new());
+    let mut child = std::process::Command::new(common::bin())
+        .arg("mcp")
+        .env("SHEEPDOG_STATE_DIR", state.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    guard.track_child(&child);
+    let mut stdin = child.stdin.take().unwrap();
+    let lines = common::Lines::new(child.stdout.take().unwrap());
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    writeln!(stdin, "{init}").unwrap();
+    lines.next(SECS(10));
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).unwrap();
+    for id in 1..=60u64 {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "process_list", "arguments": {"all": true}}});
+        let text = format!("{call}\n");
+        let (a, b) = text.split_at(text.len() - 1 - (id as usize % 7));
+        stdin.write_all(a.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(3));
+        stdin.write_all(b.as_bytes()).unwrap();
+        let line = lines.try_next(SECS(10)).unwrap_or_else(|| panic!("request {id} was never answered"));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["id"], id, "{v}");
+        assert_eq!(v["result"]["isError"], false, "{v}");
+    }
+    drop(stdin);
+    common::wait_child(&mut child, SECS(10));
+}
+
+#[tokio::test]
+async fn timeout_ms_stops_the_tree_and_is_reported_as_timed_out() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let v = s.ok("process_start", json!({"command": "sleep 100", "name": "bounded", "timeoutMs": 300})).await;
+    let pid = v["pid"].as_i64().unwrap() as i32;
+    let r = s.ok("process_wait", json!({"ids": ["bounded"], "timeoutMs": 20000})).await;
+    assert_eq!(r["done"], true, "{r}");
+    assert_eq!(r["waited"][0]["status"], "timedOut", "{r}");
+    assert!(!alive(pid));
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_ready_wait_is_capped_at_45_seconds() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let v = s
+        .ok(
+            "process_start",
+            json!({"command": "echo up; sleep 100", "ready": {"logPattern": "^up$", "timeoutMs": 600000}}),
+        )
+        .await;
+    assert_eq!(v["ready"]["ok"], true, "{v}");
+    assert_eq!(v["ready"]["matched"], "up");
+    // The options as recorded (for a restart): the list shows them.
+    let l = s.ok("process_list", json!({})).await;
+    assert_eq!(l["entries"][0]["ready"]["timeoutMs"], 45000, "{l}");
+    s.ok("process_stop", json!({"all": true})).await;
+    s.close().await;
+}
