@@ -1005,21 +1005,57 @@ pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     Ok(code)
 }
 
-/// The hidden `supervise-entry`.
-#[derive(Debug, clap::Args)]
+/// The hidden `supervise-entry` (started by `sheepdog start`; not for direct use):
+/// `--id ID --containment MODE [--memory-max=N] [--pids-max=N] --cwd DIR -- CMD...`.
+///
+/// Read by hand, before clap: every managed process has a supervisor of its own, and building
+/// clap's whole command tree would leave each of them with a larger heap and stack for nothing
+/// (BENCHMARKS.md, PSS per extra supervisor).
+#[derive(Debug, Default)]
 pub struct SuperviseArgs {
-    #[arg(long)]
     id: String,
-    #[arg(long)]
     cwd: PathBuf,
-    #[arg(long, default_value = "auto", value_parser = ["auto", "cgroup", "subreaper"])]
     containment: String,
-    #[arg(long)]
     memory_max: Option<u64>,
-    #[arg(long)]
     pids_max: Option<u64>,
-    #[arg(trailing_var_arg = true)]
     command: Vec<OsString>,
+}
+
+/// Recognises `sheepdog [--state-dir DIR] supervise-entry ...` (the shape `manager::start`
+/// writes); `None` for anything else, which then goes to clap.
+pub(super) fn supervise_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, SuperviseArgs)> {
+    let mut it = args.iter().skip(1);
+    let mut dir = None;
+    loop {
+        match it.next()?.to_str()? {
+            "--state-dir" => dir = Some(PathBuf::from(it.next()?)),
+            "supervise-entry" => break,
+            _ => return None,
+        }
+    }
+    let mut a = SuperviseArgs { containment: "auto".into(), ..SuperviseArgs::default() };
+    while let Some(arg) = it.next() {
+        let s = arg.to_str()?;
+        match s {
+            "--id" => a.id = it.next()?.to_str()?.to_string(),
+            "--cwd" => a.cwd = PathBuf::from(it.next()?),
+            "--containment" => a.containment = it.next()?.to_str()?.to_string(),
+            "--" => {
+                a.command = it.cloned().collect();
+                break;
+            }
+            _ => {
+                if let Some(v) = s.strip_prefix("--memory-max=") {
+                    a.memory_max = Some(v.parse().ok()?);
+                } else if let Some(v) = s.strip_prefix("--pids-max=") {
+                    a.pids_max = Some(v.parse().ok()?);
+                } else {
+                    return None;
+                }
+            }
+        }
+    }
+    (!a.id.is_empty() && !a.command.is_empty()).then_some((dir, a))
 }
 
 pub(super) fn supervise_entry(a: SuperviseArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {

@@ -91,9 +91,6 @@ enum Command {
     /// Which containment tier `run` and `start` get here, and why; the cgroup2 mount, kernel
     /// and controllers.
     Doctor(doctor::DoctorArgs),
-    /// The detached supervisor of one entry (started by `sheepdog start`; not for direct use).
-    #[command(hide = true)]
-    SuperviseEntry(manage::SuperviseArgs),
 }
 
 /// `sheepdog run`.
@@ -170,6 +167,9 @@ fn mcp(args: Vec<OsString>, dir: Option<PathBuf>) -> Result<i32, CliError> {
 pub fn main() -> i32 {
     let args: Vec<OsString> = std::env::args_os().collect();
     let json = args.iter().take_while(|a| *a != "--").any(|a| a == "--json");
+    if let Some((dir, a)) = manage::supervise_invocation(&args) {
+        return manage::supervise_entry(a, dir).unwrap_or_else(|e| report(&e, false));
+    }
     if let Some((dir, rest)) = mcp_invocation(&args) {
         return mcp(rest, dir).unwrap_or_else(|e| report(&e, json));
     }
@@ -192,7 +192,6 @@ pub fn main() -> i32 {
         Command::Clear(a) => manage::clear(a, dir, json),
         Command::Top(a) => top::top(a, dir),
         Command::Doctor(a) => doctor::doctor(a, json),
-        Command::SuperviseEntry(a) => manage::supervise_entry(a, dir),
     };
     match result {
         Ok(code) => code,
