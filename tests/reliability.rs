@@ -536,3 +536,31 @@ fn a_cleanup_whose_runner_was_killed_still_counts_as_running_while_it_runs() {
     let _ = st.run(&["wait", &id]);
     assert_eq!(st.ok(&["clear", &id]), format!("Cleared {id}.\n"));
 }
+
+#[test]
+fn a_reader_that_went_away_is_not_a_crash() {
+    // stdout is a pipe whose read end is already closed: every write fails with EPIPE.
+    let st = State::new();
+    let id = id_of(&st.start(&["--", "sh", "-c", "exit 3"]));
+    let _ = st.run(&["wait", &id]);
+    let out = host(
+        &st,
+        &format!(
+            r#"
+import os, subprocess
+S, D = os.environ["SHEEPDOG"], os.environ["STATE"]
+for args in (["ps", "--all", "--json"], ["wait", "--json", "{id}"], ["ps", "--all"], ["logs", "{id}"], ["doctor"]):
+    r, w = os.pipe()
+    os.close(r)
+    p = subprocess.run([S, "--state-dir", D] + args, stdout=w, stderr=subprocess.PIPE)
+    os.close(w)
+    print(args[0], p.returncode, b"panicked" in p.stderr)
+"#
+        ),
+    );
+    for line in out.lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(parts[2], "False", "{line}: panicked on a closed stdout");
+        assert_ne!(parts[1], "101", "{line}");
+    }
+}

@@ -211,12 +211,12 @@ fn render_started(
         list.push(v);
         return code;
     }
-    println!("{}", e.id);
+    outln!("{}", e.id);
     match ready {
         Some(ReadyOutcome::Ready { after_ms, matched, port }) => match (matched, port) {
-            (_, Some(p)) => println!("Ready after {}: listening on port {p}.", ms_text(*after_ms)),
-            (Some(line), None) => println!("Ready after {}: {line}", ms_text(*after_ms)),
-            _ => println!("Ready after {}.", ms_text(*after_ms)),
+            (_, Some(p)) => outln!("Ready after {}: listening on port {p}.", ms_text(*after_ms)),
+            (Some(line), None) => outln!("Ready after {}: {line}", ms_text(*after_ms)),
+            _ => outln!("Ready after {}.", ms_text(*after_ms)),
         },
         Some(ReadyOutcome::Exited { entry, last_lines, .. }) => {
             eprintln!(
@@ -291,7 +291,7 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     let mut list = Vec::new();
     let code = render_started(&reg, &e, outcome.as_ref(), &warnings, json.then_some(&mut list));
     if json {
-        println!("{}", list.pop().unwrap_or(Value::Null));
+        outln!("{}", list.pop().unwrap_or(Value::Null));
     }
     Ok(code)
 }
@@ -330,7 +330,7 @@ pub(super) fn restart(a: RestartArgs, dir: Option<PathBuf>, json: bool) -> Resul
         }
     }
     if json {
-        println!("{}", json!({ "restarted": list }));
+        outln!("{}", json!({ "restarted": list }));
     }
     Ok(code)
 }
@@ -385,9 +385,9 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
     let Some(reg) = Registry::open_existing(dir)? else {
         // Read-only: no state dir means nothing was ever started here; do not create one.
         if json {
-            println!("{}", json!({"entries": [], "hidden": 0}));
+            outln!("{}", json!({"entries": [], "hidden": 0}));
         } else {
-            println!("No managed processes.");
+            outln!("No managed processes.");
         }
         return Ok(0);
     };
@@ -576,7 +576,7 @@ pub(super) fn logs(a: LogsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     }
     let chunk = logread::read(&reg, &e.id, &q)?;
     if json {
-        println!("{}", serde_json::to_string(&chunk).unwrap_or_default());
+        outln!("{}", serde_json::to_string(&chunk).unwrap_or_default());
         return Ok(0);
     }
     let mut out = io::stdout().lock();
@@ -682,12 +682,12 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                     list.push(v);
                 } else {
                     if o.already_finished {
-                        println!("{}", already_ended_line(&o.entry));
+                        outln!("{}", already_ended_line(&o.entry));
                     } else {
-                        println!("Stopped {}.", o.entry.label());
+                        outln!("Stopped {}.", o.entry.label());
                     }
                     if let Some(line) = &cleanup_failed {
-                        println!("{line}");
+                        outln!("{line}");
                     }
                 }
                 if !o.tree_gone {
@@ -707,7 +707,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         }
     }
     if json {
-        println!("{}", json!({ "stopped": list }));
+        outln!("{}", json!({ "stopped": list }));
     }
     Ok(code)
 }
@@ -761,9 +761,9 @@ pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<
     };
     let e = manager::update(&reg, &e, &req)?;
     if json {
-        println!("{}", entry_json(&reg, &e, manager::live_status(&e, &Default::default())));
+        outln!("{}", entry_json(&reg, &e, manager::live_status(&e, &Default::default())));
     } else {
-        println!("Updated {}.", e.label());
+        outln!("Updated {}.", e.label());
     }
     Ok(0)
 }
@@ -813,9 +813,9 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     };
     if targets.is_empty() {
         if json {
-            println!("{}", json!({"waited": [], "exitCode": 0}));
+            outln!("{}", json!({"waited": [], "exitCode": 0}));
         } else {
-            println!("Nothing to wait for.");
+            outln!("Nothing to wait for.");
         }
         return Ok(0);
     }
@@ -876,9 +876,9 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             list.push(v);
         } else if finished {
             if single {
-                println!("{}", view::status_text(&entry, entry.status));
+                outln!("{}", view::status_text(&entry, entry.status));
             } else {
-                println!("{}: {}", entry.label(), view::status_text(&entry, entry.status));
+                outln!("{}: {}", entry.label(), view::status_text(&entry, entry.status));
             }
         } else if !a.any && matches!(w, Waited::TimedOut) {
             messages.push(format!(
@@ -904,7 +904,7 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         eprintln!("sheepdog: {m}");
     }
     if json {
-        println!("{}", json!({"waited": list, "exitCode": code}));
+        outln!("{}", json!({"waited": list, "exitCode": code}));
     }
     Ok(code)
 }
@@ -933,24 +933,24 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                 v
             })
             .collect();
-        println!("{}", json!({ "dryRun": a.dry_run, "actions": list }));
+        outln!("{}", json!({ "dryRun": a.dry_run, "actions": list }));
         return Ok(code);
     }
     let would = if a.dry_run { "Would reap" } else { "Reaped" };
     for x in &actions {
         let label = format!("{} ({})", x.name.as_deref().unwrap_or(&x.id), x.id);
         match x.action {
-            ReapKind::Reaped => println!("{would} {label}: {}.", x.reason),
+            ReapKind::Reaped => outln!("{would} {label}: {}.", x.reason),
             ReapKind::Cleanup => {
                 let ran = if a.dry_run { "Would run" } else { "Ran" };
-                println!("{ran} the cleanup of {label}: {}.", x.reason);
+                outln!("{ran} the cleanup of {label}: {}.", x.reason);
             }
             ReapKind::Lost => {
-                println!("{} {label}: {}.", if a.dry_run { "Would record as lost" } else { "Lost" }, x.reason)
+                outln!("{} {label}: {}.", if a.dry_run { "Would record as lost" } else { "Lost" }, x.reason)
             }
         }
         if let Some(line) = &x.cleanup_error {
-            println!("{line}");
+            outln!("{line}");
         }
     }
     Ok(code)
@@ -996,10 +996,10 @@ pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     }
     if json {
         let views: Vec<Value> = cleared.iter().map(|e| entry_json(&reg, e, e.status)).collect();
-        println!("{}", json!({ "cleared": views }));
+        outln!("{}", json!({ "cleared": views }));
     } else {
         for e in &cleared {
-            println!("Cleared {}.", e.id);
+            outln!("Cleared {}.", e.id);
         }
     }
     Ok(code)

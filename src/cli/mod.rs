@@ -5,6 +5,15 @@
 //! own failures (as `env`, `nohup` and `timeout` use it), 126/127 for a command that cannot be
 //! executed / found, 124 when the kernel did not finish a kill in time.
 
+/// `println!` for results: a reader that went away (`| head`) is not an error, as in ripgrep;
+/// the rest of the output is dropped and the status stays the command's own.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod doctor;
 mod manage;
 mod run;
@@ -203,7 +212,7 @@ pub fn main() -> i32 {
 pub fn report(e: &CliError, json: bool) -> i32 {
     eprintln!("sheepdog: {}", e.message);
     if json {
-        println!("{}", serde_json::json!({"error": {"message": e.message, "exitCode": e.code}}));
+        outln!("{}", serde_json::json!({"error": {"message": e.message, "exitCode": e.code}}));
     }
     e.code
 }
