@@ -146,7 +146,7 @@ fn kill_tree(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
     // A `sheepdog run` killed by SIGKILL cannot remove its tree's (now empty) cgroup.
-    sheepdog::cgroup::sweep_run_leftovers();
+    sheepdog::cgroup::sweep_leftovers();
 }
 
 fn rss_pss_kib(pid: u32) -> (f64, f64) {

@@ -13,9 +13,10 @@
 //! 3. for `--memory-max` / `--pids-max`: the controllers in the own cgroup's
 //!    `cgroup.controllers`, enabled in its `cgroup.subtree_control`;
 //! 4. `mkdir` of the tree's cgroup below the own one, with `cgroup.kill` present (Linux 5.14+);
-//! 5. `cgroup.events` opened (and read once, which arms `POLLPRI`) and `cgroup.procs` opened for
-//!    writing, so the forked child can join with one `write("0")` before `exec`
-//!    ([`crate::sys::cgroup::join_in_child`]).
+//! 5. `cgroup.events` opened (and read once, which arms `POLLPRI`); the child is then created in
+//!    the cgroup with `clone3(CLONE_INTO_CGROUP)` ([`crate::sys::cgroup::spawn_into`]); where
+//!    the kernel refuses that, it is forked and joins with one `write("0")` to the
+//!    `cgroup.procs` opened here, before `exec` ([`crate::sys::cgroup::join_in_child`]).
 //!
 //! Any refusal falls back to the subreaper tier with the reason kept, unless the cgroup tier was
 //! demanded (`--containment cgroup`) or limits were asked for: then it is an error (status 125).
@@ -737,18 +738,20 @@ pub fn remove_recorded(e: &Entry) -> bool {
     }
 }
 
-/// Removes the cgroups that `sheepdog run` supervisors killed by SIGKILL left behind: empty
-/// `sheepdog-run-PID-*` directories below this process's own cgroup whose PID is not alive (a
-/// live PID may be a supervisor about to use its cgroup, so all of its are kept). `run` has no
-/// registry; `reap` calls this. Returns the paths removed.
-pub fn sweep_run_leftovers() -> Vec<PathBuf> {
+/// Removes the cgroups that supervisors killed by SIGKILL left behind: empty
+/// `sheepdog-LABEL-PID-XXXXXXXX` directories below this process's own cgroup whose PID (the
+/// supervisor's) is not alive. A live PID may be a supervisor about to use its cgroup, so all of
+/// its are kept. `run` has no registry, and an entry's record may be gone with its state dir;
+/// `reap` calls this. Returns the paths removed.
+pub fn sweep_leftovers() -> Vec<PathBuf> {
     let Ok(own) = own_dir() else { return Vec::new() };
     let Ok(rd) = fs::read_dir(&own) else { return Vec::new() };
     let mut removed = Vec::new();
     for d in rd.flatten() {
         let name = d.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("sheepdog-run-").and_then(|r| r.split('-').next()) else { continue };
-        let Some(pid) = pid.parse().ok().and_then(Pid::new) else { continue };
+        let Some(rest) = name.strip_prefix("sheepdog-") else { continue };
+        // LABEL-PID-SUFFIX: the pid is the second field from the end.
+        let Some(pid) = rest.rsplit('-').nth(1).and_then(|p| p.parse().ok()).and_then(Pid::new) else { continue };
         if process::exists(pid) {
             continue;
         }

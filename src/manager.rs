@@ -1003,10 +1003,10 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
     let (entries, aside) = reg.list();
     let census = OnceCell::new();
     let mut actions = Vec::new();
-    // Cgroups a supervisor could not remove once its tree was gone, and those of `run`
-    // supervisors killed by SIGKILL (empty, their pid gone).
+    // Cgroups a supervisor could not remove once its tree was gone, and those of supervisors
+    // killed by SIGKILL (empty, their pid gone), `run`'s included.
     if !dry_run {
-        cgroup::sweep_run_leftovers();
+        cgroup::sweep_leftovers();
         for e in entries.iter().filter(|e| e.cgroup_leftover == Some(true) && e.is_finished() && !e.supervisor_alive())
         {
             settle_cgroup(reg, e.clone());

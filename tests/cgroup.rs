@@ -173,6 +173,31 @@ fn run_records_the_cgroup_and_its_inode_and_the_command_runs_inside_it() {
 }
 
 #[test]
+fn without_clone3_the_child_joins_its_cgroup_before_exec_by_writing_cgroup_procs() {
+    if need_cgroup("without_clone3_the_child_joins_its_cgroup_before_exec_by_writing_cgroup_procs").is_none() {
+        return;
+    }
+    let guard = Guard::new();
+    let (mut child, lines) = run_with_events(
+        "--containment cgroup -- sh -c 'grep ^0:: /proc/self/cgroup'",
+        &[("SHEEPDOG_CGROUP_NO_CLONE3", "1")],
+        &guard,
+    );
+    assert_eq!(wait_child(&mut child, SECS(10)).code(), Some(0));
+    let (events, out) = split_events(&lines);
+    let path = events[0]["cgroup"].as_str().expect("the cgroup tier").to_string();
+    let line = out.iter().find(|l| l.starts_with("0::")).expect("the command printed its cgroup");
+    assert!(path.ends_with(line.trim_start_matches("0::")), "command in {line}, recorded {path}");
+    // The command still cannot be found: 127, as without a cgroup.
+    let out = sd()
+        .args(["run", "--containment", "cgroup", "--", "/nonexistent/cmd"])
+        .env("SHEEPDOG_CGROUP_NO_CLONE3", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn start_records_the_cgroup_in_the_entry_before_the_command_runs() {
     let Some(_own) = need_cgroup("start_records_the_cgroup_in_the_entry_before_the_command_runs") else { return };
     let st = State::new();

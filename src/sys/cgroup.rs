@@ -93,6 +93,10 @@ pub fn take_join_error(fds: JoinFds) -> Option<io::Error> {
     (n == 4).then(|| io::Error::from_raw_os_error(code))
 }
 
+/// Set (to anything) to make [`spawn_into`] act as on a kernel without `clone3`, so the child
+/// joins its cgroup by writing to `cgroup.procs` (for tests of that path; Linux < 5.7).
+pub const NO_CLONE3_ENV: &str = "SHEEPDOG_CGROUP_NO_CLONE3";
+
 /// How [`spawn_into`] failed.
 #[derive(Debug)]
 pub enum SpawnInto {
@@ -141,6 +145,9 @@ struct CloneArgs {
 pub fn spawn_into(cmd: &mut std::process::Command, dir: RawFd) -> Result<super::Pid, SpawnInto> {
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
+    if std::env::var_os(NO_CLONE3_ENV).is_some() {
+        return Err(SpawnInto::Clone(io::Error::from_raw_os_error(libc::ENOSYS)));
+    }
     let (r, w) = super::signal::pipe_cloexec().map_err(SpawnInto::Clone)?;
     let args = CloneArgs {
         flags: CLONE_INTO_CGROUP,
