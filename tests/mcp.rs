@@ -736,3 +736,25 @@ async fn a_ready_wait_is_capped_at_45_seconds() {
     s.ok("process_stop", json!({"all": true})).await;
     s.close().await;
 }
+
+#[tokio::test]
+async fn logs_tail_grep_and_streams() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let v = s.ok("process_start", json!({"command": "printf 'a\\nb\\nc\\n'; echo e >&2", "name": "abc"})).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    wait_finished(&state, &id);
+    let l = s.ok("process_logs", json!({"id": "abc", "stream": "out", "tail": 2})).await;
+    assert_eq!(l["text"], "b\nc\n", "{l}");
+    assert_eq!(l["truncated"], true, "a tail leaves lines out: {l}");
+    assert_eq!(l["status"], "exited");
+    let l = s.ok("process_logs", json!({"id": id, "stream": "err"})).await;
+    assert_eq!(l["text"], "e\n", "{l}");
+    assert_eq!(l["eof"], true, "{l}");
+    let l = s.ok("process_logs", json!({"id": id, "stream": "out", "grep": "^[ab]$"})).await;
+    assert_eq!(l["text"], "a\nb\n", "{l}");
+    let r = s.call("process_logs", json!({"id": id, "stream": "both"})).await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("Unknown stream 'both'"), "{}", text(&r));
+    s.close().await;
+}
