@@ -212,6 +212,16 @@ pub fn writers_gone(e: &Entry) -> bool {
     !e.supervisor_alive() && !e.cleanup_running() && !e.starter_alive()
 }
 
+/// True once nothing more can be written to `stream`: stdout and stderr end when the result is
+/// recorded (the supervisor drains the pipes first); the combined log also takes the supervisor's
+/// closing markers and the cleanup's output, so it ends only when every writer is gone.
+fn stream_done(e: &Entry, stream: LogStream) -> bool {
+    match stream {
+        LogStream::Out | LogStream::Err => e.is_finished() || writers_gone(e),
+        LogStream::All => writers_gone(e),
+    }
+}
+
 /// A selected line: its segment, the offset of its end in its file, its bytes in the segment.
 struct Line {
     seg: usize,
@@ -235,7 +245,7 @@ fn line_text(tagged: bool, raw: &[u8]) -> &[u8] {
 /// Reads one chunk of an entry's log. Errors: the entry is gone (`NotFound`).
 pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, RegistryError> {
     // Whether writers are gone is decided before reading, so a final read holds everything.
-    let done = writers_gone(&reg.read(id)?);
+    let done = stream_done(&reg.read(id)?, q.stream);
     let path = reg.file(id, q.stream.file());
     let mut rotated = path.clone().into_os_string();
     rotated.push(".1");
