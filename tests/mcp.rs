@@ -736,3 +736,52 @@ async fn a_ready_wait_is_capped_at_45_seconds() {
     s.ok("process_stop", json!({"all": true})).await;
     s.close().await;
 }
+
+#[tokio::test]
+async fn logs_tail_grep_and_streams() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let v = s.ok("process_start", json!({"command": "printf 'a\\nb\\nc\\n'; echo e >&2", "name": "abc"})).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    wait_finished(&state, &id);
+    let l = s.ok("process_logs", json!({"id": "abc", "stream": "out", "tail": 2})).await;
+    assert_eq!(l["text"], "b\nc\n", "{l}");
+    assert_eq!(l["truncated"], true, "a tail leaves lines out: {l}");
+    assert_eq!(l["status"], "exited");
+    let l = s.ok("process_logs", json!({"id": id, "stream": "err"})).await;
+    assert_eq!(l["text"], "e\n", "{l}");
+    assert_eq!(l["eof"], true, "{l}");
+    let l = s.ok("process_logs", json!({"id": id, "stream": "out", "grep": "^[ab]$"})).await;
+    assert_eq!(l["text"], "a\nb\n", "{l}");
+    let r = s.call("process_logs", json!({"id": id, "stream": "both"})).await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("Unknown stream 'both'"), "{}", text(&r));
+    s.close().await;
+}
+
+#[tokio::test]
+async fn stop_by_session_stops_that_session_only() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let a = s.ok("process_start", json!({"command": "sleep 100", "session": "turn-1"})).await;
+    let b = s.ok("process_start", json!({"argv": ["sleep", "100"], "session": "turn-1"})).await;
+    let mine = s.ok("process_start", json!({"command": "sleep 100"})).await;
+    let l = s.ok("process_list", json!({"session": "turn-1"})).await;
+    assert_eq!(l["entries"].as_array().unwrap().len(), 2, "{l}");
+    let l = s.ok("process_list", json!({"session": "*"})).await;
+    assert_eq!(l["entries"].as_array().unwrap().len(), 3, "{l}");
+    let r = s.ok("process_stop", json!({"session": "turn-1"})).await;
+    let lines: Vec<Value> = r["stopped"].as_array().unwrap().iter().map(|x| x["lines"][0].clone()).collect();
+    assert_eq!(
+        lines,
+        vec![
+            json!(format!("Stopped sh ({}).", a["id"].as_str().unwrap())),
+            json!(format!("Stopped sleep ({}).", b["id"].as_str().unwrap()))
+        ]
+    );
+    assert!(!alive(a["pid"].as_i64().unwrap() as i32) && !alive(b["pid"].as_i64().unwrap() as i32));
+    assert!(alive(mine["pid"].as_i64().unwrap() as i32), "another session's process was stopped");
+    s.ok("process_stop", json!({"all": true})).await;
+    assert!(!alive(mine["pid"].as_i64().unwrap() as i32));
+    s.close().await;
+}
