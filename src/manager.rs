@@ -258,15 +258,15 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     if let Some(pid) = Pid::new(child.id() as i32) {
         let _ = process::reap(pid, false);
     }
-    let line = line.trim_end();
-    if line == "ok" {
-        return Ok(reg.read(&id)?);
-    }
-    if let Some(rest) = line.strip_prefix("err ") {
-        let (code, message) = rest.split_once(' ').unwrap_or((rest, "the command could not start"));
-        // The supervisor removed the entry: give its id back.
-        reg.release_id(&id);
-        return Err(ManagerError::Start { code: code.parse().unwrap_or(125), message: message.to_string() });
+    match serde_json::from_str::<Handshake>(line.trim_end()) {
+        Ok(Handshake::Spawned) => return Ok(reg.read(&id)?),
+        Ok(Handshake::Failed { code, message }) => {
+            // The supervisor removed the entry: give its id back.
+            reg.release_id(&id);
+            return Err(ManagerError::Start { code, message });
+        }
+        // Nothing (or nothing readable): the supervisor died before it could say.
+        Err(_) => {}
     }
     let _ = reg.update(&id, |e| {
         if !e.is_finished() {
@@ -284,9 +284,35 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     })
 }
 
+/// What a detached supervisor tells the `start` that launched it, as one JSON line on the pipe
+/// that is its stdout until then: `{"handshake":"spawned"}` once the command runs (and the
+/// entry says so), or `{"handshake":"failed","code":127,"message":"..."}` when it could not
+/// start (the entry is removed). No line at all: it died first.
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "handshake", rename_all = "camelCase")]
+enum Handshake {
+    Spawned,
+    /// `code`: 126/127 (the command), 125 (the supervisor's own failure).
+    Failed {
+        code: i32,
+        message: String,
+    },
+}
+
+impl Handshake {
+    /// Writes the line to stdout (best effort: a `start` that went away is not an error).
+    fn send(&self) {
+        if let Ok(line) = serde_json::to_string(self) {
+            let mut out = io::stdout();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+    }
+}
+
 /// The body of the detached supervisor (`sheepdog supervise-entry`): runs the entry's command
-/// to the end and records the result. Reports readiness on stdout (`ok`, or `err CODE MESSAGE`)
-/// and then points stdout at /dev/null. Returns the supervisor's exit status.
+/// to the end and records the result. Reports the spawn to `start` with a `Handshake` line on
+/// stdout, then points stdout at /dev/null. Returns the supervisor's exit status.
 pub fn run_supervisor(
     reg: &Registry,
     id: &str,
@@ -296,7 +322,7 @@ pub fn run_supervisor(
 ) -> i32 {
     let fail = |code: i32, message: String| {
         let _ = reg.remove(id);
-        println!("err {code} {message}");
+        Handshake::Failed { code, message }.send();
         code
     };
     let me = process::getpid();
@@ -528,9 +554,7 @@ impl Observer for Managed<'_> {
         }
         let preview = entry.as_ref().map(|e| e.command_preview.clone()).unwrap_or_default();
         self.logs.marker(&format!("started pid {}: {preview}", spawned.pid));
-        let mut out = io::stdout();
-        let _ = writeln!(out, "ok");
-        let _ = out.flush();
+        Handshake::Spawned.send();
         let _ = process::redirect_to_null(1);
     }
 
