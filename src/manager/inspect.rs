@@ -1,0 +1,84 @@
+//! Inspection of live trees, shared by every command that looks without acting (`ps`, `reap`'s
+//! census, `stop` past a dead supervisor, `top`): the status the kernel says now, whether
+//! anything of a recorded tree is alive, and which processes are the entry's.
+
+use super::*;
+
+/// The status `ps` shows: the recorded one for finished entries; for the others what the
+/// kernel says now: `running`/`starting` while the supervisor lives, `orphaned` when it is gone
+/// but the tree is alive, `lost` when nothing is alive and no result was recorded (or the entry
+/// is from a previous boot). `census` is taken at most once, on the first entry that needs it.
+pub fn live_status(e: &Entry, census: &OnceCell<Census>) -> Status {
+    if e.is_finished() {
+        return e.status;
+    }
+    if !e.this_boot() {
+        return Status::Lost;
+    }
+    if e.supervisor_alive() || e.starter_alive() {
+        return e.status;
+    }
+    if recorded_alive(e, census) { Status::Orphaned } else { Status::Lost }
+}
+
+/// True if anything of an entry's recorded tree is alive: the provider itself (full identity),
+/// or a process carrying its tag (same uid, started no earlier than the provider).
+pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
+    if !e.this_boot() {
+        return false;
+    }
+    if e.containment.as_deref() == Some("cgroup") && e.cgroup.is_some() {
+        return cgroup::Cgroup::of_entry(e).is_some_and(|cg| cg.populated());
+    }
+    let Some(start) = e.start_time else { return false };
+    if e.provider_alive() {
+        return true;
+    }
+    let census = census.get_or_init(Census::take);
+    (!e.tag.is_empty() && census.tagged_alive(&e.tag, e.uid, start))
+        || e.members.iter().any(|m| census.is_alive(m.pid, m.start_time))
+        || (e.pgid.zip(e.sid).is_some_and(|(pgid, sid)| census.group_alive(pgid, sid, e.uid, start)))
+}
+
+/// Writes a containment record into an entry.
+pub fn record_containment(e: &mut Entry, r: &cgroup::Record) {
+    e.containment = Some(r.containment.to_string());
+    e.containment_reason = r.containment_reason.clone();
+    e.cgroup = r.cgroup.clone();
+    e.cgroup_inode = r.cgroup_inode;
+}
+
+/// The tree of an entry as seen without its supervisor; `None` if it never spawned. In the
+/// cgroup tier: the recorded cgroup (inode checked), and nothing else; `None` once it is gone.
+pub fn recorded_tree(e: &Entry) -> Option<Tree> {
+    if e.containment.as_deref() == Some("cgroup") && e.cgroup.is_some() {
+        let pgid = e.pgid.and_then(Pgid::new).unwrap_or(process::getpid().as_group());
+        return cgroup::Cgroup::of_entry(e).map(|cg| Tree::of_cgroup(cg, pgid));
+    }
+    let pid = Pid::new(e.pid?)?;
+    let pgid = Pgid::new(e.pgid.unwrap_or(pid.as_raw()))?;
+    // Without a tag only the provider itself (by full identity), what was recorded and their
+    // descendants count.
+    let tag = if e.tag.is_empty() { "\0untagged" } else { &e.tag };
+    let members =
+        e.members.iter().filter_map(|m| Some(Member { pid: Pid::new(m.pid)?, start_time: Some(m.start_time) }));
+    Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, tag).with_evidence(members.collect(), e.sid))
+}
+
+/// Live processes of a running or orphaned entry: (pid, pgid, session, command).
+pub fn live_tree(e: &Entry) -> Vec<(i32, i32, i32, String)> {
+    if e.is_finished() || !e.this_boot() {
+        return Vec::new();
+    }
+    let stats: Vec<procfs::Stat> = if e.supervisor_alive() {
+        e.supervisor_pid.and_then(Pid::new).map(procfs::descendants).unwrap_or_default()
+    } else {
+        let live = recorded_tree(e).map(|t| t.live()).unwrap_or_default();
+        live.iter().filter_map(|m| procfs::stat(m.pid).ok()).collect()
+    };
+    stats
+        .iter()
+        .filter(|s| !s.is_zombie())
+        .map(|s| (s.pid.as_raw(), s.pgrp, s.session, procfs::cmdline(s.pid)))
+        .collect()
+}

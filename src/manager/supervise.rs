@@ -1,0 +1,330 @@
+//! The detached supervisor's side of a managed entry: what runs in the `sheepdog supervise-entry`
+//! process that `start` launches (a new session, like Podman's conmon). It spawns the command
+//! under the one stop, drains its output into the capped logs, writes every transition to the
+//! registry, runs the cleanup a stop triggered, and stays idle while a cleanup is pending and
+//! an owner or turn timeout is still to be watched.
+
+use super::*;
+
+/// What a detached supervisor tells the `start` that launched it, as one JSON line on the pipe
+/// that is its stdout until then: `{"handshake":"spawned"}` once the command runs (and the
+/// entry says so), or `{"handshake":"failed","code":127,"message":"..."}` when it could not
+/// start (the entry is removed). No line at all: it died first.
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "handshake", rename_all = "camelCase")]
+pub(super) enum Handshake {
+    Spawned,
+    /// `code`: 126/127 (the command), 125 (the supervisor's own failure).
+    Failed {
+        code: i32,
+        message: String,
+    },
+}
+
+impl Handshake {
+    /// Writes the line to stdout (best effort: a `start` that went away is not an error).
+    pub(super) fn send(&self) {
+        if let Ok(line) = serde_json::to_string(self) {
+            let mut out = io::stdout();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+    }
+}
+
+/// The body of the detached supervisor (`sheepdog supervise-entry`): runs the entry's command
+/// to the end and records the result. Reports the spawn to `start` with a `Handshake` line on
+/// stdout, then points stdout at /dev/null. Returns the supervisor's exit status.
+pub fn run_supervisor(
+    reg: &Registry,
+    id: &str,
+    cwd: PathBuf,
+    argv: Vec<OsString>,
+    containment: cgroup::Request,
+) -> i32 {
+    let fail = |code: i32, message: String| {
+        let _ = reg.remove(id);
+        Handshake::Failed { code, message }.send();
+        code
+    };
+    let me = process::getpid();
+    let mut cgroup_name = None;
+    let entry = match reg.update(id, |e| {
+        e.supervisor_pid = Some(me.as_raw());
+        e.supervisor_start_time = procfs::start_time(me);
+        // The tree's cgroup path, recorded before it is made: a SIGKILL between the `mkdir`
+        // and the recording of its inode leaves a cgroup `reap` can still find and remove.
+        if containment.mode != cgroup::Mode::Subreaper {
+            let name = cgroup::entry_cgroup_name(id, me, &e.tag);
+            e.cgroup = cgroup::planned_path(&name);
+            cgroup_name = Some(name);
+        }
+    }) {
+        Ok(e) => e,
+        Err(e) => return fail(125, e.to_string()),
+    };
+    let pipes = (|| -> io::Result<_> {
+        let (out_r, out_w) = pipe_cloexec()?;
+        let (err_r, err_w) = pipe_cloexec()?;
+        set_nonblocking(out_r.as_raw_fd())?;
+        set_nonblocking(err_r.as_raw_fd())?;
+        Ok((out_r, out_w, err_r, err_w))
+    })();
+    let (out_r, out_w, err_r, err_w) = match pipes {
+        Ok(p) => p,
+        Err(e) => return fail(125, format!("unable to create log pipes: {e}")),
+    };
+    let logs = match LogSet::open(&reg.dir(id), entry.log_max_bytes.unwrap_or(logs::DEFAULT_LOG_MAX)) {
+        Ok(l) => l,
+        Err(e) => return fail(125, format!("unable to open logs in {}: {e}", reg.dir(id).display())),
+    };
+    let opts = Options {
+        argv,
+        spawn: SpawnOptions {
+            cwd: Some(cwd),
+            env: vec![(ID_ENV.into(), id.into()), (TAG_ENV.into(), entry.tag.clone().into())],
+            stdio: Some((Stdio::null(), Stdio::from(out_w), Stdio::from(err_w))),
+        },
+        owner: entry.owner_pid.and_then(Pid::new).map(Owner::Process),
+        on_stdin_eof: OnStdinEof::Ignore,
+        policy: policy(&entry.stop),
+        timeout: entry.timeout_ms.map(Duration::from_millis),
+        containment: cgroup::Request { label: id.to_string(), name: cgroup_name, ..containment },
+    };
+    let mut managed = Managed {
+        reg,
+        id: id.to_string(),
+        logs,
+        pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
+        seen: Default::default(),
+    };
+    // The handlers outlive the tree: a stop that arrives while a cleanup is pending is heard.
+    let signals = match supervisor::install_signals() {
+        Ok(s) => s,
+        Err(e) => return fail(e.exit_code(), e.to_string()),
+    };
+    let outcome = match supervisor::supervise_with(&signals, opts, &mut managed) {
+        Ok(o) => o,
+        Err(e) => return fail(e.exit_code(), e.to_string()),
+    };
+    managed.drain(DRAIN_AFTER_EXIT);
+    managed.logs.flush_partials();
+    managed.finish(&outcome);
+    if outcome.trigger.is_none() {
+        managed.linger(&signals);
+    }
+    0
+}
+
+/// The observer of a managed supervisor: logs and registry writes.
+struct Managed<'a> {
+    reg: &'a Registry,
+    id: String,
+    logs: LogSet,
+    /// Open read ends of the provider's stdout and stderr.
+    pipes: Vec<(File, Stream)>,
+    /// Descendants last recorded in the entry: (pid, start time).
+    seen: std::collections::HashSet<(i32, u64)>,
+}
+
+/// At most this many descendants are recorded in an entry: 4096 (the oldest first). A tree
+/// larger than that is still stopped whole by its supervisor; only `reap` after a supervisor
+/// SIGKILL relies on the record, and then also on the tag and the group.
+pub const MAX_RECORDED_MEMBERS: usize = 4096;
+
+impl Managed<'_> {
+    /// Reads what is available on `fd`; closes it at EOF.
+    fn read_fd(&mut self, fd: RawFd) {
+        let Some(i) = self.pipes.iter().position(|(p, _)| p.as_raw_fd() == fd) else { return };
+        let stream = self.pipes[i].1;
+        let mut buf = [0u8; 65536];
+        // At most 1 MiB per wake, so one flooding stream cannot starve the loop.
+        for _ in 0..16 {
+            let n = (&self.pipes[i].0).read(&mut buf);
+            match n {
+                Ok(0) => {
+                    self.pipes.remove(i);
+                    return;
+                }
+                Ok(n) => self.logs.write(stream, &buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.pipes.remove(i);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Drains the pipes for at most `bound` after the tree is gone.
+    fn drain(&mut self, bound: Duration) {
+        let end = Instant::now() + bound;
+        while !self.pipes.is_empty() {
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            let mut fds: Vec<PollFd> = self.pipes.iter().map(|(p, _)| PollFd::new(p.as_raw_fd(), POLL_IN)).collect();
+            if process::poll(&mut fds, Some(end - now)).unwrap_or(0) == 0 {
+                break;
+            }
+            for p in fds.iter().filter(|p| p.ready()) {
+                self.read_fd(p.fd);
+            }
+        }
+    }
+
+    fn finish(&mut self, outcome: &Outcome) {
+        let mut text = String::new();
+        let mut claimed = false;
+        let recorded = self.reg.update(&self.id, |e| {
+            let (status, t) = result_status(outcome, e.timeout_ms);
+            text = t;
+            e.status = status.into();
+            e.status_text = Some(text.clone());
+            match outcome.provider {
+                Some(WaitStatus::Exited(c)) => e.exit_code = Some(c),
+                Some(WaitStatus::Signaled(s)) => e.signal = Some(s.name()),
+                None => {}
+            }
+            e.stop_reason = outcome.trigger.map(StopReason::from);
+            e.tree_gone = Some(outcome.tree_gone);
+            e.ended_at = Some(registry::now_ms());
+            if outcome.cgroup_left {
+                e.cgroup_leftover = Some(true);
+            }
+            // A stop (not the command's own exit) is two steps: the tree, then the cleanup. The
+            // claim goes in the same write as the result, so nobody who reads a stopped entry
+            // (`wait`, `clear`) can see its cleanup as not yet triggered.
+            if outcome.trigger.is_some() {
+                claimed = crate::cleanup::claim(e);
+            }
+        });
+        self.logs.marker(&format!("exited: {text}"));
+        if let (true, Ok(entry)) = (claimed, recorded) {
+            crate::cleanup::run_claimed(self.reg, &entry, CleanupRunner::Supervisor);
+        }
+    }
+
+    /// The command exited on its own, but its cleanup is still pending (a `docker run -d`
+    /// wrapper exits at once; its container runs on). While an owner or a turn timeout is set,
+    /// stay, idle, watching them, and run the cleanup when either fires or when asked to stop
+    /// (SIGTERM); leave as soon as nothing is pending any more (it ran elsewhere, was removed by
+    /// `update`, or the entry was cleared: `sheepdog` sends SIGUSR1 after such changes).
+    fn linger(&mut self, signals: &SignalPipe) {
+        let Ok(e) = self.reg.read(&self.id) else { return };
+        if !e.cleanup_pending() || (e.owner_pid.is_none() && e.timeout_ms.is_none()) {
+            return;
+        }
+        let owner = e.owner_pid.and_then(Pid::new).map(|p| (p, e.owner_start_time));
+        let until =
+            e.timeout_at_ms().map(|at| Instant::now() + Duration::from_millis(at.saturating_sub(registry::now_ms())));
+        self.logs.marker("waiting: the cleanup is pending; it runs on stop, owner exit or the turn timeout");
+        let (reg, id) = (self.reg, self.id.clone());
+        let mut still_needed = || reg.read(&id).is_ok_and(|e| e.cleanup_pending());
+        let Some(trigger) = supervisor::await_trigger(signals, owner, until, &mut still_needed) else { return };
+        let why = match trigger {
+            Trigger::Signal(s) => format!("{s} (stop requested)"),
+            Trigger::OwnerDied => "the owner exited".into(),
+            Trigger::Timeout => "the turn timeout expired".into(),
+            t => t.name().into(),
+        };
+        self.logs.marker(&format!("cleanup triggered: {why}"));
+        crate::cleanup::run_once(self.reg, &self.id, CleanupRunner::Supervisor);
+    }
+}
+
+/// The recorded status and its human form for a supervisor's outcome.
+fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (&'static str, String) {
+    match (outcome.trigger, outcome.provider) {
+        (Some(Trigger::Timeout), _) => {
+            let after = timeout_ms.map(|ms| duration::format(Duration::from_millis(ms)));
+            ("timedOut", format!("timed out after {}", after.unwrap_or_default()))
+        }
+        (Some(Trigger::OwnerDied), _) => ("stopped", "stopped (owner exited)".into()),
+        (Some(_), _) => ("stopped", "stopped".into()),
+        (_, Some(WaitStatus::Exited(c))) => ("exited", format!("exited ({c})")),
+        (_, Some(WaitStatus::Signaled(s))) => ("killed", format!("killed ({s})")),
+        (_, None) => ("stopped", "stopped (the tree was not confirmed gone)".into()),
+    }
+}
+
+impl Observer for Managed<'_> {
+    fn contained(&mut self, record: &cgroup::Record) {
+        let _ = self.reg.update(&self.id, |e| record_containment(e, record));
+    }
+
+    fn spawned(&mut self, spawned: &Spawned, _policy: &StopPolicy) {
+        let stat = procfs::stat(spawned.pid).ok();
+        let start_time = stat.as_ref().map(|s| s.start_time);
+        let mut stopped_meanwhile = false;
+        let entry = self.reg.update(&self.id, |e| {
+            e.pid = Some(spawned.pid.as_raw());
+            e.pgid = Some(spawned.pgid.as_raw());
+            e.start_time = start_time;
+            e.sid = stat.as_ref().map(|s| s.session);
+            if e.status == Status::Starting {
+                e.status = Status::Running;
+            }
+            stopped_meanwhile = e.is_finished();
+        });
+        if stopped_meanwhile {
+            // A stop (or reap) recorded a result while the command was being spawned: honour
+            // it through the one stop, by the same signal `sheepdog stop` would send.
+            let _ = process::kill(process::getpid(), Signal::TERM);
+        }
+        let preview = entry.as_ref().map(|e| e.command_preview.clone()).unwrap_or_default();
+        self.logs.marker(&format!("started pid {}: {preview}", spawned.pid));
+        Handshake::Spawned.send();
+        let _ = process::redirect_to_null(1);
+    }
+
+    fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
+        self.reg.read(&self.id).ok().map(|e| policy(&e.stop))
+    }
+
+    fn stopping(&mut self, trigger: Trigger) {
+        let what = match trigger {
+            Trigger::Signal(s) => format!("stopping: {s} (stop requested)"),
+            Trigger::ProviderExited => "stopping: the command exited; stopping what it left running".into(),
+            t => format!("stopping: {}", t.name()),
+        };
+        self.logs.marker(&what);
+    }
+
+    fn escalated(&mut self, remaining: usize) {
+        self.logs.marker(&format!("escalated: SIGKILL to {remaining} processes still alive after the term grace"));
+    }
+
+    fn wants_members(&self) -> bool {
+        true
+    }
+
+    fn members(&mut self, members: &[Member]) -> bool {
+        let now: std::collections::HashSet<(i32, u64)> =
+            members.iter().filter_map(|m| Some((m.pid.as_raw(), m.start_time?))).collect();
+        if now.is_subset(&self.seen) {
+            return false;
+        }
+        // Write only when someone new appeared; the list then holds who is alive now.
+        self.seen = now;
+        let mut list: Vec<registry::RecordedMember> = self
+            .seen
+            .iter()
+            .map(|(pid, start_time)| registry::RecordedMember { pid: *pid, start_time: *start_time })
+            .collect();
+        list.sort_by_key(|m| (m.start_time, m.pid));
+        list.truncate(MAX_RECORDED_MEMBERS);
+        let _ = self.reg.update(&self.id, |e| e.members = list);
+        true
+    }
+
+    fn fds(&self) -> Vec<RawFd> {
+        self.pipes.iter().map(|(p, _)| p.as_raw_fd()).collect()
+    }
+
+    fn ready(&mut self, fd: RawFd) {
+        self.read_fd(fd);
+    }
+}
