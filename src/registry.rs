@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ready::ReadySpec;
 use crate::status::Status;
+use crate::status::StopReason;
 use crate::sys::procfs;
 use crate::sys::{Pid, process};
 
@@ -281,6 +282,37 @@ impl Entry {
                 || identity_alive(self.cleanup_pid, self.cleanup_start_time))
     }
 
+    /// Transition to a final result recorded from outside the supervisor: `lost` with `text`
+    /// (`lost (...)`), `stopped` by `sheepdog stop` or `reaped`, with whether the tree is gone.
+    /// Guard: an entry that already has a result keeps it (the supervisor may have written it a
+    /// moment earlier); returns false then.
+    pub fn finish_from_outside(&mut self, result: OutsideResult, tree_gone: bool) -> bool {
+        if self.is_finished() {
+            return false;
+        }
+        let (status, text, reason) = match result {
+            OutsideResult::Lost(text) => (Status::Lost, text, None),
+            OutsideResult::StoppedPast(why) => (
+                Status::Stopped,
+                if tree_gone {
+                    format!("stopped (by sheepdog stop; {why})")
+                } else {
+                    "stopped (the tree was not confirmed gone)".into()
+                },
+                Some(StopReason::Stop),
+            ),
+            OutsideResult::Reaped => (Status::Reaped, "reaped".into(), Some(StopReason::Reap)),
+        };
+        self.status = status;
+        self.status_text = Some(text);
+        if reason.is_some() {
+            self.stop_reason = reason;
+            self.tree_gone = Some(tree_gone);
+        }
+        self.ended_at = Some(now_ms());
+        true
+    }
+
     /// True while a cleanup is set, has not been claimed, and could still run (this boot): a
     /// stop, owner death, the turn timeout or `reap` will run it; `clear` refuses to drop it.
     pub fn cleanup_pending(&self) -> bool {
@@ -309,6 +341,18 @@ impl Entry {
     pub fn provider_alive(&self) -> bool {
         self.this_boot() && identity_alive(self.pid, self.start_time)
     }
+}
+
+/// A result recorded by someone other than the entry's supervisor (see
+/// [`Entry::finish_from_outside`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutsideResult {
+    /// Nothing can be known: the text says why (`lost (recorded during a previous boot; ...)`).
+    Lost(String),
+    /// `sheepdog stop` stopped the recorded tree itself; the text says why it had to.
+    StoppedPast(&'static str),
+    /// `reap` stopped the recorded tree of an entry whose supervisor was gone.
+    Reaped,
 }
 
 /// True if `pid` is alive with exactly `start_time` (and our uid).
@@ -644,4 +688,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RegistryError> {
 
 fn sync_dir(dir: &Path) -> Result<(), RegistryError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io_at(dir))
+}
+
+#[cfg(test)]
+mod transition_tests {
+    use super::*;
+
+    #[test]
+    fn a_result_from_outside_never_overwrites_the_supervisors() {
+        let mut e = Entry { status: Status::Running, ..Entry::default() };
+        assert!(e.finish_from_outside(OutsideResult::StoppedPast("the supervisor was gone"), false));
+        assert_eq!(e.status, Status::Stopped);
+        assert_eq!(e.status_text.as_deref(), Some("stopped (the tree was not confirmed gone)"));
+        assert_eq!((e.stop_reason.clone(), e.tree_gone), (Some(StopReason::Stop), Some(false)));
+        // A second writer (reap, racing) keeps the first result.
+        assert!(!e.finish_from_outside(OutsideResult::Reaped, true));
+        assert_eq!(e.status, Status::Stopped);
+        let mut lost = Entry { status: Status::Running, ..Entry::default() };
+        assert!(lost.finish_from_outside(OutsideResult::Lost("lost (a previous boot)".into()), true));
+        assert_eq!((lost.status, lost.tree_gone, lost.stop_reason), (Status::Lost, None, None));
+    }
 }

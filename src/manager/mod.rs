@@ -25,7 +25,7 @@ use crate::cgroup;
 use crate::duration;
 use crate::logs::{self, LogSet, Stream};
 use crate::ready::{ReadyOutcome, ReadySpec};
-use crate::registry::{self, Cleanup, Entry, Registry, RegistryError, StopTimings};
+use crate::registry::{self, Cleanup, Entry, OutsideResult, Registry, RegistryError, StopTimings};
 use crate::spawn::{SpawnOptions, Spawned};
 use crate::status::Status;
 use crate::status::{CleanupRunner, ReapKind, StopReason};
@@ -279,12 +279,9 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         // Nothing (or nothing readable): the supervisor died before it could say.
         Err(_) => {}
     }
+    let lost = OutsideResult::Lost("lost (the supervisor exited before the command started)".into());
     let _ = reg.update(&id, |e| {
-        if !e.is_finished() {
-            e.status = Status::Lost;
-            e.status_text = Some("lost (the supervisor exited before the command started)".into());
-            e.ended_at = Some(registry::now_ms());
-        }
+        e.finish_from_outside(lost, true);
     });
     Err(ManagerError::Start {
         code: 125,
@@ -424,18 +421,7 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         ),
     );
     let recorded = reg.update(&id, |e| {
-        if e.is_finished() {
-            return;
-        }
-        e.status = Status::Stopped;
-        e.status_text = Some(if report.gone {
-            format!("stopped (by sheepdog stop; {why})")
-        } else {
-            "stopped (the tree was not confirmed gone)".into()
-        });
-        e.stop_reason = Some(StopReason::Stop);
-        e.tree_gone = Some(report.gone);
-        e.ended_at = Some(registry::now_ms());
+        e.finish_from_outside(OutsideResult::StoppedPast(why), report.gone);
     });
     let e = match recorded {
         Ok(e) => e,
@@ -484,11 +470,7 @@ fn settle_start(reg: &Registry, entry: &Entry) -> Result<Entry, ManagerError> {
 fn record_lost(reg: &Registry, id: &str, text: &str) -> Result<Entry, ManagerError> {
     logs::append_marker(&reg.dir(id), text);
     Ok(reg.update(id, |e| {
-        if !e.is_finished() {
-            e.status = Status::Lost;
-            e.status_text = Some(text.into());
-            e.ended_at = Some(registry::now_ms());
-        }
+        e.finish_from_outside(OutsideResult::Lost(text.into()), true);
     })?)
 }
 
@@ -709,14 +691,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             ),
         );
         let _ = reg.update(&e.id, |x| {
-            if x.is_finished() {
-                return;
-            }
-            x.status = Status::Reaped;
-            x.status_text = Some("reaped".into());
-            x.stop_reason = Some(StopReason::Reap);
-            x.tree_gone = Some(report.gone);
-            x.ended_at = Some(registry::now_ms());
+            x.finish_from_outside(OutsideResult::Reaped, report.gone);
         });
         drop(tree);
         if let Ok(x) = reg.read(&e.id) {
