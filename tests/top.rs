@@ -389,7 +389,18 @@ fn a_missing_top_binary_is_one_line_and_125() {
     let lone = dir.path().join("sheepdog");
     std::fs::copy(common::bin(), &lone).unwrap();
     let st = State::new();
-    let out = Command::new(&lone).arg("--state-dir").arg(st.path()).arg("top").stdin(Stdio::null()).output().unwrap();
+    // Executing a file just written can fail with ETXTBSY while another test thread's fork
+    // still holds the copy's write fd (until that child execs): retry briefly.
+    let mut tries = 0;
+    let out = loop {
+        match Command::new(&lone).arg("--state-dir").arg(st.path()).arg("top").stdin(Stdio::null()).output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => break r.unwrap(),
+        }
+    };
     assert_eq!(out.status.code(), Some(125));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
