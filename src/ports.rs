@@ -93,7 +93,11 @@ pub fn listening(pids: &[Pid]) -> Vec<u16> {
     if pids.is_empty() || !cfg!(target_os = "linux") {
         return Vec::new();
     }
-    ports_of(pids, &sockets_recent())
+    let inodes = inodes_of(pids);
+    if inodes.is_empty() {
+        return Vec::new();
+    }
+    ports_of(&inodes, &sockets_recent())
 }
 
 /// [`listening`] from fresh socket tables (which later [`listening`] calls then reuse).
@@ -101,24 +105,24 @@ pub fn listening_now(pids: &[Pid]) -> Vec<u16> {
     if pids.is_empty() || !cfg!(target_os = "linux") {
         return Vec::new();
     }
-    let m = std::rc::Rc::new(listening_sockets());
-    SOCKETS.with(|c| *c.borrow_mut() = Some((std::time::Instant::now(), m.clone())));
-    ports_of(pids, &m)
-}
-
-fn ports_of(pids: &[Pid], sockets: &HashMap<u64, u16>) -> Vec<u16> {
-    if sockets.is_empty() {
+    let inodes = inodes_of(pids);
+    if inodes.is_empty() {
         return Vec::new();
     }
-    let mut ports = BTreeSet::new();
-    for pid in pids {
-        for inode in socket_inodes(*pid) {
-            if let Some(p) = sockets.get(&inode) {
-                ports.insert(*p);
-            }
-        }
-    }
-    ports.into_iter().collect()
+    let m = std::rc::Rc::new(listening_sockets());
+    SOCKETS.with(|c| *c.borrow_mut() = Some((std::time::Instant::now(), m.clone())));
+    ports_of(&inodes, &m)
+}
+
+/// The socket inodes `pids` hold. Read first: most trees hold no socket, and then the socket
+/// tables (`/proc/net/tcp{,6}`, which walk the kernel's whole connection table on every read)
+/// are never read at all.
+fn inodes_of(pids: &[Pid]) -> Vec<u64> {
+    pids.iter().flat_map(|p| socket_inodes(*p)).collect()
+}
+
+fn ports_of(inodes: &[u64], sockets: &HashMap<u64, u16>) -> Vec<u16> {
+    inodes.iter().filter_map(|i| sockets.get(i).copied()).collect::<BTreeSet<u16>>().into_iter().collect()
 }
 
 #[cfg(test)]
