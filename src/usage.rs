@@ -81,10 +81,16 @@ pub struct Proc {
 fn read_small(path: &str) -> Option<String> {
     use std::io::Read;
     let mut f = std::fs::File::open(path).ok()?;
+    read_whole(|buf, _| f.read(buf))
+}
+
+/// The read loop of [`read_small`] and [`ProcFiles`]: `read(buf, offset)` until end of file, one
+/// 4 KiB read for the usual small file. `None` on an error (the process is gone) or bad UTF-8.
+fn read_whole(mut read: impl FnMut(&mut [u8], u64) -> std::io::Result<usize>) -> Option<String> {
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
-        match f.read(&mut buf) {
+        match read(&mut buf, out.len() as u64) {
             Ok(0) => break,
             Ok(n) if n < buf.len() && out.is_empty() => return String::from_utf8(buf[..n].to_vec()).ok(),
             Ok(n) => out.extend_from_slice(&buf[..n]),
@@ -124,18 +130,7 @@ impl ProcFiles {
 
     fn pread(f: &std::fs::File) -> Option<String> {
         use std::os::unix::fs::FileExt;
-        let mut out = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match f.read_at(&mut buf, out.len() as u64) {
-                Ok(0) => break,
-                Ok(n) if n < buf.len() && out.is_empty() => return String::from_utf8(buf[..n].to_vec()).ok(),
-                Ok(n) => out.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => return None,
-            }
-        }
-        String::from_utf8(out).ok()
+        read_whole(|buf, offset| f.read_at(buf, offset))
     }
 
     /// Reads `path` (a held file when there is one); `key` is what it is held under.
