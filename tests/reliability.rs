@@ -302,18 +302,26 @@ fn pid_file(st: &State, file: &str) -> i32 {
     text.trim().parse().expect("a pid")
 }
 
+/// A provider script that waits for the test's `go` file, then starts an orphaned member through
+/// `launcher` (`env -i`, `setsid env -i`) that writes its pid to the `member` file and sleeps
+/// `member_secs`, and becomes `sleep provider_secs` itself. Returns the `go` path and the script.
+fn member_on_go(st: &State, launcher: &str, member_secs: &str, provider_secs: &str) -> (std::path::PathBuf, String) {
+    let go = st.path().join("go");
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.02; done; ({launcher} sh -c 'echo $$ > {pf}; exec sleep {member_secs}' &); exec sleep {provider_secs}",
+        go = go.display(),
+        pf = st.path().join("member").display()
+    );
+    (go, script)
+}
+
 #[test]
 fn reap_stops_a_member_that_cleared_its_environment_in_the_provider_group_after_the_supervisor_died() {
     // Born after the supervisor's SIGKILL, so nobody recorded it and it carries no tag: only the
     // recorded group (and session) says it is the entry's.
     let st = State::new();
     let guard = Guard::new();
-    let go = st.path().join("go");
-    let script = format!(
-        "while [ ! -e {go} ]; do sleep 0.02; done; (env -i sh -c 'echo $$ > {pf}; exec sleep 3333' &); exec sleep 601",
-        go = go.display(),
-        pf = st.path().join("member").display()
-    );
+    let (go, script) = member_on_go(&st, "env -i", "3333", "601");
     let v = st.start(&["--name", "x", "--", "sh", "-c", &script]);
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
     guard.track(sup);
@@ -445,12 +453,7 @@ fn stop_past_a_stopped_supervisor_takes_its_unrecorded_orphans_before_killing_it
     // without a tag.
     let st = State::new();
     let guard = Guard::new();
-    let go = st.path().join("go");
-    let script = format!(
-        "while [ ! -e {go} ]; do sleep 0.02; done; (setsid env -i sh -c 'echo $$ > {pf}; exec sleep 1238' &); exec sleep 1239",
-        go = go.display(),
-        pf = st.path().join("member").display()
-    );
+    let (go, script) = member_on_go(&st, "setsid env -i", "1238", "1239");
     let v = st.start(&["--term-grace", "300ms", "--kill-wait", "300ms", "--", "sh", "-c", &script]);
     let id = id_of(&v);
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
