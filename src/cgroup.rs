@@ -597,23 +597,34 @@ impl Cgroup {
             .any(|p| p.ends_with(&needle) || p.contains(&format!("{needle}/")))
     }
 
-    /// Sends `sig` to every member: SIGKILL as one write of `1` to `cgroup.kill` (atomic: a
-    /// fork racing it is killed too); any other signal to each member through a pidfd, after
-    /// checking (with the pidfd open) that the process is still in this cgroup. Returns how many
-    /// members there were.
-    pub fn signal(&self, sig: Signal) -> usize {
-        let members = self.members();
-        if sig == Signal::KILL {
+    /// Sends each of `sigs`, in order, to every member after one read of the membership:
+    /// SIGKILL as one write of `1` to `cgroup.kill` (atomic: a fork racing it is killed too);
+    /// any other signal to each member through a pidfd, opened once per member after checking
+    /// (with the pidfd open) that the process is still in this cgroup. Returns how many
+    /// members received the first signal (for SIGKILL: how many there were).
+    pub fn signal_all(&self, sigs: &[Signal]) -> usize {
+        if sigs.contains(&Signal::KILL) {
+            // Kill first, count after: the count must not give a fork storm time to grow.
             let _ = self.kill();
-            return members.len();
         }
-        members
-            .iter()
-            .filter(|pid| match PidFd::open(**pid) {
-                Ok(fd) => self.contains(**pid) && matches!(fd.send(sig), Ok(process::Sent::Delivered)),
-                Err(_) => false,
-            })
-            .count()
+        let members = self.members();
+        let pidfds: Vec<PidFd> = if sigs.iter().any(|s| *s != Signal::KILL) {
+            members.iter().filter_map(|pid| PidFd::open(*pid).ok().filter(|_| self.contains(*pid))).collect()
+        } else {
+            Vec::new()
+        };
+        let mut first = 0;
+        for (i, sig) in sigs.iter().enumerate() {
+            let n = if *sig == Signal::KILL {
+                members.len()
+            } else {
+                pidfds.iter().filter(|fd| matches!(fd.send(*sig), Ok(process::Sent::Delivered))).count()
+            };
+            if i == 0 {
+                first = n;
+            }
+        }
+        first
     }
 
     /// Writes `1` to `cgroup.kill`: SIGKILL to every process in the cgroup and below, at once.

@@ -35,6 +35,12 @@ pub const MEMBER_SCAN_MIN: Duration = Duration::from_millis(10);
 /// `/proc/<pid>/task/*/children` per member.
 pub const MEMBER_SCAN_MAX: Duration = Duration::from_millis(250);
 
+/// At most this many children are reaped per wake: 256. The supervisor is a subreaper, so in
+/// a fork storm (each member forks and exits) every exit is reparented to it as a zombie, and
+/// a loop that reaps "until none is left" can chase the storm past every deadline. After a full
+/// batch the next `poll` does not block, so the rest are reaped after the deadlines are seen.
+pub const REAP_BATCH: usize = 1024;
+
 /// Whom the supervisor answers to: when the owner dies, the tree is stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Owner {
@@ -347,6 +353,7 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
         }
     }
 
+    let mut backlog = false;
     loop {
         let now = Instant::now();
         let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
@@ -367,6 +374,9 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
         fds.extend(observer.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
 
         let mut deadline = machine.deadline(now);
+        if backlog {
+            deadline = Some(now);
+        }
         if !machine.stopping() {
             deadline = earliest(earliest(deadline, timeout_at), next_scan);
         }
@@ -383,9 +393,11 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
                 begin(&mut machine, Trigger::Signal(sig), &tree, observer);
             }
         }
-        let mut reaped_any = false;
-        while let Some((pid, status)) = process::reap_any() {
-            reaped_any = true;
+        let mut reaped = 0;
+        while reaped < REAP_BATCH
+            && let Some((pid, status)) = process::reap_any()
+        {
+            reaped += 1;
             if pid == spawned.pid {
                 provider = Some(status);
                 tree.leader_reaped();
@@ -393,6 +405,8 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
                 observer.reaped(pid, status);
             }
         }
+        let reaped_any = reaped > 0;
+        backlog = reaped == REAP_BATCH;
         let owner_died = match (&owner, owner_slot) {
             (Some(_), Some(slot)) => fds[slot].ready(),
             (Some(o), None) => o.gone_by_poll(),
@@ -454,6 +468,16 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
     }
 
     // The tree's cgroup goes with the tree; a leftover is reported (and removed by `reap`).
+    if machine.phase() == Phase::Gone {
+        // Nothing of the tree is alive, so no more zombies come: reap them now rather than leave
+        // thousands (after a fork storm) to whoever inherits them. Bounded all the same, in case
+        // an inherited orphan that is not the tree's keeps forking.
+        for _ in 0..REAP_BATCH * 64 {
+            if process::reap_any().is_none() {
+                break;
+            }
+        }
+    }
     let cgroup_left = tree.cgroup().is_some_and(|cg| cg.remove().is_err());
     Ok(Outcome {
         spawned,

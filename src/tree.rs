@@ -273,8 +273,7 @@ impl Tree {
     /// needed. After the leader is reaped, members are found by scanning and signalled one by one.
     pub fn signal_all(&self, sigs: &[Signal]) -> usize {
         if let Some(cg) = &self.cgroup {
-            let counts: Vec<usize> = sigs.iter().map(|s| cg.signal(*s)).collect();
-            return counts.first().copied().unwrap_or(0);
+            return cg.signal_all(sigs);
         }
         let group_kill = self.leader_held.get() || !cfg!(target_os = "linux");
         let members: Vec<Member> = match (&self.scope, group_kill) {

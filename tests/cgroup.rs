@@ -130,6 +130,21 @@ fn marked(token: &str) -> Vec<Member> {
         .collect()
 }
 
+/// `taskset -c N ` for the first CPU this process may run on (from `Cpus_allowed_list` in
+/// `/proc/self/status`), or nothing where taskset or the list is missing.
+fn one_cpu() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let first = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .and_then(|list| list.trim().split([',', '-']).next().map(str::to_string));
+    let taskset = Command::new("taskset").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
+    match (first, taskset) {
+        (Some(cpu), Ok(st)) if st.success() => format!("taskset -c {cpu} "),
+        _ => String::new(),
+    }
+}
+
 /// Kills every process marked with the token on drop (a test that failed midway).
 struct Sweep(String);
 
@@ -288,34 +303,52 @@ fn a_bounded_fork_storm_ends_with_one_cgroup_kill_and_the_tree_gone_not_124() {
     let guard = Guard::new();
     let sweep = Sweep::new();
     // 32 chains that fork as fast as they can: each process forks and exits at once, so the
-    // live members' pids keep moving ahead of any scan (a walk of the tree chases them). They
-    // ignore SIGTERM, and end by themselves after 20 s so that a failing run cannot leave them
-    // behind for long.
-    let storm = "$SIG{TERM}='IGNORE'; $end=time+20; for (1..31) { last if fork == 0 } \
+    // live members' pids keep moving ahead of any scan (a walk of the tree chases them), and
+    // each exit reparents a zombie to the supervisor (a subreaper), which a reap loop that
+    // drains "until none is left" chases too. They ignore SIGTERM, and end by themselves after
+    // 30 s so that a failing run cannot leave them behind for long. The supervisor and the
+    // storm share one CPU, as on a loaded host: the storm then outpaces the supervisor.
+    let storm = "$SIG{TERM}='IGNORE'; $end=time+30; for (1..31) { last if fork == 0 } \
                  while (time < $end) { my $p = fork; exit 0 if defined $p && $p > 0; }";
+    // The supervisor runs below a subreaper that counts the children it inherits when the
+    // supervisor exits: the storm's zombies must have been reaped, not handed on.
+    let inherit = "import ctypes, os, sys\n\
+                   ctypes.CDLL(None).prctl(36, 1)\n\
+                   pid = os.fork()\n\
+                   if pid == 0: os.execvp(sys.argv[1], sys.argv[1:])\n\
+                   st = os.waitpid(pid, 0)[1]\n\
+                   kids = [w for t in os.listdir('/proc/self/task') for w in open(f'/proc/self/task/{t}/children').read().split()]\n\
+                   print(f'inherited {len(kids)}', file=sys.stderr)\n\
+                   while True:\n\
+                   \x20   try: os.wait()\n\
+                   \x20   except ChildProcessError: break\n\
+                   sys.exit(os.waitstatus_to_exitcode(st))";
     let script = format!(
-        "exec {} run --events-fd 3 --containment cgroup --term-grace 300ms --kill-wait 2s -- perl -e \"$1\" 3>&1",
+        "exec python3 -c \"$2\" {}{} run --events-fd 3 --containment cgroup --term-grace 300ms --kill-wait 2s \
+         -- perl -e \"$1\" 3>&1",
+        one_cpu(),
         bin()
     );
     let mut cmd = Command::new("sh");
-    cmd.args(["-c", &script, "sh", storm])
+    cmd.args(["-c", &script, "sh", storm, inherit])
         .env_remove("SHEEPDOG_CONTAINMENT")
         .env("CGTEST", &sweep.0)
         .stdin(Stdio::null())
         .stderr(Stdio::piped());
     let (mut child, lines) = spawn_lines(cmd, &guard);
     let started = Instant::now();
-    let st = wait_child(&mut child, SECS(30));
+    let st = wait_child(&mut child, SECS(45));
     let took = started.elapsed();
     let stderr = stderr_of(&mut child);
     // Well before the storm's own end: the kill, not the storm's bound, ended it.
-    assert!(took < SECS(12), "the supervisor took {took:?}");
+    assert!(took < SECS(20), "the supervisor took {took:?}");
     let (events, _) = split_events(&lines);
     assert_eq!(st.code(), Some(0), "the provider's own status, not 124: {stderr} {events:?}");
     let names: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
     assert_eq!(names, ["spawned", "stopping", "escalated", "exited"], "{events:?}");
     assert_eq!(events[3]["treeGone"], true);
     assert!(!stderr.contains("124"), "{stderr}");
+    assert!(stderr.contains("inherited 0"), "the supervisor left zombies to its parent: {stderr}");
     assert_eq!(marked(&sweep.0), Vec::<Member>::new(), "no member of the storm survives");
     assert!(!Path::new(events[0]["cgroup"].as_str().unwrap()).exists());
 }
