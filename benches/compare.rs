@@ -691,7 +691,7 @@ fn forge_entries(dir: &Path, n: usize, running: bool) {
             uid: sysproc::getuid(),
             tag: sheepdog::registry::new_tag(),
             stop: StopTimings { stdin_grace_ms: 0, term_grace_ms: 3000, kill_wait_ms: 1500, max_stop_ms: 4500 },
-            status: if running { "running".into() } else { "exited".into() },
+            status: if running { sheepdog::status::Status::Running } else { sheepdog::status::Status::Exited },
             status_text: (!running).then(|| "exited (0)".into()),
             exit_code: (!running).then_some(0),
             ..Default::default()

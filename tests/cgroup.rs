@@ -639,7 +639,7 @@ fn forge(st: &State, f: impl FnOnce(&mut sheepdog::registry::Entry)) -> String {
     let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
     let e = reg
         .create(sheepdog::registry::Entry {
-            status: "running".into(),
+            status: sheepdog::status::Status::Running,
             argv: vec!["sleep".into(), "100".into()],
             command_preview: "sleep 100".into(),
             cwd: "/".into(),
@@ -692,7 +692,7 @@ fn reap_removes_a_cgroup_a_supervisor_left_behind() {
     let st = State::new();
     let cg = TestCgroup::new(&own);
     let id = forge(&st, |e| {
-        e.status = "exited".into();
+        e.status = sheepdog::status::Status::Exited;
         e.containment = Some("cgroup".into());
         e.cgroup = Some(cg.path_str());
         e.cgroup_inode = Some(cg.inode());

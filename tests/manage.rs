@@ -128,7 +128,7 @@ fn forge(st: &State, f: impl FnOnce(&mut sheepdog::registry::Entry)) -> String {
     let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
     let e = reg
         .create(sheepdog::registry::Entry {
-            status: "running".into(),
+            status: sheepdog::status::Status::Running,
             argv: vec!["sleep".into(), "100".into()],
             command_preview: "sleep 100".into(),
             cwd: "/".into(),

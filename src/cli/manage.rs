@@ -257,10 +257,6 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     let ready = a.ready_spec()?;
     let session = a.session.clone().filter(|s| !s.is_empty());
     let reg = open(dir)?;
-    let warnings = crate::nudge::check(&a.command, a.cleanup.is_some());
-    for w in &warnings {
-        eprintln!("sheepdog: warning: {w}");
-    }
     let req = StartRequest {
         name: a.name.clone(),
         session_id: session,
@@ -281,15 +277,18 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         (Some(n), true) => reg.find(n).ok().filter(|e| manager::live_status(e, &Default::default()).is_live()),
         _ => None,
     };
-    let (e, outcome) = match running {
+    let started = match running {
         Some(old) => {
             let r = manager::replace(&reg, &old, req, None)?;
-            (r.entry, r.ready)
+            manager::Started { entry: r.entry, ready: r.ready, nudges: r.nudges }
         }
         None => manager::start_ready(&reg, req)?,
     };
+    for w in &started.nudges {
+        eprintln!("sheepdog: warning: {w}");
+    }
     let mut list = Vec::new();
-    let code = render_started(&reg, &e, outcome.as_ref(), &warnings, json.then_some(&mut list));
+    let code = render_started(&reg, &started.entry, started.ready.as_ref(), &started.nudges, json.then_some(&mut list));
     if json {
         outln!("{}", list.pop().unwrap_or(Value::Null));
     }

@@ -216,7 +216,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         cleanup: req.cleanup.clone(),
         stop: timings(&req.policy),
         timeout_ms: req.timeout.map(|d| d.as_millis() as u64),
-        status: "starting".into(),
+        status: Status::Starting,
         log_max_bytes: req.log_max,
         containment_asked: (req.containment != cgroup::Mode::Auto).then(|| req.containment.name().to_string()),
         memory_max: req.limits.memory_max,
@@ -857,19 +857,30 @@ pub fn update(reg: &Registry, e: &Entry, req: &UpdateRequest) -> Result<Entry, M
 /// listening socket still held by a process that is exiting).
 pub const PORT_FREE_MAX: Duration = Duration::from_secs(5);
 
+/// What a start did: the entry, its readiness (when asked for) and the nudges the command
+/// earned ([`crate::nudge::check`]: advice only, the start went ahead).
+#[derive(Debug)]
+pub struct Started {
+    pub entry: Entry,
+    pub ready: Option<ReadyOutcome>,
+    pub nudges: Vec<crate::nudge::Warning>,
+}
+
 /// Starts a managed process and, if `req.ready` is set, waits until it is ready
-/// ([`crate::ready::wait_ready`]). Errors: those of [`start`]; the entry vanishing meanwhile.
-pub fn start_ready(reg: &Registry, req: StartRequest) -> Result<(Entry, Option<ReadyOutcome>), ManagerError> {
+/// ([`crate::ready::wait_ready`]); the nudge check runs here, so every front end gets the same
+/// advice. Errors: those of [`start`]; the entry vanishing meanwhile.
+pub fn start_ready(reg: &Registry, req: StartRequest) -> Result<Started, ManagerError> {
+    let nudges = crate::nudge::check(&req.argv, req.cleanup.is_some());
     let spec = req.ready.clone().filter(|s| s.is_set());
     // A port that already accepts before the start is someone else's: only the tree's own
     // listening socket will count.
     let port_was_open = spec.as_ref().and_then(|s| s.port).is_some_and(crate::ready::port_accepts);
-    let e = start(reg, req)?;
-    let outcome = match spec {
-        Some(s) => Some(crate::ready::wait_ready(reg, &e, &s, port_was_open)?),
+    let entry = start(reg, req)?;
+    let ready = match spec {
+        Some(s) => Some(crate::ready::wait_ready(reg, &entry, &s, port_was_open)?),
         None => None,
     };
-    Ok((e, outcome))
+    Ok(Started { entry, ready, nudges })
 }
 
 /// The start request that repeats `e`: same argv, cwd, env, name, session, owner, timeout,
@@ -909,6 +920,8 @@ pub struct Restarted {
     pub entry: Entry,
     /// Readiness, when the options asked for it.
     pub ready: Option<ReadyOutcome>,
+    /// The nudges the new command earned (see [`Started`]).
+    pub nudges: Vec<crate::nudge::Warning>,
 }
 
 /// `restart`: the one stop of `old` (cleanup included), then a new start with the same options
@@ -942,8 +955,8 @@ pub fn replace(
         std::thread::sleep(Duration::from_millis(20));
     }
     req.restart_of = Some(old.id.clone());
-    let (entry, ready) = start_ready(reg, req)?;
-    Ok(Restarted { stopped, entry, ready })
+    let Started { entry, ready, nudges } = start_ready(reg, req)?;
+    Ok(Restarted { stopped, entry, ready, nudges })
 }
 
 /// What `wait` on several entries returns.

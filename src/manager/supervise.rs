@@ -181,7 +181,7 @@ impl Managed<'_> {
         let recorded = self.reg.update(&self.id, |e| {
             let (status, t) = result_status(outcome, e.timeout_ms);
             text = t;
-            e.status = status.into();
+            e.status = status;
             e.status_text = Some(text.clone());
             match outcome.provider {
                 Some(WaitStatus::Exited(c)) => e.exit_code = Some(c),
@@ -236,17 +236,17 @@ impl Managed<'_> {
 }
 
 /// The recorded status and its human form for a supervisor's outcome.
-fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (&'static str, String) {
+fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (Status, String) {
     match (outcome.trigger, outcome.provider) {
         (Some(Trigger::Timeout), _) => {
             let after = timeout_ms.map(|ms| duration::format(Duration::from_millis(ms)));
-            ("timedOut", format!("timed out after {}", after.unwrap_or_default()))
+            (Status::TimedOut, format!("timed out after {}", after.unwrap_or_default()))
         }
-        (Some(Trigger::OwnerDied), _) => ("stopped", "stopped (owner exited)".into()),
-        (Some(_), _) => ("stopped", "stopped".into()),
-        (_, Some(WaitStatus::Exited(c))) => ("exited", format!("exited ({c})")),
-        (_, Some(WaitStatus::Signaled(s))) => ("killed", format!("killed ({s})")),
-        (_, None) => ("stopped", "stopped (the tree was not confirmed gone)".into()),
+        (Some(Trigger::OwnerDied), _) => (Status::Stopped, "stopped (owner exited)".into()),
+        (Some(_), _) => (Status::Stopped, "stopped".into()),
+        (_, Some(WaitStatus::Exited(c))) => (Status::Exited, format!("exited ({c})")),
+        (_, Some(WaitStatus::Signaled(s))) => (Status::Killed, format!("killed ({s})")),
+        (_, None) => (Status::Stopped, "stopped (the tree was not confirmed gone)".into()),
     }
 }
 

@@ -825,7 +825,6 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
     // The tier as the CLI picks it: $SHEEPDOG_CONTAINMENT, else the strongest the host allows.
     let containment = sheepdog::cgroup::Mode::resolve(None).map_err(|e| sentence(&e))?;
     let argv_os: Vec<OsString> = argv.iter().map(OsString::from).collect();
-    let nudges = sheepdog::nudge::check(&argv_os, a.cleanup.is_some());
     let req = StartRequest {
         name: a.name,
         session_id: Some(a.session.unwrap_or_else(|| ctx.session.clone())),
@@ -844,7 +843,8 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
         limits: sheepdog::cgroup::Limits::default(),
         argv: argv_os,
     };
-    let (e, outcome) = manager::start_ready(&ctx.reg, req).map_err(|e| sentence(&e.to_string()))?;
+    let manager::Started { entry: e, ready: outcome, nudges } =
+        manager::start_ready(&ctx.reg, req).map_err(|e| sentence(&e.to_string()))?;
     let e = ctx.reg.read(&e.id).unwrap_or(e);
     let v = fresh_view(&ctx.reg, &e);
     let mut text = format!("Started {}{}.", e.label(), e.pid.map(|p| format!(", pid {p}")).unwrap_or_default());

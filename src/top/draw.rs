@@ -379,7 +379,7 @@ mod tests {
     const NOW: u64 = 1_800_000_000_000;
 
     fn row(id: &str, name: &str, status: &str, text: &str) -> Row {
-        let live = Status::from(status).is_live();
+        let live = Status::parse(status).expect("a status word").is_live();
         let entry = Entry {
             id: id.into(),
             name: Some(name.into()),
@@ -388,12 +388,12 @@ mod tests {
             started_at: NOW - 65_000,
             ended_at: (!live).then_some(NOW - 5_000),
             exit_code: (status == "exited").then_some(1),
-            status: Status::from(status),
+            status: Status::parse(status).expect("a status word"),
             ..Entry::default()
         };
         Row {
             entry,
-            status: Status::from(status),
+            status: Status::parse(status).expect("a status word"),
             status_text: text.into(),
             live,
             failed: matches!(status, "exited" | "killed"),
