@@ -1,6 +1,6 @@
 //! The cgroup v2 tier: one cgroup per supervised tree, exact membership, an atomic kill, usage
-//! figures and limits, wherever the host gives a writable cgroup v2 (DESIGN.md, "The one
-//! invariant, and how each tier keeps it"). Everywhere else the subreaper tier keeps the tree,
+//! figures and limits, wherever the host gives a writable cgroup v2 (ARCHITECTURE.md,
+//! the section on the tiers). Everywhere else the subreaper tier keeps the tree,
 //! and the reason is recorded.
 //!
 //! The order of operations, per supervisor and before the spawn ([`probe`]):

@@ -7,11 +7,12 @@
 //! - [`stop`]: [`stop::StopPolicy`] and the one stop sequence, as a small state machine.
 //! - [`cgroup`]: the cgroup v2 tier: the probe, a tree's cgroup, usage, limits, `doctor`.
 //! - [`tree`]: which processes belong to a provider, "all gone", identity-checked signals.
-//! - [`spawn`]: a command into its own process group, with the pre-exec steps.
+//! - `spawn` (crate-private): a command into its own process group, with the pre-exec steps.
 //! - [`registry`]: entries on disk, crash-safe writes, identity.
 //! - [`manager`]: start / stop / wait / reap / clear and the detached supervisor's body.
 //! - [`cleanup`]: cleanup commands, the second step of every stop, at most once.
-//! - [`nudge`]: advisory warnings for commands that start work outside their tree.
+//! - `nudge` (crate-private): advisory warnings for commands that start work outside their
+//!   tree, checked inside `manager::start_ready` and shown as [`view::Nudge`].
 //! - [`logs`]: capped, rotating stdout / stderr / combined logs.
 //! - [`events`]: the JSON lines of `--events-fd`.
 //! - [`duration`]: `250ms`, `1.5s` on the command line.
@@ -37,11 +38,11 @@ pub mod events;
 pub mod logread;
 pub mod logs;
 pub mod manager;
-pub mod nudge;
+pub(crate) mod nudge;
 pub mod ports;
 pub mod ready;
 pub mod registry;
-pub mod spawn;
+pub(crate) mod spawn;
 pub mod status;
 pub mod stop;
 pub mod supervisor;

@@ -81,17 +81,8 @@ pub struct SpawnOptions {
     pub stdio: Option<(Stdio, Stdio, Stdio)>,
 }
 
-/// Spawns `argv` as the leader of a new process group with default signal dispositions and an
-/// empty signal mask; if the supervisor holds the terminal's foreground, the new group takes it.
-///
-/// Returns only after `exec` succeeded (std reports exec errors through a close-on-exec pipe),
-/// so an error here means the command never ran. Errors: [`SpawnError`].
-pub fn spawn_provider(argv: &[OsString], opts: SpawnOptions) -> Result<Spawned, SpawnError> {
-    spawn_joined(argv, opts, None).map(|(spawned, _)| spawned)
-}
-
 /// Where a provider must run: the fds that let the forked child join the tree's cgroup before
-/// `exec` (DESIGN.md: no member ever runs outside it), and whether a failed join may fall back
+/// `exec` (ARCHITECTURE.md: no member ever runs outside it), and whether a failed join may fall back
 /// to running the command outside the cgroup (`--containment auto`).
 #[derive(Clone, Copy, Debug)]
 pub struct CgroupJoin {
@@ -99,9 +90,13 @@ pub struct CgroupJoin {
     pub fallback: bool,
 }
 
-/// [`spawn_provider`], with the child joining a cgroup first. Returns the spawned provider and,
-/// when the join failed and `fallback` allowed running it outside the cgroup, why the join
-/// failed. Errors: [`SpawnError`] (`Cgroup` when the join failed without a fallback).
+/// Spawns `argv` as the leader of a new process group with default signal dispositions and an
+/// empty signal mask (if the supervisor holds the terminal's foreground, the new group takes
+/// it), the child joining `join`'s cgroup first when given. Returns only after `exec`
+/// succeeded (std reports exec errors through a close-on-exec pipe), so an error means the
+/// command never ran. Returns the spawned provider and, when the join failed and `fallback`
+/// allowed running it outside the cgroup, why the join failed. Errors: [`SpawnError`]
+/// (`Cgroup` when the join failed without a fallback).
 pub fn spawn_joined(
     argv: &[OsString],
     opts: SpawnOptions,

@@ -8,6 +8,9 @@
 //! cleanup did (or null), never merged; `ports` are the TCP ports the live tree listens on.
 
 use std::cell::OnceCell;
+
+/// A nudge a start earned (`{kind, message, matched}` in `warnings`); see `manager::Started`.
+pub use crate::nudge::{NudgeKind, Warning as Nudge};
 use std::path::PathBuf;
 
 use serde::Serialize;

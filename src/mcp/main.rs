@@ -1,6 +1,6 @@
 //! `sheepdog-mcp` (run as `sheepdog mcp`): a Model Context Protocol server on stdin/stdout that
-//! gives an agent sheepdog's background processes as tools (DESIGN.md, "`sheepdog mcp`: the
-//! agent's front end"; README.md, "Use it from your agent").
+//! gives an agent sheepdog's background processes as tools (README.md, "Use it from your
+//! agent"; ARCHITECTURE.md, "Module map").
 //!
 //! A binary of its own, the only one with an async runtime (tokio, for rmcp): `sheepdog run` and
 //! every detached supervisor stay the small single-threaded `sheepdog` binary, which this server

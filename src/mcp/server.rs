@@ -316,7 +316,7 @@ pub struct CleanupDoc {
 /// One nudge (as `sheepdog start --json` shows it).
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[allow(dead_code)] // only its schema is used: the value is `sheepdog::nudge::Warning`
+#[allow(dead_code)] // only its schema is used: the value is `sheepdog::view::Nudge`
 pub struct WarningDoc {
     /// `outsideTree` (stopping the tree will not end the work: give a cleanup) or
     /// `stoppedOnExit` (the work is stopped as soon as the command exits).
