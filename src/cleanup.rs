@@ -123,7 +123,7 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
     let (pid, mut out) = match spawned {
         Ok(x) => x,
         Err(err) => {
-            result.exit_code = Some(127);
+            result.exit_code = Some(crate::exit::NOT_FOUND);
             result.output = vec![format!("sheepdog: unable to run the cleanup command: {err}")];
             mark(&mut log, format!("cleanup could not start: {err}"));
             return result;

@@ -16,6 +16,7 @@
 //! - [`logs`]: capped, rotating stdout / stderr / combined logs.
 //! - [`events`]: the JSON lines of `--events-fd`.
 //! - [`duration`]: `250ms`, `1.5s` on the command line.
+//! - [`exit`]: every exit status sheepdog reports, in one place.
 //! - [`usage`]: CPU and memory of a tree, from `/proc`.
 //! - [`top`]: the `sheepdog top` terminal UI (its own binary, `sheepdog-top`).
 //! - [`sys`]: the only place with `unsafe`: signals, pidfds, `/proc`, `poll`.
@@ -35,6 +36,7 @@ pub mod cleanup;
 pub mod cli;
 pub mod duration;
 pub mod events;
+pub mod exit;
 pub mod logread;
 pub mod logs;
 pub mod manager;

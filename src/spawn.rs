@@ -46,9 +46,9 @@ impl SpawnError {
     /// The shell's status for this failure: 127, 126 or 125.
     pub fn exit_code(&self) -> i32 {
         match self {
-            SpawnError::NotFound { .. } => 127,
-            SpawnError::NotExecutable { .. } => 126,
-            SpawnError::Other { .. } | SpawnError::Cgroup { .. } => 125,
+            SpawnError::NotFound { .. } => crate::exit::NOT_FOUND,
+            SpawnError::NotExecutable { .. } => crate::exit::NOT_EXECUTABLE,
+            SpawnError::Other { .. } | SpawnError::Cgroup { .. } => crate::exit::USAGE,
         }
     }
 

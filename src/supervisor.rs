@@ -145,8 +145,9 @@ pub enum Exit {
     Signal(Signal),
 }
 
-/// Status when the kernel did not finish the kill within the kill wait: 124 (as `timeout(1)`).
-pub const EXIT_UNFINISHED: i32 = 124;
+/// Status when the kernel did not finish the kill within the kill wait:
+/// [`crate::exit::TIMED_OUT`] (124, as `timeout(1)`).
+pub const EXIT_UNFINISHED: i32 = crate::exit::TIMED_OUT;
 
 impl Outcome {
     /// - tree not confirmed gone: 124;
@@ -160,7 +161,7 @@ impl Outcome {
     /// with, and what `exited`'s `status` reports.
     pub fn exit(&self) -> Exit {
         match self.exit_by_signal() {
-            Exit::Signal(s) if process::getpid().as_raw() == 1 => Exit::Code(128 + s.as_raw()),
+            Exit::Signal(s) if process::getpid().as_raw() == 1 => Exit::Code(crate::exit::by_signal(s.as_raw())),
             exit => exit,
         }
     }
@@ -173,7 +174,7 @@ impl Outcome {
             (Some(Trigger::Signal(s)), _) => Exit::Signal(s),
             (_, WaitStatus::Exited(code)) => Exit::Code(code),
             (None | Some(Trigger::ProviderExited), WaitStatus::Signaled(s)) => Exit::Signal(s),
-            (Some(_), WaitStatus::Signaled(s)) => Exit::Code(128 + s.as_raw()),
+            (Some(_), WaitStatus::Signaled(s)) => Exit::Code(crate::exit::by_signal(s.as_raw())),
         }
     }
 }
@@ -204,7 +205,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Spawn(e) => e.exit_code(),
-            _ => 125,
+            _ => crate::exit::USAGE,
         }
     }
 }

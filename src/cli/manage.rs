@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::exit;
 use crate::logread::{self, Cursor, LogQuery, LogStream};
 use crate::manager::{self, ManagerError, StartRequest, Waited};
 use crate::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome, ReadySpec};
@@ -194,9 +195,9 @@ fn render_started(
     json_out: Option<&mut Vec<Value>>,
 ) -> i32 {
     let code = match ready {
-        Some(ReadyOutcome::Exited { .. }) => 1,
-        Some(ReadyOutcome::TimedOut { .. }) => 124,
-        _ => 0,
+        Some(ReadyOutcome::Exited { .. }) => exit::REFUSED,
+        Some(ReadyOutcome::TimedOut { .. }) => exit::TIMED_OUT,
+        _ => exit::OK,
     };
     let shown = match ready {
         Some(ReadyOutcome::Exited { entry, .. }) => (**entry).clone(),
@@ -319,7 +320,7 @@ pub(super) fn restart(a: RestartArgs, dir: Option<PathBuf>, json: bool) -> Resul
                 // The old entry's cleanup failed: said, and status 1, as `stop` does.
                 if let Some(line) = crate::cleanup::failure_line(&r.stopped.entry) {
                     eprintln!("sheepdog: {}: {line}", old.label());
-                    code = code.max(1);
+                    code = code.max(exit::REFUSED);
                 }
             }
             Err(err) => {
@@ -637,7 +638,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             entries.into_iter().filter(|e| e.session_id.as_ref() == Some(s) && manager::stoppable(e)).collect();
         if targets.is_empty() {
             return Err(CliError::new(
-                1,
+                exit::REFUSED,
                 format!(
                     "stop: nothing matched --session {s} (no entry of that session is running or has a pending cleanup)"
                 ),
@@ -676,9 +677,9 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                     }
                 }
                 if !o.tree_gone {
-                    code = code.max(124);
+                    code = code.max(exit::TIMED_OUT);
                 } else if cleanup_failed.is_some() {
-                    code = code.max(1);
+                    code = code.max(exit::REFUSED);
                 }
             }
             Err(err @ ManagerError::NotRecorded { .. }) => {
@@ -817,7 +818,7 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                         x.label(),
                         x.status
                     ));
-                    125
+                    exit::USAGE
                 }
                 _ => code,
             };
@@ -827,7 +828,7 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                 "wait: {} ended without a recorded result (its supervisor was killed); run 'sheepdog reap'",
                 x.label()
             ));
-            code = code.max(125);
+            code = code.max(exit::USAGE);
         }
         if json {
             let mut v = entry_json(&reg, &entry, st);
@@ -864,7 +865,7 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     // Timed out: every entry (all mode) or the first (any mode) had to finish.
     let timed_out = if a.any { many.decisive.is_none() } else { any_still_running };
     if timed_out {
-        code = 124;
+        code = exit::TIMED_OUT;
         if a.any {
             messages.push(format!(
                 "wait: none of {} finished within {}",

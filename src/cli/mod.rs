@@ -25,9 +25,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-/// Status for sheepdog's own errors: bad arguments, an owner that is not the parent, a state dir
-/// it must not use. 125, the status `env`, `nohup` and `timeout` use for their own failures.
-pub const EXIT_USAGE: i32 = 125;
+/// Status for sheepdog's own errors: [`crate::exit::USAGE`] (125).
+pub const EXIT_USAGE: i32 = crate::exit::USAGE;
 
 /// A failure to report: one line, one status.
 #[derive(Debug)]

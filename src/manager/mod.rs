@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::cgroup;
 use crate::duration;
+use crate::exit;
 use crate::logs::{self, LogSet, Stream};
 use crate::ready::{ReadyOutcome, ReadySpec};
 use crate::registry::{self, Cleanup, Entry, OutsideResult, Registry, RegistryError, StopTimings};
@@ -81,8 +82,8 @@ pub enum ManagerError {
 }
 
 /// Status of a stop that stopped the tree but could not record the result or run the cleanup
-/// (the state dir's disk is full): 74, `EX_IOERR` from sysexits.h.
-pub const EXIT_NOT_RECORDED: i32 = 74;
+/// (the state dir's disk is full): [`crate::exit::NOT_RECORDED`] (74).
+pub const EXIT_NOT_RECORDED: i32 = crate::exit::NOT_RECORDED;
 
 impl ManagerError {
     /// 126/127 for a command that could not start, 125 for bad input and sheepdog's own
@@ -90,9 +91,9 @@ impl ManagerError {
     pub fn exit_code(&self) -> i32 {
         match self {
             ManagerError::Start { code, .. } => *code,
-            ManagerError::Refused(_) => 1,
-            ManagerError::NotRecorded { .. } => EXIT_NOT_RECORDED,
-            _ => 125,
+            ManagerError::Refused(_) => exit::REFUSED,
+            ManagerError::NotRecorded { .. } => exit::NOT_RECORDED,
+            _ => exit::USAGE,
         }
     }
 }
@@ -185,14 +186,17 @@ pub fn supervisor_exe() -> io::Result<PathBuf> {
 /// leaves no entry behind.
 pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     if req.argv.is_empty() {
-        return Err(ManagerError::Start { code: 125, message: "start: missing command".into() });
+        return Err(ManagerError::Start { code: exit::USAGE, message: "start: missing command".into() });
     }
     let cwd = match req.cwd {
         Some(c) => c,
         None => std::env::current_dir().map_err(io_err("read the current directory"))?,
     };
     if !cwd.is_dir() {
-        return Err(ManagerError::Start { code: 125, message: format!("--cwd {}: not a directory", cwd.display()) });
+        return Err(ManagerError::Start {
+            code: exit::USAGE,
+            message: format!("--cwd {}: not a directory", cwd.display()),
+        });
     }
     let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);
     let argv: Vec<String> = req.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
@@ -284,7 +288,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         e.finish_from_outside(lost, true);
     });
     Err(ManagerError::Start {
-        code: 125,
+        code: exit::USAGE,
         message: format!(
             "the supervisor of {id} exited before the command started; see {}",
             reg.file(&id, "supervisor.log").display()
@@ -583,12 +587,12 @@ pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<
 /// itself exited with (one that traps SIGTERM and exits 0 still timed out).
 pub fn exit_status_of(e: &Entry) -> Option<i32> {
     if e.status == Status::TimedOut {
-        return Some(crate::supervisor::EXIT_UNFINISHED);
+        return Some(exit::TIMED_OUT);
     }
     if let Some(c) = e.exit_code {
         return Some(c);
     }
-    e.signal.as_deref().and_then(Signal::parse).map(|s| 128 + s.as_raw())
+    e.signal.as_deref().and_then(Signal::parse).map(|s| exit::by_signal(s.as_raw()))
 }
 
 /// One thing `reap` did (or, with `--dry-run`, would do).
@@ -946,7 +950,7 @@ pub fn replace(
     let stopped = stop(reg, old, term_grace)?;
     if !stopped.tree_gone {
         return Err(ManagerError::Start {
-            code: 124,
+            code: exit::TIMED_OUT,
             message: format!("the tree of {} was not confirmed gone; nothing new was started", old.label()),
         });
     }

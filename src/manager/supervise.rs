@@ -61,7 +61,7 @@ pub fn run_supervisor(
         }
     }) {
         Ok(e) => e,
-        Err(e) => return fail(125, e.to_string()),
+        Err(e) => return fail(exit::USAGE, e.to_string()),
     };
     let pipes = (|| -> io::Result<_> {
         let (out_r, out_w) = pipe_cloexec()?;
@@ -72,11 +72,11 @@ pub fn run_supervisor(
     })();
     let (out_r, out_w, err_r, err_w) = match pipes {
         Ok(p) => p,
-        Err(e) => return fail(125, format!("unable to create log pipes: {e}")),
+        Err(e) => return fail(exit::USAGE, format!("unable to create log pipes: {e}")),
     };
     let logs = match LogSet::open(&reg.dir(id), entry.log_max_bytes.unwrap_or(logs::DEFAULT_LOG_MAX)) {
         Ok(l) => l,
-        Err(e) => return fail(125, format!("unable to open logs in {}: {e}", reg.dir(id).display())),
+        Err(e) => return fail(exit::USAGE, format!("unable to open logs in {}: {e}", reg.dir(id).display())),
     };
     let opts = Options {
         argv,

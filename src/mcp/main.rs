@@ -30,7 +30,7 @@ use sheepdog::registry::Registry;
 use sheepdog::sys::{Pid, procfs};
 
 /// Status of the server's own errors (bad arguments, an unusable state dir): 125, as the CLI.
-const EXIT_USAGE: i32 = 125;
+const EXIT_USAGE: i32 = sheepdog::exit::USAGE;
 
 /// After stdin EOF, how long the server waits at most for stops, restarts and cleanups that a
 /// tool call began: 60 s (a stop's bound with a 10 s cleanup is well under it). Waits, log reads

@@ -44,8 +44,8 @@ pub const LOG_TICK: Duration = Duration::from_millis(250);
 /// that a panic restores the terminal. Release builds ignore it.
 pub const TEST_PANIC_ENV: &str = "SHEEPDOG_TOP_TEST_PANIC";
 
-/// Exit status when stdout is not a terminal: 125, as for any bad input.
-pub const EXIT_NOT_A_TERMINAL: i32 = 125;
+/// Exit status when stdout is not a terminal: [`crate::exit::USAGE`] (125), as for any bad input.
+pub const EXIT_NOT_A_TERMINAL: i32 = crate::exit::USAGE;
 
 /// What wakes the loop.
 #[derive(Debug)]
@@ -231,7 +231,7 @@ fn event_loop(terminal: &mut term::Term, reg: &Registry, scope: Scope, signals: 
                     changed.extend(ids);
                     refresh = true;
                 }
-                Event::Signal(s) => return 128 + s.as_raw(),
+                Event::Signal(s) => return crate::exit::by_signal(s.as_raw()),
                 Event::Done(title, lines, select) => {
                     app.finished(title, lines);
                     // A restart's new entry, and the changed ones, come through the watcher too;
