@@ -25,7 +25,6 @@
 //! - [`ports`]: TCP ports a set of processes listens on (`/proc/net/tcp{,6}`).
 //! - [`ready`]: readiness of a started command (port, log line, any listen).
 //! - [`logread`]: reading logs: tail, head, grep, since, cursor, caps, follow.
-//! - [`cli`]: argument parsing and one handler per subcommand.
 
 // `unsafe` lives in `sys` alone, each block with a `// SAFETY:` line (clippy checks both).
 #![deny(unsafe_code)]
@@ -33,7 +32,6 @@
 
 pub mod cgroup;
 pub mod cleanup;
-pub mod cli;
 pub mod duration;
 pub mod events;
 pub mod exit;

@@ -1,6 +1,6 @@
 //! `sheepdog doctor`: which containment tier `run` and `start` get on this host, and why.
 
-use crate::cgroup;
+use sheepdog::cgroup;
 
 use super::CliError;
 

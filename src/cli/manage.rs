@@ -8,15 +8,15 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::exit;
-use crate::logread::{self, Cursor, LogQuery, LogStream};
-use crate::manager::{self, ManagerError, StartRequest, Waited};
-use crate::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome, ReadySpec};
-use crate::registry::{Cleanup, Entry, Registry, RegistryError};
-use crate::status::ReapKind;
-use crate::status::Status;
-use crate::stop::StopPolicy;
-use crate::view;
+use sheepdog::exit;
+use sheepdog::logread::{self, Cursor, LogQuery, LogStream};
+use sheepdog::manager::{self, ManagerError, StartRequest, Waited};
+use sheepdog::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome, ReadySpec};
+use sheepdog::registry::{Cleanup, Entry, Registry, RegistryError};
+use sheepdog::status::ReapKind;
+use sheepdog::status::Status;
+use sheepdog::stop::StopPolicy;
+use sheepdog::view;
 
 use super::{CliError, parse_duration, parse_positive_duration, pid_arg};
 
@@ -37,7 +37,7 @@ fn open(dir: Option<PathBuf>) -> Result<Registry, CliError> {
 }
 
 /// Reports entries that were set aside as corrupt: one line each, naming the path.
-fn warn_set_aside(aside: &[crate::registry::SetAside]) {
+fn warn_set_aside(aside: &[sheepdog::registry::SetAside]) {
     for a in aside {
         match &a.moved_to {
             Some(to) => {
@@ -51,7 +51,7 @@ fn warn_set_aside(aside: &[crate::registry::SetAside]) {
 /// Names are free text, except the shape of ids (`proc_12`): a name equal to another entry's id
 /// would make `stop proc_12` ambiguous. Also not empty and without control characters.
 fn parse_name(s: &str) -> Result<String, String> {
-    crate::registry::check_name(s).map(|()| s.to_string())
+    sheepdog::registry::check_name(s).map(|()| s.to_string())
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -92,13 +92,13 @@ pub const SESSION_ENV: &str = "SHEEPDOG_SESSION";
 pub const OWNER_ENV: &str = "SHEEPDOG_OWNER";
 
 /// `$SHEEPDOG_OWNER` as a pid: unset or empty is none; anything else must be a pid.
-fn owner_from_env() -> Result<Option<crate::sys::Pid>, CliError> {
+fn owner_from_env() -> Result<Option<sheepdog::sys::Pid>, CliError> {
     let Some(raw) = std::env::var_os(OWNER_ENV).filter(|v| !v.is_empty()) else { return Ok(None) };
     let text = raw.to_string_lossy();
     text.trim()
         .parse::<i32>()
         .ok()
-        .and_then(crate::sys::Pid::new)
+        .and_then(sheepdog::sys::Pid::new)
         .map(Some)
         .ok_or_else(|| CliError::usage(format!("{OWNER_ENV}={text}: not a process id (must be a number > 0)")))
 }
@@ -191,7 +191,7 @@ fn render_started(
     reg: &Registry,
     e: &Entry,
     ready: Option<&ReadyOutcome>,
-    warnings: &[crate::nudge::Warning],
+    warnings: &[sheepdog::view::Nudge],
     json_out: Option<&mut Vec<Value>>,
 ) -> i32 {
     let code = match ready {
@@ -318,7 +318,7 @@ pub(super) fn restart(a: RestartArgs, dir: Option<PathBuf>, json: bool) -> Resul
                 let c = render_started(&reg, &r.entry, r.ready.as_ref(), &[], json.then_some(&mut list));
                 code = code.max(c);
                 // The old entry's cleanup failed: said, and status 1, as `stop` does.
-                if let Some(line) = crate::cleanup::failure_line(&r.stopped.entry) {
+                if let Some(line) = sheepdog::cleanup::failure_line(&r.stopped.entry) {
                     eprintln!("sheepdog: {}: {line}", old.label());
                     code = code.max(exit::REFUSED);
                 }
@@ -362,7 +362,7 @@ fn parse_status(s: &str) -> Result<Status, String> {
 pub const PS_RECENT_FAILED_MS: u64 = 3_600_000;
 
 fn age(ms: u64) -> String {
-    let s = crate::registry::now_ms().saturating_sub(ms) / 1000;
+    let s = sheepdog::registry::now_ms().saturating_sub(ms) / 1000;
     match s {
         0..60 => format!("{s}s"),
         60..3600 => format!("{}m", s / 60),
@@ -371,7 +371,7 @@ fn age(ms: u64) -> String {
     }
 }
 
-/// An entry as JSON: the one view ([`crate::view::EntryView`]) with the given status.
+/// An entry as JSON: the one view ([`sheepdog::view::EntryView`]) with the given status.
 fn entry_json(reg: &Registry, e: &Entry, status: Status) -> Value {
     serde_json::to_value(view::view_with_status(reg, e, status, false)).unwrap_or(Value::Null)
 }
@@ -394,7 +394,7 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
     let (entries, aside) = reg.list();
     warn_set_aside(&aside);
     let census = std::cell::OnceCell::new();
-    let now = crate::registry::now_ms();
+    let now = sheepdog::registry::now_ms();
     let mut hidden = 0usize;
     let mut live_rows = Vec::new();
     let mut failed_rows = Vec::new();
@@ -555,7 +555,7 @@ pub(super) fn logs(a: LogsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         tail: a.tail,
         head: a.head,
         grep,
-        since_ms: a.since.map(|d| crate::registry::now_ms().saturating_sub(d.as_millis() as u64)),
+        since_ms: a.since.map(|d| sheepdog::registry::now_ms().saturating_sub(d.as_millis() as u64)),
         cursor,
         max_lines: default_cap.then_some(logread::DEFAULT_MAX_LINES),
         max_bytes: default_cap.then_some(logread::DEFAULT_MAX_BYTES),
@@ -567,7 +567,7 @@ pub(super) fn logs(a: LogsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         // does; a reader that went away ends it even while the process is quiet.
         let mut emit = |bytes: &[u8]| -> bool {
             if bytes.is_empty() {
-                return !crate::sys::process::peer_closed(1);
+                return !sheepdog::sys::process::peer_closed(1);
             }
             out.write_all(bytes).and_then(|_| out.flush()).is_ok()
         };
@@ -660,7 +660,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     for (e, r) in targets.iter().zip(results) {
         match r {
             Ok(o) => {
-                let cleanup_failed = crate::cleanup::failure_line(&o.entry);
+                let cleanup_failed = sheepdog::cleanup::failure_line(&o.entry);
                 if json {
                     let mut v = entry_json(&reg, &o.entry, o.entry.status);
                     if let Value::Object(m) = &mut v {
@@ -838,7 +838,7 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                 m.insert(
                     "lastLines".into(),
                     json!(
-                        crate::ready::output_tail(&reg, &entry.id)
+                        sheepdog::ready::output_tail(&reg, &entry.id)
                             .into_iter()
                             .rev()
                             .take(WAIT_TAIL)
@@ -858,7 +858,7 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             messages.push(format!(
                 "wait: {} still running after {}",
                 entry.label(),
-                crate::duration::format(a.timeout.unwrap_or_default())
+                sheepdog::duration::format(a.timeout.unwrap_or_default())
             ));
         }
     }
@@ -870,7 +870,7 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             messages.push(format!(
                 "wait: none of {} finished within {}",
                 targets.iter().map(|e| e.label()).collect::<Vec<_>>().join(", "),
-                crate::duration::format(a.timeout.unwrap_or_default())
+                sheepdog::duration::format(a.timeout.unwrap_or_default())
             ));
         }
     }
@@ -1034,9 +1034,9 @@ pub(super) fn supervise_invocation(args: &[OsString]) -> Option<(Option<PathBuf>
 
 pub(super) fn supervise_entry(a: SuperviseArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {
     let reg = open(dir)?;
-    let containment = crate::cgroup::Request {
-        mode: crate::cgroup::Mode::parse(&a.containment).unwrap_or_default(),
-        limits: crate::cgroup::Limits { memory_max: a.memory_max, pids_max: a.pids_max },
+    let containment = sheepdog::cgroup::Request {
+        mode: sheepdog::cgroup::Mode::parse(&a.containment).unwrap_or_default(),
+        limits: sheepdog::cgroup::Limits { memory_max: a.memory_max, pids_max: a.pids_max },
         label: a.id.clone(),
         name: None,
     };

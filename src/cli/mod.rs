@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-/// Status for sheepdog's own errors: [`crate::exit::USAGE`] (125).
-pub const EXIT_USAGE: i32 = crate::exit::USAGE;
+/// Status for sheepdog's own errors: [`sheepdog::exit::USAGE`] (125).
+pub const EXIT_USAGE: i32 = sheepdog::exit::USAGE;
 
 /// A failure to report: one line, one status.
 #[derive(Debug)]
@@ -45,11 +45,11 @@ impl CliError {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    crate::duration::parse(s)
+    sheepdog::duration::parse(s)
 }
 
 fn parse_positive_duration(s: &str) -> Result<Duration, String> {
-    crate::duration::parse_positive(s)
+    sheepdog::duration::parse_positive(s)
 }
 
 #[derive(Debug, Parser)]
@@ -248,9 +248,9 @@ struct ContainmentArgs {
 
 impl ContainmentArgs {
     /// The mode (flag, else `$SHEEPDOG_CONTAINMENT`, else auto) and limits.
-    fn resolve(&self) -> Result<(crate::cgroup::Mode, crate::cgroup::Limits), CliError> {
-        let mode = crate::cgroup::Mode::resolve(self.containment.as_deref()).map_err(CliError::usage)?;
-        Ok((mode, crate::cgroup::Limits { memory_max: self.memory_max, pids_max: self.pids_max }))
+    fn resolve(&self) -> Result<(sheepdog::cgroup::Mode, sheepdog::cgroup::Limits), CliError> {
+        let mode = sheepdog::cgroup::Mode::resolve(self.containment.as_deref()).map_err(CliError::usage)?;
+        Ok((mode, sheepdog::cgroup::Limits { memory_max: self.memory_max, pids_max: self.pids_max }))
     }
 }
 
@@ -285,6 +285,6 @@ fn flatten_clap(text: &str) -> String {
 }
 
 /// Converts a raw pid argument, refusing 0 and negatives (which `kill` reads as groups).
-fn pid_arg(flag: &str, raw: i32) -> Result<crate::sys::Pid, CliError> {
-    crate::sys::Pid::new(raw).ok_or_else(|| CliError::usage(format!("{flag} {raw}: not a process id (must be > 0)")))
+fn pid_arg(flag: &str, raw: i32) -> Result<sheepdog::sys::Pid, CliError> {
+    sheepdog::sys::Pid::new(raw).ok_or_else(|| CliError::usage(format!("{flag} {raw}: not a process id (must be > 0)")))
 }

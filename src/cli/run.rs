@@ -1,9 +1,9 @@
 //! `sheepdog run`: the foreground supervisor.
 
-use crate::events::EventSink;
-use crate::stop::StopPolicy;
-use crate::supervisor::{self, Exit, OnStdinEof, Options, Owner, Quiet};
-use crate::sys::signal::die_by;
+use sheepdog::events::EventSink;
+use sheepdog::stop::StopPolicy;
+use sheepdog::supervisor::{self, Exit, OnStdinEof, Options, Owner, Quiet};
+use sheepdog::sys::signal::die_by;
 
 use super::{CliError, RunArgs, pid_arg};
 
@@ -26,7 +26,7 @@ pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
         owner,
         on_stdin_eof: if a.on_stdin_eof == "stop" { OnStdinEof::Stop } else { OnStdinEof::Ignore },
         policy: StopPolicy { stdin_grace: a.stdin_grace, term_grace: a.term_grace, kill_wait: a.kill_wait },
-        containment: crate::cgroup::Request { mode, limits, label: "run".into(), name: None },
+        containment: sheepdog::cgroup::Request { mode, limits, label: "run".into(), name: None },
         ..Options::default()
     };
     let outcome = match events.as_mut() {

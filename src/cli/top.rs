@@ -1,5 +1,5 @@
 //! `sheepdog top`: execs the `sheepdog-top` binary installed next to this one, so the
-//! supervisors' binary never links the terminal UI (see `crate::top`).
+//! supervisors' binary never links the terminal UI (see `sheepdog::top`).
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;

@@ -91,7 +91,7 @@ pub fn main() -> i32 {
             let text = e.render().to_string();
             let first = text.lines().next().unwrap_or("invalid arguments");
             eprintln!("sheepdog: {} (see 'sheepdog top --help')", first.strip_prefix("error: ").unwrap_or(first));
-            return crate::cli::EXIT_USAGE;
+            return crate::exit::USAGE;
         }
     };
     run(args)
@@ -112,18 +112,18 @@ pub fn run(args: TopArgs) -> i32 {
         Ok(p) if p.is_file() => manager::set_supervisor_exe(p),
         Ok(p) => {
             eprintln!("sheepdog: {} not found; install sheepdog and sheepdog-top side by side", p.display());
-            return crate::cli::EXIT_USAGE;
+            return crate::exit::USAGE;
         }
         Err(e) => {
             eprintln!("sheepdog: unable to find this executable: {e}");
-            return crate::cli::EXIT_USAGE;
+            return crate::exit::USAGE;
         }
     }
     let reg = match Registry::open(args.state_dir) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sheepdog: {e}");
-            return crate::cli::EXIT_USAGE;
+            return crate::exit::USAGE;
         }
     };
     // Before any thread starts, so every thread inherits the unblocked mask.
@@ -131,7 +131,7 @@ pub fn run(args: TopArgs) -> i32 {
         Ok(s) => s,
         Err(e) => {
             eprintln!("sheepdog: unable to install signal handlers: {e}");
-            return crate::cli::EXIT_USAGE;
+            return crate::exit::USAGE;
         }
     };
     let mut terminal = match term::enter() {
@@ -139,7 +139,7 @@ pub fn run(args: TopArgs) -> i32 {
         Err(e) => {
             term::leave();
             eprintln!("sheepdog: unable to set up the terminal: {e}");
-            return crate::cli::EXIT_USAGE;
+            return crate::exit::USAGE;
         }
     };
     let scope = Scope { session: args.session, all: args.all };
