@@ -632,10 +632,8 @@ fn resolve(reg: &Registry, keys: &[String]) -> Result<Vec<Entry>, CliError> {
 pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let reg = open(dir)?;
     let targets: Vec<Entry> = if let Some(s) = &a.session {
-        let (entries, aside) = reg.list();
+        let (targets, aside) = manager::stop_selection(&reg, Some(s));
         warn_set_aside(&aside);
-        let targets: Vec<Entry> =
-            entries.into_iter().filter(|e| e.session_id.as_ref() == Some(s) && manager::stoppable(e)).collect();
         if targets.is_empty() {
             return Err(CliError::new(
                 exit::REFUSED,
@@ -646,9 +644,9 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         }
         targets
     } else if a.all {
-        let (entries, aside) = reg.list();
+        let (targets, aside) = manager::stop_selection(&reg, None);
         warn_set_aside(&aside);
-        entries.into_iter().filter(manager::stoppable).collect()
+        targets
     } else if a.targets.is_empty() {
         return Err(CliError::usage("stop: name an id or name, --session ID or --all"));
     } else {

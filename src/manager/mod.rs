@@ -302,6 +302,18 @@ pub fn stoppable(e: &Entry) -> bool {
     !e.is_finished() || e.cleanup_pending() || e.cleanup_running()
 }
 
+/// The entries a stop of a selection takes ([`stoppable`]): those of `session`, or every entry
+/// with `None`, oldest first; and the entries the listing set aside as unreadable (for the
+/// caller to report). The CLI's `stop --session`/`--all` and the MCP `stop` tool select here.
+pub fn stop_selection(reg: &Registry, session: Option<&str>) -> (Vec<Entry>, Vec<registry::SetAside>) {
+    let (entries, aside) = reg.list();
+    let targets = entries
+        .into_iter()
+        .filter(|e| session.is_none_or(|s| e.session_id.as_deref() == Some(s)) && stoppable(e))
+        .collect();
+    (targets, aside)
+}
+
 /// Stops each of `targets` with [`stop`], each on its own thread, so a whole turn stops within
 /// one grace instead of one per entry. Results come in the order of `targets`.
 pub fn stop_many(

@@ -1139,11 +1139,7 @@ fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError> {
         vec![find(&ctx.reg, k)?]
     } else {
         let session = a.session.unwrap_or_else(|| ctx.session.clone());
-        let (entries, _) = ctx.reg.list();
-        entries
-            .into_iter()
-            .filter(|e| e.session_id.as_deref() == Some(session.as_str()) && manager::stoppable(e))
-            .collect()
+        manager::stop_selection(&ctx.reg, Some(&session)).0
     };
     if targets.is_empty() {
         return Ok(Done::ok(StopResult { stopped: Vec::new() }, "No running processes to stop.".into()));
