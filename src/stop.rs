@@ -12,7 +12,10 @@
 //!
 //! [`StopMachine`] holds the state (running → stdin grace → terminating → killing → gone or
 //! unfinished); the supervisor's event loop and the out-of-supervisor stop ([`stop_blocking`],
-//! used by `sheepdog stop` and `reap` when a supervisor is gone) both drive it.
+//! used by `sheepdog stop` and `reap` when a supervisor is gone) both drive it. It acts through
+//! [`StopTarget`] (three calls: gone?, how many alive, send these signals), which a [`Tree`]
+//! implements; the unit tests drive the whole sequence against a scripted target, without
+//! processes, and the integration tests check it against real ones.
 
 use std::time::{Duration, Instant};
 
@@ -131,7 +134,30 @@ pub enum Step {
     Escalated { remaining: usize },
 }
 
-/// The stop sequence as a small state machine over a [`Tree`].
+/// What the stop machine acts on: a process tree ([`Tree`]), or in the unit tests below a
+/// scripted stand-in, so that the sequence itself is checked without processes.
+pub trait StopTarget {
+    /// True when nothing of it is alive (zombies count as gone).
+    fn is_gone(&self) -> bool;
+    /// How many of its processes are alive.
+    fn live_count(&self) -> usize;
+    /// Sends each of `sigs`, in order, to all of it. Returns how many received the first.
+    fn signal_all(&self, sigs: &[Signal]) -> usize;
+}
+
+impl StopTarget for Tree {
+    fn is_gone(&self) -> bool {
+        Tree::is_gone(self)
+    }
+    fn live_count(&self) -> usize {
+        self.live().len()
+    }
+    fn signal_all(&self, sigs: &[Signal]) -> usize {
+        Tree::signal_all(self, sigs)
+    }
+}
+
+/// The stop sequence as a small state machine over a [`StopTarget`] (a [`Tree`]).
 #[derive(Debug)]
 pub struct StopMachine {
     policy: StopPolicy,
@@ -179,7 +205,7 @@ impl StopMachine {
     /// Stdin EOF opens the stdin grace; every other trigger sends SIGTERM at once (owner death
     /// included: never an immediate SIGKILL). A signal that arrives during the stdin grace or
     /// after the provider's own exit ends the grace early; later triggers change nothing else.
-    pub fn begin(&mut self, trigger: Trigger, now: Instant, tree: &Tree) -> Option<Step> {
+    pub fn begin(&mut self, trigger: Trigger, now: Instant, tree: &impl StopTarget) -> Option<Step> {
         if trigger != Trigger::ProviderExited && self.trigger.is_none() {
             self.trigger = Some(trigger);
         }
@@ -193,7 +219,7 @@ impl StopMachine {
         }
     }
 
-    fn terminate(&mut self, now: Instant, tree: &Tree) -> Step {
+    fn terminate(&mut self, now: Instant, tree: &impl StopTarget) -> Step {
         let signalled = tree.signal_all(&[Signal::TERM, Signal::CONT]);
         self.phase = Phase::Terminating { until: now + self.policy.term_grace };
         Step::Terminated { signalled }
@@ -202,7 +228,7 @@ impl StopMachine {
     /// Re-evaluates after any event: moves to `Gone` when nothing is alive, and along the
     /// deadlines otherwise. `provider_done` says the provider itself has been reaped (a
     /// supervisor must not call the tree gone before it knows the provider's status).
-    pub fn advance(&mut self, now: Instant, tree: &Tree, provider_done: bool) -> Option<Step> {
+    pub fn advance(&mut self, now: Instant, tree: &impl StopTarget, provider_done: bool) -> Option<Step> {
         if let Phase::StdinGrace { until } = self.phase {
             if provider_done {
                 // The provider honoured EOF; what it left behind still gets the full sequence.
@@ -226,8 +252,8 @@ impl StopMachine {
         }
         match self.phase {
             Phase::Terminating { until } if now >= until => {
-                let remaining = tree.live().len();
-                tree.signal(Signal::KILL);
+                let remaining = tree.live_count();
+                tree.signal_all(&[Signal::KILL]);
                 self.escalated = true;
                 self.phase = Phase::Killing { until: now + self.policy.kill_wait };
                 Some(Step::Escalated { remaining })
@@ -236,7 +262,7 @@ impl StopMachine {
                 if now >= until {
                     self.phase = Phase::Unfinished;
                 } else {
-                    tree.signal(Signal::KILL);
+                    tree.signal_all(&[Signal::KILL]);
                 }
                 None
             }
@@ -254,7 +280,7 @@ impl StopMachine {
     }
 
     /// For a provider that exited on its own: clean up what it left (not a stop trigger).
-    pub fn provider_exited(&mut self, now: Instant, tree: &Tree) -> Option<Step> {
+    pub fn provider_exited(&mut self, now: Instant, tree: &impl StopTarget) -> Option<Step> {
         match self.phase {
             Phase::Running => {
                 if tree.is_gone() {
@@ -303,5 +329,144 @@ pub fn stop_blocking(tree: &Tree, policy: StopPolicy) -> StopReport {
         let deadline = machine.deadline(now).unwrap_or(now + KILL_RESCAN);
         let wait = deadline.saturating_duration_since(Instant::now()).min(Duration::from_millis(50));
         tree.wait_any_exit(wait);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::{Cell, RefCell};
+
+    use super::*;
+
+    /// A stand-in tree: `alive` processes until a SIGKILL (unless `stuck`, a process in `D`
+    /// state); SIGTERM is ignored unless `term_works`. Records every signal batch.
+    #[derive(Default)]
+    struct Script {
+        alive: Cell<usize>,
+        term_works: bool,
+        stuck: bool,
+        sent: RefCell<Vec<Vec<Signal>>>,
+    }
+
+    impl StopTarget for Script {
+        fn is_gone(&self) -> bool {
+            self.alive.get() == 0
+        }
+        fn live_count(&self) -> usize {
+            self.alive.get()
+        }
+        fn signal_all(&self, sigs: &[Signal]) -> usize {
+            self.sent.borrow_mut().push(sigs.to_vec());
+            let n = self.alive.get();
+            if (sigs.contains(&Signal::KILL) && !self.stuck) || (sigs.contains(&Signal::TERM) && self.term_works) {
+                self.alive.set(0);
+            }
+            n
+        }
+    }
+
+    fn policy() -> StopPolicy {
+        StopPolicy {
+            stdin_grace: Duration::from_millis(100),
+            term_grace: Duration::from_millis(300),
+            kill_wait: Duration::from_millis(200),
+        }
+    }
+
+    fn ms(t0: Instant, n: u64) -> Instant {
+        t0 + Duration::from_millis(n)
+    }
+
+    #[test]
+    fn sigterm_and_sigcont_once_then_sigkill_after_the_grace_then_gone() {
+        let t = Script { alive: Cell::new(3), ..Script::default() };
+        let mut m = StopMachine::new(policy());
+        let t0 = Instant::now();
+        assert_eq!(m.begin(Trigger::OwnerDied, t0, &t), Some(Step::Terminated { signalled: 3 }));
+        assert_eq!(*t.sent.borrow(), vec![vec![Signal::TERM, Signal::CONT]]);
+        // A second trigger changes nothing: SIGTERM is sent once.
+        assert_eq!(m.begin(Trigger::Timeout, ms(t0, 10), &t), None);
+        assert_eq!(m.trigger(), Some(Trigger::OwnerDied));
+        assert_eq!(m.advance(ms(t0, 299), &t, true), None);
+        assert_eq!(m.deadline(ms(t0, 299)), Some(ms(t0, 300)));
+        assert_eq!(m.advance(ms(t0, 300), &t, true), Some(Step::Escalated { remaining: 3 }));
+        assert_eq!(t.sent.borrow().last(), Some(&vec![Signal::KILL]));
+        assert!(m.escalated());
+        assert_eq!(m.advance(ms(t0, 301), &t, true), None);
+        assert_eq!(m.phase(), Phase::Gone);
+    }
+
+    #[test]
+    fn a_tree_that_honours_sigterm_is_gone_without_sigkill() {
+        let t = Script { alive: Cell::new(2), term_works: true, ..Script::default() };
+        let mut m = StopMachine::new(policy());
+        let t0 = Instant::now();
+        m.begin(Trigger::Signal(Signal::TERM), t0, &t);
+        // Not gone before the provider's status is known, however empty the tree.
+        assert_eq!(m.advance(ms(t0, 5), &t, false), None);
+        assert!(m.stopping());
+        m.advance(ms(t0, 6), &t, true);
+        assert_eq!(m.phase(), Phase::Gone);
+        assert!(!m.escalated());
+        assert_eq!(t.sent.borrow().len(), 1);
+    }
+
+    #[test]
+    fn stdin_eof_waits_the_stdin_grace_before_sigterm_and_a_provider_exit_in_it_ends_the_stop() {
+        let t = Script { alive: Cell::new(1), ..Script::default() };
+        let mut m = StopMachine::new(policy());
+        let t0 = Instant::now();
+        assert_eq!(m.begin(Trigger::StdinEof, t0, &t), None);
+        assert!(t.sent.borrow().is_empty(), "no signal during the stdin grace");
+        assert_eq!(m.advance(ms(t0, 99), &t, false), None);
+        assert!(matches!(m.advance(ms(t0, 100), &t, false), Some(Step::Terminated { .. })));
+
+        let quiet = Script::default();
+        let mut m = StopMachine::new(policy());
+        m.begin(Trigger::StdinEof, t0, &quiet);
+        m.advance(ms(t0, 50), &quiet, true);
+        assert_eq!(m.phase(), Phase::Gone, "the provider honoured EOF and left nothing");
+        assert!(quiet.sent.borrow().is_empty());
+    }
+
+    #[test]
+    fn a_signal_during_the_stdin_grace_ends_the_grace_at_once() {
+        let t = Script { alive: Cell::new(1), ..Script::default() };
+        let mut m = StopMachine::new(policy());
+        let t0 = Instant::now();
+        m.begin(Trigger::StdinEof, t0, &t);
+        assert!(matches!(m.begin(Trigger::Signal(Signal::INT), ms(t0, 1), &t), Some(Step::Terminated { .. })));
+        assert_eq!(m.trigger(), Some(Trigger::StdinEof), "the first trigger is the one recorded");
+    }
+
+    #[test]
+    fn a_stuck_tree_gets_sigkill_on_every_wake_and_ends_unfinished_after_the_kill_wait() {
+        let t = Script { alive: Cell::new(1), stuck: true, ..Script::default() };
+        let mut m = StopMachine::new(policy());
+        let t0 = Instant::now();
+        m.begin(Trigger::OwnerDied, t0, &t);
+        m.advance(ms(t0, 300), &t, true);
+        assert_eq!(m.deadline(ms(t0, 300)), Some(ms(t0, 300) + KILL_RESCAN));
+        m.advance(ms(t0, 320), &t, true);
+        m.advance(ms(t0, 340), &t, true);
+        let kills = t.sent.borrow().iter().filter(|b| b == &&vec![Signal::KILL]).count();
+        assert_eq!(kills, 3, "SIGKILL at the escalation and on each wake after it");
+        m.advance(ms(t0, 500), &t, true);
+        assert_eq!(m.phase(), Phase::Unfinished);
+    }
+
+    #[test]
+    fn a_provider_that_exits_leaving_nothing_is_gone_without_a_stop() {
+        let t = Script::default();
+        let mut m = StopMachine::new(policy());
+        assert_eq!(m.provider_exited(Instant::now(), &t), None);
+        assert_eq!(m.phase(), Phase::Gone);
+        assert_eq!(m.trigger(), None);
+        assert!(t.sent.borrow().is_empty());
+
+        let left = Script { alive: Cell::new(2), ..Script::default() };
+        let mut m = StopMachine::new(policy());
+        assert!(matches!(m.provider_exited(Instant::now(), &left), Some(Step::Terminated { signalled: 2 })));
+        assert_eq!(m.trigger(), None, "cleaning up after the provider is not a stop trigger");
     }
 }

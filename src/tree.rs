@@ -258,12 +258,6 @@ impl Tree {
         }
     }
 
-    /// Sends `sig` to the group (while safe) and to every live member, each through a pidfd
-    /// after re-checking its start time. Returns how many processes were signalled.
-    pub fn signal(&self, sig: Signal) -> usize {
-        self.signal_all(&[sig])
-    }
-
     /// Sends each of `sigs`, in order, to the whole tree after one scan. Returns how many
     /// received the first (the group counting as one).
     ///
