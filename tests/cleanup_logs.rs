@@ -348,7 +348,10 @@ fn rotation_keeps_lines_whole_and_follow_loses_nothing() {
     let st = State::new();
     let writer =
         "import time\nfor i in range(20000):\n    print('line %06d' % i)\n    if i % 100 == 0: time.sleep(0.01)";
-    let id = id_of(&st.start(&["--log-max", "4KiB", "--", "python3", "-u", "-c", writer]));
+    // 240 KB through a 32 KiB cap: about seven rotations, one every ~0.3 s. A follower keeps up
+    // as long as it looks once per two rotations (see logs.rs); 4 KiB (a rotation every 35 ms)
+    // asked that of a loaded CI machine too and lost a file there.
+    let id = id_of(&st.start(&["--log-max", "32KiB", "--", "python3", "-u", "-c", writer]));
     let out = st.cmd(&["logs", "--follow", "--stream", "out", &id]).stdin(Stdio::null()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("line ")).collect();
