@@ -113,6 +113,23 @@ pub struct RecordedMember {
     pub start_time: u64,
 }
 
+/// What a supervisor records when its tree is done ([`Entry::record_result`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SupervisorResult {
+    pub status: Status,
+    /// The human line (`exited (0)`, `stopped (owner exited)`, `timed out after 2s`).
+    pub text: String,
+    /// The command's own exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that killed the command (`SIGTERM`), when one did.
+    pub signal: Option<String>,
+    /// What began the stop; `None` when the command exited on its own.
+    pub stop_reason: Option<StopReason>,
+    pub tree_gone: bool,
+    /// The tree's cgroup could not be removed (`reap` removes it later).
+    pub cgroup_left: bool,
+}
+
 /// One managed process, as stored in `procs/<id>/entry.json`. Field names are camelCase for
 /// hosts written in TypeScript.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -311,6 +328,51 @@ impl Entry {
         }
         self.ended_at = Some(now_ms());
         true
+    }
+
+    /// Transition the supervisor makes once the command runs: its pid, group, start time
+    /// (clock ticks) and session, and `starting` → `running`. Guard: a result recorded
+    /// meanwhile (a stop or reap while the command was being spawned) is kept, and the
+    /// returned `true` tells the supervisor to honour it by stopping the tree at once.
+    pub fn record_spawned(&mut self, pid: i32, pgid: i32, start_time: Option<u64>, sid: Option<i32>) -> bool {
+        self.pid = Some(pid);
+        self.pgid = Some(pgid);
+        self.start_time = start_time;
+        self.sid = sid;
+        if self.status == Status::Starting {
+            self.status = Status::Running;
+        }
+        self.is_finished()
+    }
+
+    /// Transition the supervisor makes when its tree is done: the result (status and its
+    /// text, the command's code or signal, what stopped it, whether the tree is gone, a
+    /// cgroup left behind) and the end time. The supervisor knows best, so no guard: its result
+    /// replaces one written from outside a moment earlier.
+    pub fn record_result(&mut self, r: SupervisorResult) {
+        self.status = r.status;
+        self.status_text = Some(r.text);
+        if let Some(c) = r.exit_code {
+            self.exit_code = Some(c);
+        }
+        if let Some(s) = r.signal {
+            self.signal = Some(s);
+        }
+        self.stop_reason = r.stop_reason;
+        self.tree_gone = Some(r.tree_gone);
+        self.ended_at = Some(now_ms());
+        if r.cgroup_left {
+            self.cgroup_leftover = Some(true);
+        }
+    }
+
+    /// Transition the supervisor makes when new members appeared: who of the tree is alive now
+    /// (oldest first, at most `max`), so that `reap` finds members that cleared their
+    /// environment after the supervisor is gone.
+    pub fn record_members(&mut self, mut members: Vec<RecordedMember>, max: usize) {
+        members.sort_by_key(|m| (m.start_time, m.pid));
+        members.truncate(max);
+        self.members = members;
     }
 
     /// True while a cleanup is set, has not been claimed, and could still run (this boot): a
@@ -707,5 +769,47 @@ mod transition_tests {
         let mut lost = Entry { status: Status::Running, ..Entry::default() };
         assert!(lost.finish_from_outside(OutsideResult::Lost("lost (a previous boot)".into()), true));
         assert_eq!((lost.status, lost.tree_gone, lost.stop_reason), (Status::Lost, None, None));
+    }
+
+    #[test]
+    fn spawned_moves_starting_to_running_and_keeps_a_result_recorded_meanwhile() {
+        let mut e = Entry::default();
+        assert!(!e.record_spawned(4242, 4242, Some(77), Some(4000)));
+        assert_eq!(
+            (e.status, e.pid, e.pgid, e.start_time, e.sid),
+            (Status::Running, Some(4242), Some(4242), Some(77), Some(4000))
+        );
+        let mut stopped = Entry { status: Status::Stopped, ..Entry::default() };
+        assert!(stopped.record_spawned(4243, 4243, None, None), "the supervisor must honour the stop");
+        assert_eq!(stopped.status, Status::Stopped);
+        assert_eq!(stopped.pid, Some(4243), "the pid is recorded all the same, for the stop to find");
+    }
+
+    #[test]
+    fn the_supervisors_result_replaces_one_from_outside_and_keeps_what_it_does_not_know() {
+        let mut e = Entry { status: Status::Running, exit_code: None, ..Entry::default() };
+        e.finish_from_outside(OutsideResult::StoppedPast("the supervisor was stuck"), false);
+        e.record_result(SupervisorResult {
+            status: Status::Killed,
+            text: "killed (SIGKILL)".into(),
+            exit_code: None,
+            signal: Some("SIGKILL".into()),
+            stop_reason: Some(StopReason::Signal),
+            tree_gone: true,
+            cgroup_left: true,
+        });
+        assert_eq!(e.status, Status::Killed);
+        assert_eq!(e.status_text.as_deref(), Some("killed (SIGKILL)"));
+        assert_eq!((e.signal.as_deref(), e.exit_code), (Some("SIGKILL"), None));
+        assert_eq!((e.stop_reason, e.tree_gone, e.cgroup_leftover), (Some(StopReason::Signal), Some(true), Some(true)));
+        assert!(e.ended_at.is_some());
+    }
+
+    #[test]
+    fn members_are_kept_oldest_first_up_to_the_bound() {
+        let mut e = Entry::default();
+        let m = |pid, start_time| RecordedMember { pid, start_time };
+        e.record_members(vec![m(30, 300), m(10, 100), m(20, 200), m(5, 100)], 3);
+        assert_eq!(e.members, vec![m(5, 100), m(10, 100), m(20, 200)]);
     }
 }

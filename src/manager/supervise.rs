@@ -181,19 +181,21 @@ impl Managed<'_> {
         let recorded = self.reg.update(&self.id, |e| {
             let (status, t) = result_status(outcome, e.timeout_ms);
             text = t;
-            e.status = status;
-            e.status_text = Some(text.clone());
-            match outcome.provider {
-                Some(WaitStatus::Exited(c)) => e.exit_code = Some(c),
-                Some(WaitStatus::Signaled(s)) => e.signal = Some(s.name()),
-                None => {}
-            }
-            e.stop_reason = outcome.trigger.map(StopReason::from);
-            e.tree_gone = Some(outcome.tree_gone);
-            e.ended_at = Some(registry::now_ms());
-            if outcome.cgroup_left {
-                e.cgroup_leftover = Some(true);
-            }
+            e.record_result(registry::SupervisorResult {
+                status,
+                text: text.clone(),
+                exit_code: match outcome.provider {
+                    Some(WaitStatus::Exited(c)) => Some(c),
+                    _ => None,
+                },
+                signal: match outcome.provider {
+                    Some(WaitStatus::Signaled(s)) => Some(s.name()),
+                    _ => None,
+                },
+                stop_reason: outcome.trigger.map(StopReason::from),
+                tree_gone: outcome.tree_gone,
+                cgroup_left: outcome.cgroup_left,
+            });
             // A stop (not the command's own exit) is two steps: the tree, then the cleanup. The
             // claim goes in the same write as the result, so nobody who reads a stopped entry
             // (`wait`, `clear`) can see its cleanup as not yet triggered.
@@ -260,14 +262,8 @@ impl Observer for Managed<'_> {
         let start_time = stat.as_ref().map(|s| s.start_time);
         let mut stopped_meanwhile = false;
         let entry = self.reg.update(&self.id, |e| {
-            e.pid = Some(spawned.pid.as_raw());
-            e.pgid = Some(spawned.pgid.as_raw());
-            e.start_time = start_time;
-            e.sid = stat.as_ref().map(|s| s.session);
-            if e.status == Status::Starting {
-                e.status = Status::Running;
-            }
-            stopped_meanwhile = e.is_finished();
+            let sid = stat.as_ref().map(|s| s.session);
+            stopped_meanwhile = e.record_spawned(spawned.pid.as_raw(), spawned.pgid.as_raw(), start_time, sid);
         });
         if stopped_meanwhile {
             // A stop (or reap) recorded a result while the command was being spawned: honour
@@ -309,14 +305,12 @@ impl Observer for Managed<'_> {
         }
         // Write only when someone new appeared; the list then holds who is alive now.
         self.seen = now;
-        let mut list: Vec<registry::RecordedMember> = self
+        let list: Vec<registry::RecordedMember> = self
             .seen
             .iter()
             .map(|(pid, start_time)| registry::RecordedMember { pid: *pid, start_time: *start_time })
             .collect();
-        list.sort_by_key(|m| (m.start_time, m.pid));
-        list.truncate(MAX_RECORDED_MEMBERS);
-        let _ = self.reg.update(&self.id, |e| e.members = list);
+        let _ = self.reg.update(&self.id, |e| e.record_members(list, MAX_RECORDED_MEMBERS));
         true
     }
 
