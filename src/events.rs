@@ -151,7 +151,7 @@ impl Observer for EventSink {
         self.emit(&Event::Spawned {
             pid: spawned.pid.as_raw(),
             pgid: spawned.pgid.as_raw(),
-            max_stop_ms: policy.max_stop().as_millis() as u64,
+            max_stop_ms: policy.timings().max_stop_ms,
             containment: c.map(|c| c.containment),
             containment_reason: c.and_then(|c| c.containment_reason.clone()),
             cgroup: c.and_then(|c| c.cgroup.clone()),

@@ -19,6 +19,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::registry::StopTimings;
 use crate::sys::Signal;
 use crate::tree::Tree;
 
@@ -71,6 +72,33 @@ impl StopPolicy {
     /// ```
     pub fn max_stop(&self) -> Duration {
         self.stdin_grace + self.term_grace + self.kill_wait
+    }
+
+    /// The longest a cleanup command with this `timeout` can take under this policy: the
+    /// timeout, then its own stop (term grace + kill wait). `sheepdog stop` waits this long, on
+    /// top of [`StopPolicy::max_stop`], for a supervisor that runs one.
+    pub fn cleanup_bound(&self, timeout: Duration) -> Duration {
+        timeout + self.term_grace + self.kill_wait
+    }
+
+    /// The policy as an entry records it: each timing in ms, and [`StopPolicy::max_stop`].
+    pub fn timings(&self) -> StopTimings {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        StopTimings {
+            stdin_grace_ms: ms(self.stdin_grace),
+            term_grace_ms: ms(self.term_grace),
+            kill_wait_ms: ms(self.kill_wait),
+            max_stop_ms: ms(self.max_stop()),
+        }
+    }
+
+    /// The policy an entry's recorded timings describe (`maxStopMs` is derived, not read).
+    pub fn from_timings(t: &StopTimings) -> StopPolicy {
+        StopPolicy {
+            stdin_grace: Duration::from_millis(t.stdin_grace_ms),
+            term_grace: Duration::from_millis(t.term_grace_ms),
+            kill_wait: Duration::from_millis(t.kill_wait_ms),
+        }
     }
 }
 
@@ -375,6 +403,20 @@ mod tests {
 
     fn ms(t0: Instant, n: u64) -> Instant {
         t0 + Duration::from_millis(n)
+    }
+
+    #[test]
+    fn timings_are_recorded_in_ms_with_the_maximum_and_read_back_whole() {
+        let p = policy();
+        let t = p.timings();
+        assert_eq!((t.stdin_grace_ms, t.term_grace_ms, t.kill_wait_ms, t.max_stop_ms), (100, 300, 200, 600));
+        assert_eq!(StopPolicy::from_timings(&t), p);
+        let j = serde_json::to_value(t).unwrap();
+        assert_eq!(
+            j,
+            serde_json::json!({"stdinGraceMs": 100, "termGraceMs": 300, "killWaitMs": 200, "maxStopMs": 600})
+        );
+        assert_eq!(p.cleanup_bound(Duration::from_secs(5)), Duration::from_millis(5500));
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::duration;
 use crate::exit;
 use crate::logs::{self, LogSet, Stream};
 use crate::ready::{ReadyOutcome, ReadySpec};
-use crate::registry::{self, Cleanup, Entry, OutsideResult, Registry, RegistryError, StopTimings};
+use crate::registry::{self, Cleanup, Entry, OutsideResult, Registry, RegistryError};
 use crate::spawn::{SpawnOptions, Spawned};
 use crate::status::Status;
 use crate::status::{CleanupRunner, ReapKind, StopReason};
@@ -127,23 +127,6 @@ pub struct StartRequest {
     pub argv: Vec<OsString>,
 }
 
-fn timings(p: &StopPolicy) -> StopTimings {
-    StopTimings {
-        stdin_grace_ms: p.stdin_grace.as_millis() as u64,
-        term_grace_ms: p.term_grace.as_millis() as u64,
-        kill_wait_ms: p.kill_wait.as_millis() as u64,
-        max_stop_ms: p.max_stop().as_millis() as u64,
-    }
-}
-
-fn policy(t: &StopTimings) -> StopPolicy {
-    StopPolicy {
-        stdin_grace: Duration::from_millis(t.stdin_grace_ms),
-        term_grace: Duration::from_millis(t.term_grace_ms),
-        kill_wait: Duration::from_millis(t.kill_wait_ms),
-    }
-}
-
 /// The command as one short line: argv joined, shell-quoted where needed, cut at 120 chars.
 pub fn preview(argv: &[String]) -> String {
     let mut s = argv
@@ -218,7 +201,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         uid: process::getuid(),
         tag: registry::new_tag(),
         cleanup: req.cleanup.clone(),
-        stop: timings(&req.policy),
+        stop: req.policy.timings(),
         timeout_ms: req.timeout.map(|d| d.as_millis() as u64),
         status: Status::Starting,
         log_max_bytes: req.log_max,
@@ -384,8 +367,7 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
     let before = Duration::from_millis(entry.stop.max_stop_ms);
     if let Some(g) = term_grace {
         let set = |e: &mut Entry| {
-            e.stop.term_grace_ms = g.as_millis() as u64;
-            e.stop.max_stop_ms = e.stop.stdin_grace_ms + e.stop.term_grace_ms + e.stop.kill_wait_ms;
+            e.stop = StopPolicy { term_grace: g, ..StopPolicy::from_timings(&e.stop) }.timings();
         };
         // A registry that cannot be written (a full disk) must not keep the tree from stopping.
         match reg.update(&id, set) {
@@ -420,7 +402,7 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
         entry.members.extend(adopted);
     }
     let report = match recorded_tree(&entry) {
-        Some(tree) => stop::stop_blocking(&tree, policy(&entry.stop)),
+        Some(tree) => stop::stop_blocking(&tree, StopPolicy::from_timings(&entry.stop)),
         None => stop::StopReport { gone: true, escalated: false, signalled: 0 },
     };
     let why = if past_a_stuck_supervisor {
@@ -455,7 +437,7 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
 /// The longest a cleanup can take: its timeout plus the stop of its own tree.
 fn cleanup_bound(e: &Entry) -> Duration {
     match &e.cleanup {
-        Some(c) => Duration::from_millis(c.timeout_ms + e.stop.term_grace_ms + e.stop.kill_wait_ms),
+        Some(c) => StopPolicy::from_timings(&e.stop).cleanup_bound(Duration::from_millis(c.timeout_ms)),
         None => Duration::ZERO,
     }
 }
@@ -697,7 +679,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             ));
             continue;
         }
-        let report = stop::stop_blocking(&tree, policy(&e.stop));
+        let report = stop::stop_blocking(&tree, StopPolicy::from_timings(&e.stop));
         logs::append_marker(
             &reg.dir(&e.id),
             &format!(
@@ -916,7 +898,7 @@ pub fn request_of(e: &Entry) -> StartRequest {
             })
             .collect(),
         timeout: e.timeout_ms.map(Duration::from_millis),
-        policy: StopPolicy { stdin_grace: Duration::ZERO, ..policy(&e.stop) },
+        policy: StopPolicy { stdin_grace: Duration::ZERO, ..StopPolicy::from_timings(&e.stop) },
         cleanup: e.cleanup.clone(),
         log_max: e.log_max_bytes,
         ready: e.ready.clone(),

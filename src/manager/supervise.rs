@@ -87,7 +87,7 @@ pub fn run_supervisor(
         },
         owner: entry.owner_pid.and_then(Pid::new).map(Owner::Process),
         on_stdin_eof: OnStdinEof::Ignore,
-        policy: policy(&entry.stop),
+        policy: StopPolicy::from_timings(&entry.stop),
         timeout: entry.timeout_ms.map(Duration::from_millis),
         containment: cgroup::Request { label: id.to_string(), name: cgroup_name, ..containment },
     };
@@ -277,7 +277,7 @@ impl Observer for Managed<'_> {
     }
 
     fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
-        self.reg.read(&self.id).ok().map(|e| policy(&e.stop))
+        self.reg.read(&self.id).ok().map(|e| StopPolicy::from_timings(&e.stop))
     }
 
     fn stopping(&mut self, trigger: Trigger) {
