@@ -255,3 +255,83 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
 pub fn env_keys(e: &Entry) -> Vec<String> {
     e.env.iter().map(|kv| kv.split_once('=').map(|(k, _)| k).unwrap_or(kv).to_string()).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::CleanupResult;
+    use crate::status::{CleanupRunner, StopReason};
+
+    /// The whole `--json` / MCP document of a finished entry, field by field: a snapshot. A
+    /// field renamed, dropped or added shows here first; hosts script against these names.
+    #[test]
+    fn the_entry_view_of_a_finished_entry_is_this_document() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = Registry::open(Some(dir.path().join("state"))).unwrap();
+        let e = Entry {
+            id: "proc_7".into(),
+            name: None,
+            session_id: Some("turn-1".into()),
+            status: Status::Stopped,
+            status_text: Some("stopped (owner exited)".into()),
+            exit_code: None,
+            signal: Some("SIGTERM".into()),
+            pid: Some(4242),
+            pgid: Some(4242),
+            supervisor_pid: Some(4241),
+            owner_pid: Some(100),
+            started_at: 1_800_000_000_000,
+            ended_at: Some(1_800_000_005_000),
+            command_preview: "npm run dev".into(),
+            argv: vec!["npm".into(), "run".into(), "dev".into()],
+            cwd: "/work/app".into(),
+            env: vec!["PORT=3000".into()],
+            cleanup: Some(Cleanup { command: "docker rm -f web".into(), timeout_ms: 10_000 }),
+            cleanup_result: Some(CleanupResult {
+                command: "docker rm -f web".into(),
+                exit_code: Some(0),
+                duration_ms: 120,
+                output: vec!["web".into()],
+                ran_by: CleanupRunner::Supervisor,
+                ..CleanupResult::default()
+            }),
+            cleanup_started_at: Some(1_800_000_004_000),
+            timeout_ms: None,
+            stop: crate::stop::StopPolicy::default().timings(),
+            stop_reason: Some(StopReason::Owner),
+            tree_gone: Some(true),
+            boot_id: "b00t".into(),
+            start_time: Some(77),
+            supervisor_start_time: Some(76),
+            uid: 1000,
+            containment: Some("subreaper".into()),
+            containment_reason: Some("no writable cgroup v2".into()),
+            ..Entry::default()
+        };
+        let v = serde_json::to_value(view_with_status(&reg, &e, e.status, false)).unwrap();
+        let logs = |f: &str| reg.file("proc_7", f).display().to_string();
+        let want = serde_json::json!({
+            "id": "proc_7", "name": "npm", "nameGiven": false, "sessionId": "turn-1",
+            "status": "stopped", "statusText": "stopped (owner exited)",
+            "exitCode": null, "signal": "SIGTERM",
+            "pid": 4242, "pgid": 4242, "supervisorPid": 4241, "ownerPid": 100,
+            "startedAt": 1_800_000_000_000u64, "endedAt": 1_800_000_005_000u64,
+            "commandPreview": "npm run dev", "argv": ["npm", "run", "dev"], "cwd": "/work/app",
+            "envKeys": ["PORT"], "ports": [],
+            "cleanup": {"command": "docker rm -f web", "timeoutMs": 10_000},
+            "cleanupResult": {
+                "command": "docker rm -f web", "exitCode": 0, "signal": null, "timedOut": false,
+                "durationMs": 120, "output": ["web"], "ranBy": "supervisor"
+            },
+            "cleanupStartedAt": 1_800_000_004_000u64, "timeoutMs": null,
+            "stop": {"stdinGraceMs": 1000, "termGraceMs": 3000, "killWaitMs": 1500, "maxStopMs": 5500},
+            "stopReason": "owner", "treeGone": true, "logMaxBytes": null, "ready": null,
+            "restartOf": null,
+            "logs": {"stdout": logs("stdout.log"), "stderr": logs("stderr.log"), "combined": logs("combined.log")},
+            "bootId": "b00t", "startTime": 77, "supervisorStartTime": 76, "uid": 1000,
+            "containment": "subreaper", "containmentReason": "no writable cgroup v2",
+            "cgroup": null, "cgroupInode": null, "usage": null
+        });
+        assert_eq!(v, want, "got {}", serde_json::to_string_pretty(&v).unwrap());
+    }
+}
