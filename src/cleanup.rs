@@ -110,7 +110,7 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
             }
         }
         cmd.env(ID_ENV, &e.id).stdin(Stdio::null()).stdout(Stdio::from(w.try_clone()?)).stderr(Stdio::from(w));
-        process::set_pre_exec(&mut cmd, process::pre_exec_group);
+        crate::spawn::isolate(&mut cmd, process::Isolation::Group { take_terminal: false });
         let child = cmd.spawn()?;
         let pid = Pid::new(child.id() as i32).ok_or_else(|| std::io::Error::other("pid 0"))?;
         let start = crate::sys::procfs::start_time(pid);

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::io;
 use std::process::{Command, Stdio};
 
-use crate::sys::process;
+use crate::sys::process::{self, Isolation};
 use crate::sys::{Pgid, Pid};
 
 /// Why a command did not start.
@@ -81,6 +81,14 @@ pub struct SpawnOptions {
     pub stdio: Option<(Stdio, Stdio, Stdio)>,
 }
 
+/// Sets `cmd` apart as `isolation` says, in the forked child before `exec` (see
+/// [`Isolation`]; fds above 2 close-on-exec, default signals). Every command sheepdog spawns
+/// goes through here or [`spawn_joined`]: a detached supervisor (`Session`), a cleanup command
+/// (`Group`), and the provider (`Group`, after joining its cgroup).
+pub fn isolate(cmd: &mut Command, isolation: Isolation) {
+    process::set_pre_exec(cmd, move || process::pre_exec(isolation));
+}
+
 /// Where a provider must run: the fds that let the forked child join the tree's cgroup before
 /// `exec` (ARCHITECTURE.md: no member ever runs outside it), and whether a failed join may fall back
 /// to running the command outside the cgroup (`--containment auto`).
@@ -127,7 +135,7 @@ pub fn spawn_joined(
         {
             crate::sys::cgroup::join_in_child(j.fds)?;
         }
-        process::pre_exec_provider(take_terminal)
+        process::pre_exec(Isolation::Group { take_terminal })
     });
     let mut refused = None;
     // The fast way into the cgroup: the child is created in it (clone3). Where the kernel

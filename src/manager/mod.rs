@@ -238,7 +238,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(sup_log));
-    process::set_pre_exec(&mut cmd, process::pre_exec_detached);
+    crate::spawn::isolate(&mut cmd, process::Isolation::Session);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {

@@ -363,47 +363,45 @@ pub fn write_best_effort(fd: BorrowedFd<'_>, buf: &[u8]) {
     }
 }
 
-/// Pre-exec steps for a provider, run in the forked child (async-signal-safe only):
-/// its own process group, the terminal's foreground if the supervisor had it, default signal
-/// dispositions and an empty mask.
-///
-/// Giving the new group the terminal is what tini does: without it an interactive agent CLI in a
-/// background group would be stopped by SIGTTIN on its first read.
-pub(crate) fn pre_exec_provider(take_terminal: bool) -> io::Result<()> {
-    // SAFETY: setpgid, tcgetpgrp, tcsetpgrp, sigprocmask are async-signal-safe; the set is
-    // initialised before use.
-    unsafe {
-        if libc::setpgid(0, 0) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if take_terminal {
-            // tcsetpgrp from a background group raises SIGTTOU: block it for the call.
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGTTOU);
-            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-            libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
-        }
-    }
-    close_inherited_on_exec();
-    super::signal::reset_for_exec()
+/// How a spawned command is set apart from its spawner, applied in the forked child before
+/// `exec` by [`pre_exec`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    /// Its own process group (a provider, a cleanup command). With `take_terminal`, the new
+    /// group also takes the terminal's foreground, as tini does: without it an interactive
+    /// agent CLI in a background group would be stopped by SIGTTIN on its first read.
+    Group { take_terminal: bool },
+    /// Its own session (a detached supervisor: it outlives the caller's terminal).
+    Session,
 }
 
-/// Pre-exec for a detached supervisor: a new session, so it outlives the caller's terminal.
-pub(crate) fn pre_exec_detached() -> io::Result<()> {
-    // SAFETY: setsid is async-signal-safe and has no pointer arguments.
-    if unsafe { libc::setsid() } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    close_inherited_on_exec();
-    super::signal::reset_for_exec()
-}
-
-/// Pre-exec for a cleanup command: its own process group, default signals.
-pub(crate) fn pre_exec_group() -> io::Result<()> {
-    // SAFETY: setpgid is async-signal-safe.
-    if unsafe { libc::setpgid(0, 0) } != 0 {
-        return Err(io::Error::last_os_error());
+/// Pre-exec steps, run in the forked child (async-signal-safe only): the `isolation`, then every
+/// inherited fd above 2 marked close-on-exec, default signal dispositions and an empty mask.
+pub(crate) fn pre_exec(isolation: Isolation) -> io::Result<()> {
+    match isolation {
+        Isolation::Group { take_terminal } => {
+            // SAFETY: setpgid, tcsetpgrp, sigprocmask and the sigset calls are
+            // async-signal-safe; the set is initialised before use.
+            unsafe {
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if take_terminal {
+                    // tcsetpgrp from a background group raises SIGTTOU: block it for the call.
+                    let mut set: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut set);
+                    libc::sigaddset(&mut set, libc::SIGTTOU);
+                    libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                    libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
+                }
+            }
+        }
+        Isolation::Session => {
+            // SAFETY: setsid is async-signal-safe and has no pointer arguments.
+            if unsafe { libc::setsid() } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
     }
     close_inherited_on_exec();
     super::signal::reset_for_exec()
@@ -477,8 +475,8 @@ where
     F: FnMut() -> io::Result<()> + Send + Sync + 'static,
 {
     use std::os::unix::process::CommandExt;
-    // SAFETY: every closure passed here (pre_exec_provider, with cgroup::join_in_child first;
-    // pre_exec_detached, pre_exec_group) makes only async-signal-safe calls and does not
+    // SAFETY: every closure passed here (`pre_exec`, with cgroup::join_in_child first for a
+    // provider) makes only async-signal-safe calls and does not
     // allocate.
     unsafe {
         cmd.pre_exec(f);
