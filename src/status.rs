@@ -34,6 +34,10 @@ pub enum Status {
     Reaped,
     /// No result can be known: the supervisor is gone and nothing is alive, or a previous boot.
     Lost,
+    /// A word this version does not know (a newer sheepdog's), kept as it was written so that
+    /// rewriting the entry does not lose it. Read as finished, with nothing claimed about it:
+    /// nothing acts on such an entry, and `clear` can remove it.
+    Other(&'static str),
 }
 
 /// Every status, in the order of a life.
@@ -62,6 +66,7 @@ impl Status {
             Status::Orphaned => "orphaned",
             Status::Reaped => "reaped",
             Status::Lost => "lost",
+            Status::Other(word) => word,
         }
     }
 
@@ -76,7 +81,13 @@ impl Status {
     pub fn is_finished(self) -> bool {
         matches!(
             self,
-            Status::Exited | Status::Killed | Status::Stopped | Status::TimedOut | Status::Reaped | Status::Lost
+            Status::Exited
+                | Status::Killed
+                | Status::Stopped
+                | Status::TimedOut
+                | Status::Reaped
+                | Status::Lost
+                | Status::Other(_)
         )
     }
 
@@ -110,6 +121,29 @@ impl std::str::FromStr for Status {
     }
 }
 
+/// The longest unknown status word kept, and how many distinct ones: 32 bytes, 64 words. Past
+/// either (not a status a sheepdog would write), the word reads as `lost`.
+const OTHER_MAX_LEN: usize = 32;
+const OTHER_MAX_WORDS: usize = 64;
+
+/// `word` as a `&'static str`, each distinct word allocated once (so [`Status`] stays `Copy`
+/// and a long-lived reader, `top` or the MCP server, does not leak per read).
+fn intern(word: &str) -> Option<&'static str> {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static WORDS: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut words = WORDS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(w) = words.get(word) {
+        return Some(w);
+    }
+    if word.len() > OTHER_MAX_LEN || words.len() >= OTHER_MAX_WORDS || word.is_empty() {
+        return None;
+    }
+    let w: &'static str = Box::leak(word.to_owned().into_boxed_str());
+    words.insert(w);
+    Some(w)
+}
+
 impl Serialize for Status {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())
@@ -118,10 +152,8 @@ impl Serialize for Status {
 
 impl<'de> Deserialize<'de> for Status {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Status, D::Error> {
-        // A word this version does not know (a newer sheepdog's) reads as `lost`: nothing is
-        // claimed about such an entry, and `clear` can still remove it.
         let s = String::deserialize(d)?;
-        Ok(Status::parse(&s).unwrap_or(Status::Lost))
+        Ok(Status::parse(&s).or_else(|| intern(&s).map(Status::Other)).unwrap_or(Status::Lost))
     }
 }
 
@@ -208,8 +240,14 @@ mod tests {
         assert_eq!(serde_json::from_str::<Status>("\"timed out\"").unwrap(), Status::TimedOut);
         assert_eq!(serde_json::to_string(&Status::TimedOut).unwrap(), "\"timedOut\"");
         assert_eq!(Status::parse("bogus"), None);
-        // A newer version's word: nothing is claimed about the entry.
-        assert_eq!(serde_json::from_str::<Status>("\"paused\"").unwrap(), Status::Lost);
+        // A newer version's word is kept as written, and read as finished.
+        let other = serde_json::from_str::<Status>("\"paused\"").unwrap();
+        assert_eq!(other, Status::Other("paused"));
+        assert_eq!(serde_json::to_string(&other).unwrap(), "\"paused\"");
+        assert!(other.is_finished() && !other.is_failure());
+        assert_eq!(Status::parse("paused"), None, "not a status a filter accepts");
+        let long = format!("\"{}\"", "x".repeat(40));
+        assert_eq!(serde_json::from_str::<Status>(&long).unwrap(), Status::Lost, "not a word a sheepdog writes");
     }
 
     #[test]

@@ -626,3 +626,27 @@ fn update_refuses_what_would_have_no_effect_and_keeps_names_unique() {
     assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
     assert!(stderr(&out).contains("already used"));
 }
+
+#[test]
+fn a_status_word_from_a_newer_sheepdog_survives_a_rewrite_and_reads_as_finished() {
+    let st = State::new();
+    let id = id_of(&st.start(&["--name", "newer", "--", "true"]));
+    assert_eq!(st.run(&["wait", &id]).status.code(), Some(0));
+    let file = st.path().join("procs").join(&id).join("entry.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    v["status"] = "paused".into();
+    std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+
+    // Listed as finished (hidden from the running list), shown as written.
+    let ps: Value = serde_json::from_slice(&st.run(&["ps", "--json"]).stdout).unwrap();
+    assert_eq!(ps["hidden"], 1, "{ps}");
+    let ps: Value = serde_json::from_slice(&st.run(&["ps", "--all", "--json"]).stdout).unwrap();
+    assert_eq!(ps["entries"][0]["status"], "paused", "shown as written: {ps}");
+    // A rewrite of the entry (a rename) keeps the word.
+    assert_eq!(st.run(&["update", &id, "--name", "renamed"]).status.code(), Some(0));
+    let after: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!((after["status"].as_str(), after["name"].as_str()), (Some("paused"), Some("renamed")));
+    // Finished as far as this version can tell: clear removes it, stop has nothing to do.
+    assert_eq!(st.run(&["clear", &id]).status.code(), Some(0));
+    assert!(!file.exists());
+}
