@@ -26,6 +26,7 @@
 //! cgroup is never touched. Zombies do not keep a cgroup populated (the kernel unlinks a task at
 //! exit, before it is reaped), so `populated 0` is "the tree is gone".
 
+use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -85,13 +86,11 @@ impl Mode {
         }
     }
 
-    /// The mode from `flag` if given, else from `$SHEEPDOG_CONTAINMENT`, else `auto`.
+    /// The mode from `$SHEEPDOG_CONTAINMENT`, else `auto` (a front end's own option, the CLI's
+    /// `--containment`, goes first and is parsed there with [`Mode::parse`]).
     ///
-    /// Errors: one line naming the bad value and where it came from.
-    pub fn resolve(flag: Option<&str>) -> Result<Mode, String> {
-        if let Some(f) = flag {
-            return Mode::parse(f).ok_or_else(|| format!("--containment {f}: expected auto, cgroup or subreaper"));
-        }
+    /// Errors: one line naming the variable and its bad value.
+    pub fn from_env() -> Result<Mode, String> {
         match std::env::var(CONTAINMENT_ENV) {
             Ok(v) if !v.is_empty() => {
                 Mode::parse(&v).ok_or_else(|| format!("{CONTAINMENT_ENV}={v}: expected auto, cgroup or subreaper"))
@@ -113,6 +112,18 @@ pub struct Limits {
 impl Limits {
     fn any(&self) -> bool {
         self.memory_max.is_some() || self.pids_max.is_some()
+    }
+
+    /// The settings asked for, in a fixed order.
+    fn settings(&self) -> Vec<Setting> {
+        let mut v = Vec::new();
+        if self.memory_max.is_some() {
+            v.push(Setting::MemoryMax);
+        }
+        if self.pids_max.is_some() {
+            v.push(Setting::PidsMax);
+        }
+        v
     }
 }
 
@@ -201,10 +212,71 @@ impl Containment {
     }
 }
 
-/// The probe refused what was demanded (the cgroup tier, or limits): status 125.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Refused(pub String);
+/// A setting a refusal is about. Each front end names it in its own words when it reports the
+/// refusal (the CLI by its flags: `--containment`, `--memory-max`, `--pids-max`);
+/// [`Setting::word`] is the library's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setting {
+    Containment,
+    MemoryMax,
+    PidsMax,
+}
+
+impl Setting {
+    /// `containment`, `memory-max`, `pids-max`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Setting::Containment => "containment",
+            Setting::MemoryMax => "memory-max",
+            Setting::PidsMax => "pids-max",
+        }
+    }
+}
+
+/// The probe refused what was demanded (the cgroup tier, or limits): status 125. The reasons
+/// name files and kernel facts, never a front end's options: [`Refused::render`] lets the
+/// front end name the settings; `Display` uses [`Setting::word`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// Limits were asked for, and so was the subreaper tier.
+    LimitsWithSubreaper { limits: Vec<Setting> },
+    /// The cgroup tier was demanded and is unavailable, for `reason`.
+    TierDemanded { reason: String },
+    /// Limits were asked for, and the cgroup tier is unavailable, for `reason`.
+    LimitsNeedTier { limits: Vec<Setting>, reason: String },
+    /// The tier is there but a limit cannot be applied; `about` is the limit to blame, if one is.
+    Limit { about: Option<Setting>, reason: String },
+}
+
+impl Refused {
+    /// One line, with each setting named by `name`.
+    pub fn render(&self, name: &dyn Fn(Setting) -> String) -> String {
+        let list = |v: &[Setting]| v.iter().map(|s| name(*s)).collect::<Vec<_>>().join(" and ");
+        match self {
+            Refused::LimitsWithSubreaper { limits } => format!(
+                "{}: limits need the cgroup tier, and {} subreaper was asked for",
+                list(limits),
+                name(Setting::Containment)
+            ),
+            Refused::TierDemanded { reason } => {
+                format!("{} cgroup: the cgroup tier is unavailable: {reason}", name(Setting::Containment))
+            }
+            Refused::LimitsNeedTier { limits, reason } => {
+                format!("{}: limits need the cgroup tier, which is unavailable: {reason}", list(limits))
+            }
+            Refused::Limit { about: Some(s), reason } => format!("{}: {reason}", name(*s)),
+            Refused::Limit { about: None, reason } => reason.clone(),
+        }
+    }
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.render(&|s| s.word().to_string()))
+    }
+}
+
+impl std::error::Error for Refused {}
 
 /// One tree's cgroup, held open.
 #[derive(Debug)]
@@ -342,10 +414,7 @@ pub fn probe(req: &Request) -> Result<Containment, Refused> {
     let want_limits = req.limits.any();
     if req.mode == Mode::Subreaper {
         if want_limits {
-            return Err(Refused(format!(
-                "{}: limits need the cgroup tier, and --containment subreaper was asked for",
-                limit_flags(&req.limits)
-            )));
+            return Err(Refused::LimitsWithSubreaper { limits: req.limits.settings() });
         }
         return Ok(Containment::fallback("the subreaper tier was asked for".into()));
     }
@@ -353,20 +422,18 @@ pub fn probe(req: &Request) -> Result<Containment, Refused> {
         let reason = "cgroups exist only on Linux".to_string();
         return match (req.mode, want_limits) {
             (Mode::Auto, false) => Ok(Containment::fallback(reason)),
-            _ => Err(Refused(format!("the cgroup tier is unavailable: {reason}"))),
+            (Mode::Cgroup, _) => Err(Refused::TierDemanded { reason }),
+            _ => Err(Refused::LimitsNeedTier { limits: req.limits.settings(), reason }),
         };
     }
     match create(req) {
         Ok(cg) => Ok(Containment { tier: Tier::Cgroup, reason: None, cgroup: Some(cg) }),
-        Err(Refusal::Limits(msg)) => Err(Refused(msg)),
+        Err(Refusal::Limits(about, reason)) => Err(Refused::Limit { about, reason }),
         Err(Refusal::Tier(reason)) => {
             if req.mode == Mode::Cgroup {
-                Err(Refused(format!("--containment cgroup: the cgroup tier is unavailable: {reason}")))
+                Err(Refused::TierDemanded { reason })
             } else if want_limits {
-                Err(Refused(format!(
-                    "{}: limits need the cgroup tier, which is unavailable: {reason}",
-                    limit_flags(&req.limits)
-                )))
+                Err(Refused::LimitsNeedTier { limits: req.limits.settings(), reason })
             } else {
                 Ok(Containment::fallback(reason))
             }
@@ -374,22 +441,11 @@ pub fn probe(req: &Request) -> Result<Containment, Refused> {
     }
 }
 
-fn limit_flags(l: &Limits) -> String {
-    let mut v = Vec::new();
-    if l.memory_max.is_some() {
-        v.push("--memory-max");
-    }
-    if l.pids_max.is_some() {
-        v.push("--pids-max");
-    }
-    v.join(" and ")
-}
-
 enum Refusal {
     /// The tier itself is unavailable (fall back, unless demanded).
     Tier(String),
-    /// The tier is there, the limits are not (always an error).
-    Limits(String),
+    /// The tier is there, the limits are not (always an error): the limit to blame, if one is.
+    Limits(Option<Setting>, String),
 }
 
 fn create(req: &Request) -> Result<Cgroup, Refusal> {
@@ -402,7 +458,7 @@ fn create(req: &Request) -> Result<Cgroup, Refusal> {
         )));
     }
     if req.limits.any() {
-        enable_controllers(&own, &req.limits).map_err(Refusal::Limits)?;
+        enable_controllers(&own, &req.limits).map_err(|(s, why)| Refusal::Limits(s, why))?;
     }
     let name = req.name.clone().unwrap_or_else(|| {
         let label = if req.label.is_empty() { "run" } else { req.label.as_str() };
@@ -439,7 +495,7 @@ fn create(req: &Request) -> Result<Cgroup, Refusal> {
     cg.join = Some(join);
     let write = |file: &str, value: u64| {
         fs::write(cg.at(file), value.to_string())
-            .map_err(|e| Refusal::Limits(format!("unable to set {file} of {}: {e}", path.display())))
+            .map_err(|e| Refusal::Limits(None, format!("unable to set {file} of {}: {e}", path.display())))
     };
     if let Some(m) = req.limits.memory_max {
         write("memory.max", m).map_err(undo)?;
@@ -453,21 +509,25 @@ fn create(req: &Request) -> Result<Cgroup, Refusal> {
 /// Makes the controllers the limits need available to children of `own`: they must be listed
 /// in its `cgroup.controllers`, then are enabled in its `cgroup.subtree_control` (left enabled
 /// afterwards: other children may rely on them).
-fn enable_controllers(own: &Path, limits: &Limits) -> Result<(), String> {
+fn enable_controllers(own: &Path, limits: &Limits) -> Result<(), (Option<Setting>, String)> {
     let available = controllers(own);
     let listed = if available.is_empty() { "none".to_string() } else { available.join(" ") };
     let mut wanted = Vec::new();
-    for (flag, ctl, asked) in
-        [("--memory-max", "memory", limits.memory_max.is_some()), ("--pids-max", "pids", limits.pids_max.is_some())]
-    {
+    for (setting, ctl, asked) in [
+        (Setting::MemoryMax, "memory", limits.memory_max.is_some()),
+        (Setting::PidsMax, "pids", limits.pids_max.is_some()),
+    ] {
         if !asked {
             continue;
         }
         if !available.iter().any(|c| c == ctl) {
-            return Err(format!(
-                "{flag}: the {ctl} controller is not available in the cgroup v2 hierarchy \
-                 ({}/cgroup.controllers lists: {listed}; the host may bind {ctl} to cgroup v1)",
-                own.display()
+            return Err((
+                Some(setting),
+                format!(
+                    "the {ctl} controller is not available in the cgroup v2 hierarchy \
+                     ({}/cgroup.controllers lists: {listed}; the host may bind {ctl} to cgroup v1)",
+                    own.display()
+                ),
             ));
         }
         wanted.push(ctl);
@@ -478,7 +538,7 @@ fn enable_controllers(own: &Path, limits: &Limits) -> Result<(), String> {
             continue;
         }
         fs::write(own.join("cgroup.subtree_control"), format!("+{ctl}")).map_err(|e| {
-            format!(
+            let why = format!(
                 "unable to enable the {ctl} controller in {}/cgroup.subtree_control: {e}{}",
                 own.display(),
                 if e.raw_os_error() == Some(libc::EBUSY) {
@@ -487,7 +547,8 @@ fn enable_controllers(own: &Path, limits: &Limits) -> Result<(), String> {
                 } else {
                     ""
                 }
-            )
+            );
+            (None, why)
         })?;
     }
     Ok(())
@@ -809,7 +870,8 @@ pub const HINTS: [&str; 2] = [
 ];
 
 /// Runs the probe as `run` would (creating and removing a probe cgroup) and gathers the facts.
-pub fn doctor(mode: Mode) -> Doctor {
+/// `name` names the settings in a refusal, as the caller's front end does.
+pub fn doctor(mode: Mode, name: &dyn Fn(Setting) -> String) -> Doctor {
     let req = Request { mode, limits: Limits::default(), label: "doctor".into(), name: None };
     let (containment, reason) = match probe(&req) {
         Ok(c) => {
@@ -818,7 +880,7 @@ pub fn doctor(mode: Mode) -> Doctor {
             }
             (c.tier.name(), c.reason)
         }
-        Err(Refused(r)) => (Tier::fallback().name(), Some(r)),
+        Err(r) => (Tier::fallback().name(), Some(r.render(name))),
     };
     let own = own_dir().ok();
     let controllers = own.as_deref().map(controllers).unwrap_or_default();

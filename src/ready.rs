@@ -53,12 +53,12 @@ impl ReadySpec {
         self.port.is_some() || self.log.is_some() || self.listen
     }
 
-    /// Checks the regex; errors name it (`--ready-log '(': ...`).
-    pub fn validate(&self) -> Result<(), String> {
-        if let Some(l) = &self.log {
-            Regex::new(l).map_err(|e| format!("--ready-log '{l}': {}", one_line(&e.to_string())))?;
-        }
-        Ok(())
+    /// Checks a log pattern (a regex, as `log` holds it).
+    ///
+    /// Errors: why it is not a valid regular expression, as one line; the front end names the
+    /// option it came from (the CLI's `--ready-log`, the MCP tool's `ready.logPattern`).
+    pub fn check_pattern(pattern: &str) -> Result<(), String> {
+        Regex::new(pattern).map(|_| ()).map_err(|e| one_line(&e.to_string()))
     }
 }
 

@@ -9,8 +9,8 @@ use super::CliError;
 pub struct DoctorArgs {}
 
 pub(super) fn doctor(_a: DoctorArgs, json: bool) -> Result<i32, CliError> {
-    let mode = cgroup::Mode::resolve(None).map_err(CliError::usage)?;
-    let d = cgroup::doctor(mode);
+    let mode = cgroup::Mode::from_env().map_err(CliError::usage)?;
+    let d = cgroup::doctor(mode, &super::flag);
     if json {
         outln!("{}", serde_json::to_string(&d).unwrap_or_default());
         return Ok(0);

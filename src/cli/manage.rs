@@ -180,7 +180,9 @@ impl StartArgs {
             }
             return Ok(None);
         }
-        spec.validate().map_err(CliError::usage)?;
+        if let Some(l) = &spec.log {
+            ReadySpec::check_pattern(l).map_err(|why| CliError::usage(format!("--ready-log '{l}': {why}")))?;
+        }
         Ok(Some(spec))
     }
 }
@@ -256,6 +258,9 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     };
     let (containment, limits) = a.containment.resolve()?;
     let ready = a.ready_spec()?;
+    if let Some(d) = a.cwd.as_ref().filter(|d| !d.is_dir()) {
+        return Err(CliError::usage(format!("--cwd {}: not a directory", d.display())));
+    }
     let session = a.session.clone().filter(|s| !s.is_empty());
     let reg = open(dir)?;
     let req = StartRequest {
@@ -1038,5 +1043,5 @@ pub(super) fn supervise_entry(a: SuperviseArgs, dir: Option<PathBuf>) -> Result<
         label: a.id.clone(),
         name: None,
     };
-    Ok(manager::run_supervisor(&reg, &a.id, a.cwd, a.command, containment))
+    Ok(manager::run_supervisor(&reg, &a.id, a.cwd, a.command, containment, &super::flag))
 }

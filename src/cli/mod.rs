@@ -28,6 +28,11 @@ use clap::{Parser, Subcommand};
 /// Status for sheepdog's own errors: [`sheepdog::exit::USAGE`] (125).
 pub const EXIT_USAGE: i32 = sheepdog::exit::USAGE;
 
+/// The flag that sets `s`: how the CLI names a setting in a library refusal.
+pub fn flag(s: sheepdog::cgroup::Setting) -> String {
+    format!("--{}", s.word())
+}
+
 /// A failure to report: one line, one status.
 #[derive(Debug)]
 pub struct CliError {
@@ -249,7 +254,11 @@ struct ContainmentArgs {
 impl ContainmentArgs {
     /// The mode (flag, else `$SHEEPDOG_CONTAINMENT`, else auto) and limits.
     fn resolve(&self) -> Result<(sheepdog::cgroup::Mode, sheepdog::cgroup::Limits), CliError> {
-        let mode = sheepdog::cgroup::Mode::resolve(self.containment.as_deref()).map_err(CliError::usage)?;
+        let mode = match self.containment.as_deref() {
+            Some(f) => sheepdog::cgroup::Mode::parse(f)
+                .ok_or_else(|| CliError::usage(format!("--containment {f}: expected auto, cgroup or subreaper")))?,
+            None => sheepdog::cgroup::Mode::from_env().map_err(CliError::usage)?,
+        };
         Ok((mode, sheepdog::cgroup::Limits { memory_max: self.memory_max, pids_max: self.pids_max }))
     }
 }

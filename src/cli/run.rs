@@ -33,7 +33,10 @@ pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
         Some(sink) => supervisor::supervise(opts, sink),
         None => supervisor::supervise(opts, &mut Quiet),
     }
-    .map_err(|e| CliError::new(e.exit_code(), e.to_string()))?;
+    .map_err(|e| match e {
+        supervisor::Error::Containment(r) => CliError::new(sheepdog::exit::USAGE, r.render(&super::flag)),
+        e => CliError::new(e.exit_code(), e.to_string()),
+    })?;
     if let Some(sink) = &events {
         sink.exited(&outcome);
     }

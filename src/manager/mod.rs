@@ -178,7 +178,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     if !cwd.is_dir() {
         return Err(ManagerError::Start {
             code: exit::USAGE,
-            message: format!("--cwd {}: not a directory", cwd.display()),
+            message: format!("the working directory {} is not a directory", cwd.display()),
         });
     }
     let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);

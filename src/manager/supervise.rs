@@ -33,7 +33,8 @@ impl Handshake {
 }
 
 /// The body of the detached supervisor (`sheepdog supervise-entry`): runs the entry's command
-/// to the end and records the result. Reports the spawn to `start` with a `Handshake` line on
+/// to the end and records the result. `name` names the settings in a containment refusal as the
+/// front end that started it does. Reports the spawn to `start` with a `Handshake` line on
 /// stdout, then points stdout at /dev/null. Returns the supervisor's exit status.
 pub fn run_supervisor(
     reg: &Registry,
@@ -41,6 +42,7 @@ pub fn run_supervisor(
     cwd: PathBuf,
     argv: Vec<OsString>,
     containment: cgroup::Request,
+    name: &dyn Fn(cgroup::Setting) -> String,
 ) -> i32 {
     let fail = |code: i32, message: String| {
         let _ = reg.remove(id);
@@ -105,6 +107,7 @@ pub fn run_supervisor(
     };
     let outcome = match supervisor::supervise_with(&signals, opts, &mut managed) {
         Ok(o) => o,
+        Err(supervisor::Error::Containment(r)) => return fail(exit::USAGE, r.render(name)),
         Err(e) => return fail(e.exit_code(), e.to_string()),
     };
     managed.drain(DRAIN_AFTER_EXIT);

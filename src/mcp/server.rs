@@ -823,7 +823,7 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
         None => None,
     };
     // The tier as the CLI picks it: $SHEEPDOG_CONTAINMENT, else the strongest the host allows.
-    let containment = sheepdog::cgroup::Mode::resolve(None).map_err(|e| sentence(&e))?;
+    let containment = sheepdog::cgroup::Mode::from_env().map_err(|e| sentence(&e))?;
     let argv_os: Vec<OsString> = argv.iter().map(OsString::from).collect();
     let req = StartRequest {
         name: a.name,
@@ -887,9 +887,8 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
 /// `ready` as the library's spec; a bad pattern or an empty check is a tool error.
 fn ready_spec(r: ReadyArg) -> Result<ReadySpec, ToolError> {
     if let Some(p) = &r.log_pattern
-        && let Err(e) = regex::Regex::new(p)
+        && let Err(why) = ReadySpec::check_pattern(p)
     {
-        let why = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
         return Err(format!("`ready.logPattern` '{p}' is not a valid regular expression: {why}"));
     }
     if r.port == Some(0) {
