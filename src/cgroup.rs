@@ -904,6 +904,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_refusal_names_settings_the_way_its_front_end_does() {
+        let r = Refused::LimitsWithSubreaper { limits: vec![Setting::MemoryMax, Setting::PidsMax] };
+        let flag = |s: Setting| format!("--{}", s.word());
+        assert_eq!(
+            r.render(&flag),
+            "--memory-max and --pids-max: limits need the cgroup tier, and --containment subreaper was asked for"
+        );
+        assert_eq!(
+            r.to_string(),
+            "memory-max and pids-max: limits need the cgroup tier, and containment subreaper was asked for"
+        );
+        let t = Refused::TierDemanded { reason: "no cgroup2".into() };
+        assert_eq!(t.render(&flag), "--containment cgroup: the cgroup tier is unavailable: no cgroup2");
+        let l = Refused::Limit { about: None, reason: "unable to set memory.max".into() };
+        assert_eq!(l.render(&flag), "unable to set memory.max");
+    }
+
+    #[test]
     fn finds_the_cgroup2_mount_of_a_hybrid_host() {
         let text = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
                     35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
