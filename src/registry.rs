@@ -619,9 +619,35 @@ impl Registry {
     /// Renames an entry, under the global lock that `create` takes, so two live entries never
     /// share a name. Errors: `NameInUse`, `NotFound`.
     pub fn rename(&self, id: &str, name: &str) -> Result<Entry, RegistryError> {
-        let _lock = self.global_lock()?;
-        self.check_name_free(name, Some(id))?;
-        self.update(id, |e| e.name = Some(name.to_string()))
+        self.update_renaming(id, Some(name), |_| true).map(|(e, _)| e)
+    }
+
+    /// One locked change of an entry that may also rename it: `f` decides on the entry as it is
+    /// now (under its lock) and returns whether to go on; only then are its changes and the
+    /// new `name` written, together. With a name, under the global lock that [`Registry::create`]
+    /// takes, so two live entries never share one. Returns the entry (as written, or as read)
+    /// and whether it was written. Errors: `NameInUse`, `NotFound`.
+    pub fn update_renaming(
+        &self,
+        id: &str,
+        name: Option<&str>,
+        f: impl FnOnce(&mut Entry) -> bool,
+    ) -> Result<(Entry, bool), RegistryError> {
+        let _names = match name {
+            Some(n) => {
+                let lock = self.global_lock()?;
+                self.check_name_free(n, Some(id))?;
+                Some(lock)
+            }
+            None => None,
+        };
+        self.update_if(id, |e| {
+            let go = f(e);
+            if let (true, Some(n)) = (go, name) {
+                e.name = Some(n.to_string());
+            }
+            go
+        })
     }
 
     /// Reads one entry. Errors: `NotFound`, `Corrupt` (not set aside: see [`Registry::list`]).
@@ -695,6 +721,16 @@ impl Registry {
 
     /// Read-modify-write of one entry under its lock. `f` sees the latest version on disk.
     pub fn update<F: FnOnce(&mut Entry)>(&self, id: &str, f: F) -> Result<Entry, RegistryError> {
+        self.update_if(id, |e| {
+            f(e);
+            true
+        })
+        .map(|(e, _)| e)
+    }
+
+    /// [`Registry::update`], written only if `f` returns true (else nothing of its changes is);
+    /// returns the entry as written or as read, and whether it was written.
+    pub fn update_if<F: FnOnce(&mut Entry) -> bool>(&self, id: &str, f: F) -> Result<(Entry, bool), RegistryError> {
         let lock_path = self.file(id, "lock");
         if !self.dir(id).is_dir() {
             return Err(RegistryError::NotFound(id.to_string()));
@@ -707,10 +743,13 @@ impl Registry {
             .open(&lock_path)
             .map_err(io_at(&lock_path))?;
         lock.lock().map_err(io_at(&lock_path))?;
-        let mut entry = self.read(id)?;
-        f(&mut entry);
-        write_atomic(&self.file(id, "entry.json"), &to_json(&entry))?;
-        Ok(entry)
+        let entry = self.read(id)?;
+        let mut changed = entry.clone();
+        if !f(&mut changed) {
+            return Ok((entry, false));
+        }
+        write_atomic(&self.file(id, "entry.json"), &to_json(&changed))?;
+        Ok((changed, true))
     }
 
     /// Removes an entry and its logs.

@@ -810,18 +810,15 @@ pub fn update(reg: &Registry, e: &Entry, req: &UpdateRequest) -> Result<Entry, M
             e.label()
         )));
     }
-    if let Some(n) = &req.name {
-        reg.rename(&e.id, n)?;
-    }
-    let mut too_late = false;
-    let e = reg.update(&e.id, |x| {
+    // The rename and the cleanup change are one write under the entry's lock: a cleanup the
+    // supervisor claimed meanwhile refuses both, never the one after the other was applied.
+    let (e, written) = reg.update_renaming(&e.id, req.name.as_deref(), |x| {
         if !changes_cleanup {
-            return;
+            return true;
         }
         // Re-checked under the entry's lock: the supervisor may have claimed it meanwhile.
         if x.cleanup_started_at.is_some() {
-            too_late = true;
-            return;
+            return false;
         }
         let timeout_ms = req
             .cleanup_timeout
@@ -837,8 +834,9 @@ pub fn update(reg: &Registry, e: &Entry, req: &UpdateRequest) -> Result<Entry, M
                 }
             }
         }
+        true
     })?;
-    if too_late {
+    if !written {
         return Err(ManagerError::Refused(format!(
             "the cleanup of {} started before this update; the change had no effect",
             e.label()
@@ -1032,4 +1030,38 @@ pub fn wait_many(
         }
     }
     Ok(WaitedMany { results: results.into_iter().map(|w| w.unwrap_or(Waited::TimedOut)).collect(), decisive })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_update_whose_cleanup_was_claimed_meanwhile_changes_nothing_not_even_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = Registry::open(Some(dir.path().join("state"))).unwrap();
+        let cleanup = Cleanup { command: "docker rm -f web".into(), timeout_ms: CLEANUP_TIMEOUT_MS };
+        let stale = reg
+            .create(Entry {
+                name: Some("web".into()),
+                status: Status::Running,
+                cleanup: Some(cleanup),
+                ..Entry::default()
+            })
+            .unwrap();
+        // The supervisor claims the cleanup after the caller read the entry.
+        reg.update(&stale.id, |e| e.cleanup_started_at = Some(registry::now_ms())).unwrap();
+        let req = UpdateRequest { cleanup: Some(Some("true".into())), cleanup_timeout: None, name: Some("api".into()) };
+        assert!(matches!(update(&reg, &stale, &req), Err(ManagerError::Refused(_))));
+        let now = reg.read(&stale.id).unwrap();
+        assert_eq!(now.name.as_deref(), Some("web"), "a refused update must not half-apply");
+        assert_eq!(now.cleanup.map(|c| c.command).as_deref(), Some("docker rm -f web"));
+
+        // Without the race, both go in, in one write.
+        let fresh = reg.read(&stale.id).unwrap();
+        reg.update(&fresh.id, |e| e.cleanup_started_at = None).unwrap();
+        let fresh = reg.read(&stale.id).unwrap();
+        let e = update(&reg, &fresh, &req).unwrap();
+        assert_eq!((e.name.as_deref(), e.cleanup.map(|c| c.command)), (Some("api"), Some("true".to_string())));
+    }
 }
