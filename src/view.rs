@@ -196,6 +196,63 @@ pub fn entry_view_tree(reg: &Registry, e: &Entry, census: &OnceCell<Census>) -> 
     view_with_status(reg, e, status, true)
 }
 
+/// Which entries a listing shows (`sheepdog ps`, the MCP `process_list` tool).
+#[derive(Clone, Debug, Default)]
+pub struct ListQuery {
+    /// Only this session's entries; `None`: every session.
+    pub session: Option<String>,
+    /// Only entries with this status, finished or not, of any age.
+    pub status: Option<Status>,
+    /// Finished entries too, in registry order.
+    pub all: bool,
+    /// Without `all` or `status`: after the live entries, the finished ones that failed within
+    /// this many ms (`ps` shows the last hour's); `None`: no finished entry.
+    pub recent_failures_ms: Option<u64>,
+    /// Each row with its live processes (`tree`).
+    pub tree: bool,
+}
+
+/// What a listing found: the rows, how many matching entries it left out (finished, not
+/// asked for), and the entries set aside as unreadable (for the caller to report).
+#[derive(Debug)]
+pub struct Listing {
+    pub rows: Vec<EntryView>,
+    pub hidden: usize,
+    pub aside: Vec<crate::registry::SetAside>,
+}
+
+/// The rows of a listing, oldest first: with `status` or `all` every match in order; else the
+/// live entries, then the recent failures. The kernel is asked once for all of them (one
+/// census, see [`crate::manager::live_status`]).
+pub fn list(reg: &Registry, q: &ListQuery) -> Listing {
+    let (entries, aside) = reg.list();
+    let census = OnceCell::new();
+    let now = crate::registry::now_ms();
+    let (mut rows, mut failed, mut hidden) = (Vec::new(), Vec::new(), 0usize);
+    for e in entries.iter().filter(|e| q.session.as_ref().is_none_or(|s| e.session_id.as_ref() == Some(s))) {
+        let s = crate::manager::live_status(e, &census);
+        if let Some(want) = q.status {
+            if s == want {
+                rows.push(view_with_status(reg, e, s, q.tree));
+            }
+            continue;
+        }
+        if q.all || s.is_live() {
+            rows.push(view_with_status(reg, e, s, q.tree));
+            continue;
+        }
+        let v = view_with_status(reg, e, s, false);
+        let recent = q.recent_failures_ms.is_some_and(|ms| now.saturating_sub(e.ended_at.unwrap_or(e.started_at)) < ms);
+        if v.failed() && recent {
+            failed.push(v);
+        } else {
+            hidden += 1;
+        }
+    }
+    rows.extend(failed);
+    Listing { rows, hidden, aside }
+}
+
 /// The view of `e` with a status already known (no kernel reads for finished entries).
 pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bool) -> EntryView {
     let live = if status.is_finished() { Vec::new() } else { crate::manager::live_tree(e) };

@@ -396,35 +396,15 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
         }
         return Ok(0);
     };
-    let (entries, aside) = reg.list();
+    let query = view::ListQuery {
+        session: a.session.clone(),
+        status: a.status,
+        all: a.all,
+        recent_failures_ms: Some(PS_RECENT_FAILED_MS),
+        tree: a.tree,
+    };
+    let view::Listing { rows, hidden, aside } = view::list(&reg, &query);
     warn_set_aside(&aside);
-    let census = std::cell::OnceCell::new();
-    let now = sheepdog::registry::now_ms();
-    let mut hidden = 0usize;
-    let mut live_rows = Vec::new();
-    let mut failed_rows = Vec::new();
-    for e in entries.iter().filter(|e| a.session.as_ref().is_none_or(|s| e.session_id.as_ref() == Some(s))) {
-        let s = manager::live_status(e, &census);
-        if let Some(want) = a.status {
-            if s == want {
-                live_rows.push(view::view_with_status(&reg, e, s, a.tree));
-            }
-            continue;
-        }
-        if a.all || s.is_live() {
-            live_rows.push(view::view_with_status(&reg, e, s, a.tree));
-            continue;
-        }
-        let v = view::view_with_status(&reg, e, s, false);
-        let recent = now.saturating_sub(e.ended_at.unwrap_or(e.started_at)) < PS_RECENT_FAILED_MS;
-        if v.failed() && recent {
-            failed_rows.push(v);
-        } else {
-            hidden += 1;
-        }
-    }
-    live_rows.extend(failed_rows);
-    let rows = live_rows;
     let mut out = io::BufWriter::new(io::stdout().lock());
     if json {
         let _ = out.write_all(b"{\"entries\":[");

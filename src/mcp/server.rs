@@ -931,24 +931,16 @@ fn list(ctx: &Ctx, a: ListArgs) -> Result<Done<ListResult>, ToolError> {
         None => None,
     };
     let session = a.session.unwrap_or_else(|| ctx.session.clone());
-    let (entries, _) = ctx.reg.list();
-    let census = OnceCell::new();
-    let mut processes = Vec::new();
-    let mut lines = Vec::new();
-    for e in entries {
-        if session != "*" && e.session_id.as_deref() != Some(session.as_str()) {
-            continue;
-        }
-        let v = entry_view(&ctx.reg, &e, &census);
-        if !a.all.unwrap_or(false) && v.status.is_finished() && wanted.is_none() {
-            continue;
-        }
-        if wanted.is_some_and(|w| w != v.status) {
-            continue;
-        }
-        lines.push(entry_line(&v));
-        processes.push(serde_json::to_value(&v).unwrap_or(Value::Null));
-    }
+    let query = sheepdog::view::ListQuery {
+        session: (session != "*").then_some(session),
+        status: wanted,
+        all: a.all.unwrap_or(false),
+        recent_failures_ms: None,
+        tree: false,
+    };
+    let listing = sheepdog::view::list(&ctx.reg, &query);
+    let lines: Vec<String> = listing.rows.iter().map(entry_line).collect();
+    let processes: Vec<Value> = listing.rows.iter().map(|v| serde_json::to_value(v).unwrap_or(Value::Null)).collect();
     let text = if lines.is_empty() { "No processes.".to_string() } else { lines.join("\n") };
     Ok(Done::ok(ListResult { entries: processes }, text))
 }
