@@ -196,6 +196,67 @@ pub fn entry_view_tree(reg: &Registry, e: &Entry, census: &OnceCell<Census>) -> 
     view_with_status(reg, e, status, true)
 }
 
+/// What a start shows (`start --json`, `restart --json`): the new entry's view, with `ready`
+/// the readiness report in place of the options (null when none was asked for), then the
+/// nudges it earned as `warnings`.
+#[derive(Clone, Debug)]
+pub struct StartView {
+    pub entry: EntryView,
+    pub ready: Option<crate::ready::ReadyReport>,
+    pub warnings: Vec<Nudge>,
+}
+
+impl Serialize for StartView {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let mut v = serde_json::to_value(&self.entry).map_err(S::Error::custom)?;
+        if let serde_json::Value::Object(m) = &mut v {
+            // `ready` keeps the entry's place: a report of the wait instead of its options.
+            m.insert("ready".into(), serde_json::to_value(&self.ready).map_err(S::Error::custom)?);
+            m.insert("warnings".into(), serde_json::to_value(&self.warnings).map_err(S::Error::custom)?);
+        }
+        v.serialize(s)
+    }
+}
+
+/// What a stop shows per entry (`stop --json`): the entry's view after the stop (its
+/// `treeGone` what this stop found), then whether it had ended before, `ok` (the tree is gone
+/// and no cleanup failed) and the cleanup's failure line (null when it did not fail).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StopView {
+    #[serde(flatten)]
+    pub entry: EntryView,
+    pub already_finished: bool,
+    pub ok: bool,
+    pub cleanup_error: Option<String>,
+}
+
+impl StopView {
+    /// The view of a stop that found the tree gone or not (`tree_gone`).
+    pub fn new(
+        mut entry: EntryView,
+        already_finished: bool,
+        tree_gone: bool,
+        cleanup_error: Option<String>,
+    ) -> StopView {
+        entry.tree_gone = Some(tree_gone);
+        StopView { entry, already_finished, ok: tree_gone && cleanup_error.is_none(), cleanup_error }
+    }
+}
+
+/// What a wait shows per entry (`wait --json`): the entry's view, whether it finished, the
+/// status `wait` exits with for it (null: unknown), and its last lines of output.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitView {
+    #[serde(flatten)]
+    pub entry: EntryView,
+    pub finished: bool,
+    pub exit_status: Option<i32>,
+    pub last_lines: Vec<String>,
+}
+
 /// Which entries a listing shows (`sheepdog ps`, the MCP `process_list` tool).
 #[derive(Clone, Debug, Default)]
 pub struct ListQuery {
@@ -322,7 +383,7 @@ mod tests {
     /// The whole `--json` / MCP document of a finished entry, field by field: a snapshot. A
     /// field renamed, dropped or added shows here first; hosts script against these names.
     #[test]
-    fn the_entry_view_of_a_finished_entry_is_this_document() {
+    fn the_entry_view_and_the_result_views_of_a_finished_entry_are_these_documents() {
         let dir = tempfile::tempdir().unwrap();
         let reg = Registry::open(Some(dir.path().join("state"))).unwrap();
         let e = Entry {
@@ -390,5 +451,39 @@ mod tests {
             "cgroup": null, "cgroupInode": null, "usage": null
         });
         assert_eq!(v, want, "got {}", serde_json::to_string_pretty(&v).unwrap());
+
+        // The result views: the entry's fields first, then their own, in this order.
+        let entry = view_with_status(&reg, &e, e.status, false);
+        let tail = |v: serde_json::Value, n: usize| -> Vec<(String, serde_json::Value)> {
+            let m = v.as_object().unwrap();
+            assert_eq!(m.len(), want.as_object().unwrap().len() + n);
+            m.iter().skip(m.len() - n).map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        let stop = serde_json::to_value(StopView::new(entry.clone(), true, false, None)).unwrap();
+        assert_eq!(stop["treeGone"], false, "what the stop found, in the entry's place");
+        let got = tail(stop, 3);
+        assert_eq!(
+            got,
+            [
+                ("alreadyFinished".into(), serde_json::json!(true)),
+                ("ok".into(), serde_json::json!(false)),
+                ("cleanupError".into(), serde_json::Value::Null)
+            ]
+        );
+        let start =
+            serde_json::to_value(StartView { entry: entry.clone(), ready: None, warnings: Vec::new() }).unwrap();
+        assert_eq!(start["ready"], serde_json::Value::Null, "the report, in the options' place");
+        let got = tail(start, 1);
+        assert_eq!(got, [("warnings".into(), serde_json::json!([]))]);
+        let wait = WaitView { entry, finished: true, exit_status: Some(143), last_lines: vec!["bye".into()] };
+        let got = tail(serde_json::to_value(wait).unwrap(), 3);
+        assert_eq!(
+            got,
+            [
+                ("finished".into(), serde_json::json!(true)),
+                ("exitStatus".into(), serde_json::json!(143)),
+                ("lastLines".into(), serde_json::json!(["bye"]))
+            ]
+        );
     }
 }

@@ -206,12 +206,12 @@ fn render_started(
         _ => e.clone(),
     };
     if let Some(list) = json_out {
-        let mut v = entry_json(reg, &shown, manager::live_status(&shown, &Default::default()));
-        if let Value::Object(m) = &mut v {
-            m.insert("ready".into(), ready.map(|r| json!(r.report())).unwrap_or(Value::Null));
-            m.insert("warnings".into(), json!(warnings));
-        }
-        list.push(v);
+        let v = view::StartView {
+            entry: view::view_with_status(reg, &shown, manager::live_status(&shown, &Default::default()), false),
+            ready: ready.map(|r| r.report()),
+            warnings: warnings.to_vec(),
+        };
+        list.push(serde_json::to_value(v).unwrap_or(Value::Null));
         return code;
     }
     outln!("{}", e.id);
@@ -645,14 +645,13 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             Ok(o) => {
                 let cleanup_failed = sheepdog::cleanup::failure_line(&o.entry);
                 if json {
-                    let mut v = entry_json(&reg, &o.entry, o.entry.status);
-                    if let Value::Object(m) = &mut v {
-                        m.insert("alreadyFinished".into(), json!(o.already_finished));
-                        m.insert("treeGone".into(), json!(o.tree_gone));
-                        m.insert("ok".into(), json!(o.tree_gone && cleanup_failed.is_none()));
-                        m.insert("cleanupError".into(), json!(cleanup_failed));
-                    }
-                    list.push(v);
+                    let v = view::StopView::new(
+                        view::view_with_status(&reg, &o.entry, o.entry.status, false),
+                        o.already_finished,
+                        o.tree_gone,
+                        cleanup_failed.clone(),
+                    );
+                    list.push(serde_json::to_value(v).unwrap_or(Value::Null));
                 } else {
                     outln!("{}", o.headline());
                     if let Some(line) = &cleanup_failed {
@@ -814,23 +813,14 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             code = code.max(exit::USAGE);
         }
         if json {
-            let mut v = entry_json(&reg, &entry, st);
-            if let Value::Object(m) = &mut v {
-                m.insert("finished".into(), json!(finished));
-                m.insert("exitStatus".into(), json!(status));
-                m.insert(
-                    "lastLines".into(),
-                    json!(
-                        sheepdog::ready::output_tail(&reg, &entry.id)
-                            .into_iter()
-                            .rev()
-                            .take(WAIT_TAIL)
-                            .rev()
-                            .collect::<Vec<_>>()
-                    ),
-                );
-            }
-            list.push(v);
+            let tail = sheepdog::ready::output_tail(&reg, &entry.id);
+            let v = view::WaitView {
+                entry: view::view_with_status(&reg, &entry, st, false),
+                finished,
+                exit_status: status,
+                last_lines: tail[tail.len().saturating_sub(WAIT_TAIL)..].to_vec(),
+            };
+            list.push(serde_json::to_value(v).unwrap_or(Value::Null));
         } else if finished {
             if single {
                 outln!("{}", view::status_text(&entry, entry.status));
