@@ -162,7 +162,7 @@ pub fn port_accepts(port: u16) -> bool {
 
 /// Live pids of an entry's tree.
 fn tree_pids(e: &Entry) -> Vec<Pid> {
-    crate::manager::live_tree(e).iter().filter_map(|(p, ..)| Pid::new(*p)).collect()
+    crate::manager::live_tree(e).iter().filter_map(|p| Pid::new(p.pid)).collect()
 }
 
 /// Waits until `entry` is ready by `spec`, it finishes, or `spec.timeout_ms` passes.

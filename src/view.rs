@@ -317,13 +317,9 @@ pub fn list(reg: &Registry, q: &ListQuery) -> Listing {
 /// The view of `e` with a status already known (no kernel reads for finished entries).
 pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bool) -> EntryView {
     let live = if status.is_finished() { Vec::new() } else { crate::manager::live_tree(e) };
-    let pids: Vec<Pid> = live.iter().filter_map(|(p, ..)| Pid::new(*p)).collect();
+    let pids: Vec<Pid> = live.iter().filter_map(|p| Pid::new(p.pid)).collect();
     let ports = crate::ports::listening(&pids);
-    let tree = with_tree.then(|| {
-        live.iter()
-            .map(|(pid, pgid, sid, command)| TreeProc { pid: *pid, pgid: *pgid, sid: *sid, command: command.clone() })
-            .collect()
-    });
+    let tree = with_tree.then_some(live);
     EntryView {
         id: e.id.clone(),
         name: e.display_name(),

@@ -65,8 +65,8 @@ pub fn recorded_tree(e: &Entry) -> Option<Tree> {
     Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, tag).with_evidence(members.collect(), e.sid))
 }
 
-/// Live processes of a running or orphaned entry: (pid, pgid, session, command).
-pub fn live_tree(e: &Entry) -> Vec<(i32, i32, i32, String)> {
+/// Live processes of a running or orphaned entry, each with its group, session and command.
+pub fn live_tree(e: &Entry) -> Vec<crate::view::TreeProc> {
     if e.is_finished() || !e.this_boot() {
         return Vec::new();
     }
@@ -79,6 +79,11 @@ pub fn live_tree(e: &Entry) -> Vec<(i32, i32, i32, String)> {
     stats
         .iter()
         .filter(|s| !s.is_zombie())
-        .map(|s| (s.pid.as_raw(), s.pgrp, s.session, procfs::cmdline(s.pid)))
+        .map(|s| crate::view::TreeProc {
+            pid: s.pid.as_raw(),
+            pgid: s.pgrp,
+            sid: s.session,
+            command: procfs::cmdline(s.pid),
+        })
         .collect()
 }

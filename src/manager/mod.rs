@@ -936,7 +936,7 @@ pub fn replace(
     mut req: StartRequest,
     term_grace: Option<Duration>,
 ) -> Result<Restarted, ManagerError> {
-    let pids: Vec<Pid> = live_tree(old).iter().filter_map(|(p, ..)| Pid::new(*p)).collect();
+    let pids: Vec<Pid> = live_tree(old).iter().filter_map(|p| Pid::new(p.pid)).collect();
     let mut ports = crate::ports::listening_now(&pids);
     ports.extend(req.ready.as_ref().and_then(|r| r.port));
     let stopped = stop(reg, old, term_grace)?;
