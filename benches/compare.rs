@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sheepdog::os::process::{self as sysproc, Sent};
+use sheepdog::os::{Pid, Signal, procfs};
 use sheepdog::registry::{Entry, StopTimings};
-use sheepdog::sys::process::{self as sysproc, Sent};
-use sheepdog::sys::{Pid, Signal, procfs};
 
 #[derive(Clone)]
 struct Peer {

@@ -6,7 +6,8 @@
 //!   process's detached supervisor).
 //! - [`stop`]: [`stop::StopPolicy`] and the one stop sequence, as a small state machine.
 //! - [`cgroup`]: the cgroup v2 tier: the probe, a tree's cgroup, usage, limits, `doctor`.
-//! - [`tree`]: which processes belong to a provider, "all gone", identity-checked signals.
+//! - `tree` (crate-private): which processes belong to a provider, "all gone",
+//!   identity-checked signals.
 //! - `spawn` (crate-private): a command into its own process group, with the pre-exec steps.
 //! - [`registry`]: entries on disk, crash-safe writes, identity.
 //! - [`manager`]: start / stop / wait / reap / clear and the detached supervisor's body.
@@ -19,7 +20,8 @@
 //! - [`exit`]: every exit status sheepdog reports, in one place.
 //! - [`usage`]: CPU and memory of a tree, from `/proc`.
 //! - [`top`]: the `sheepdog top` terminal UI (its own binary, `sheepdog-top`).
-//! - [`sys`]: the only place with `unsafe`: signals, pidfds, `/proc`, `poll`.
+//! - `sys` (crate-private): the only place with `unsafe`: signals, pidfds, `/proc`, `poll`.
+//! - [`os`]: the public face of `sys` and `tree` for the binaries and the tests.
 //! - [`status`]: the status vocabulary, one enum.
 //! - [`view`]: the one entry view every `--json`, MCP and `top` render.
 //! - [`ports`]: TCP ports a set of processes listens on (`/proc/net/tcp{,6}`).
@@ -39,6 +41,7 @@ pub mod logread;
 pub mod logs;
 pub mod manager;
 pub(crate) mod nudge;
+pub mod os;
 pub mod ports;
 pub mod ready;
 pub mod registry;
@@ -47,8 +50,8 @@ pub mod status;
 pub mod stop;
 pub mod supervisor;
 #[allow(unsafe_code)]
-pub mod sys;
+pub(crate) mod sys;
 pub mod top;
-pub mod tree;
+pub(crate) mod tree;
 pub mod usage;
 pub mod view;

@@ -145,9 +145,7 @@ pub fn spawn_joined(
         match crate::sys::cgroup::spawn_into(&mut cmd, j.fds.dir) {
             Ok(pid) => return Ok((Spawned { pid, pgid: pid.as_group() }, None)),
             Err(crate::sys::cgroup::SpawnInto::Exec(e)) => return Err(SpawnError::classify(program, e)),
-            Err(crate::sys::cgroup::SpawnInto::Clone(_)) => {
-                skip_join.store(false, std::sync::atomic::Ordering::Relaxed)
-            }
+            Err(crate::sys::cgroup::SpawnInto::Clone) => skip_join.store(false, std::sync::atomic::Ordering::Relaxed),
         }
     }
     let child = match (cmd.spawn(), join) {

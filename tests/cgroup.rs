@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use common::*;
-use sheepdog::sys::procfs;
-use sheepdog::tree::{Member, signal_member};
+use sheepdog::os::procfs;
+use sheepdog::os::{Member, signal_member};
 
 /// `sheepdog` with the containment environment cleared.
 fn sd() -> Command {
@@ -158,7 +158,7 @@ impl Drop for Sweep {
     fn drop(&mut self) {
         for _ in 0..3 {
             for m in marked(&self.0) {
-                signal_member(&m, sheepdog::sys::Signal::KILL);
+                signal_member(&m, sheepdog::os::Signal::KILL);
             }
         }
     }
@@ -644,7 +644,7 @@ fn forge(st: &State, f: impl FnOnce(&mut sheepdog::registry::Entry)) -> String {
             command_preview: "sleep 100".into(),
             cwd: "/".into(),
             boot_id: procfs::boot_id(),
-            uid: sheepdog::sys::process::getuid(),
+            uid: sheepdog::os::process::getuid(),
             tag: sheepdog::registry::new_tag(),
             // Past the leeway `reap` gives a start in progress.
             started_at: sheepdog::registry::now_ms() - 60_000,

@@ -20,8 +20,8 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use sheepdog::sys::procfs;
-use sheepdog::tree::{Member, signal_member};
+use sheepdog::os::procfs;
+use sheepdog::os::{Member, signal_member};
 
 struct Rng(u64);
 
@@ -60,7 +60,7 @@ impl Drop for Sweep {
     fn drop(&mut self) {
         for _ in 0..3 {
             for m in tagged(&self.0) {
-                signal_member(&m, sheepdog::sys::Signal::KILL);
+                signal_member(&m, sheepdog::os::Signal::KILL);
             }
         }
     }
@@ -146,10 +146,9 @@ fn iteration(seed: u64) -> Result<(), String> {
         let e = &list[rng.below(list.len() as u64) as usize];
         match rng.below(5) {
             0 => {
-                if let (Some(p), Some(t)) =
-                    (e.supervisor_pid.and_then(sheepdog::sys::Pid::new), e.supervisor_start_time)
+                if let (Some(p), Some(t)) = (e.supervisor_pid.and_then(sheepdog::os::Pid::new), e.supervisor_start_time)
                 {
-                    signal_member(&Member { pid: p, start_time: Some(t) }, sheepdog::sys::Signal::KILL);
+                    signal_member(&Member { pid: p, start_time: Some(t) }, sheepdog::os::Signal::KILL);
                 }
             }
             1 => {

@@ -94,7 +94,7 @@ fn reap_after_the_supervisor_is_sigkilled_stops_the_orphaned_tree_and_records_it
         let left_group: Vec<i32> = tree
             .iter()
             .copied()
-            .filter(|p| sheepdog::sys::procfs::stat(pid(*p)).is_ok_and(|s| s.pgrp != pgid && s.comm == "sleep"))
+            .filter(|p| sheepdog::os::procfs::stat(pid(*p)).is_ok_and(|s| s.pgrp != pgid && s.comm == "sleep"))
             .collect();
         if left_group.len() == 1 || Instant::now() >= end {
             break (tree, left_group);
@@ -132,8 +132,8 @@ fn forge(st: &State, f: impl FnOnce(&mut sheepdog::registry::Entry)) -> String {
             argv: vec!["sleep".into(), "100".into()],
             command_preview: "sleep 100".into(),
             cwd: "/".into(),
-            boot_id: sheepdog::sys::procfs::boot_id(),
-            uid: sheepdog::sys::process::getuid(),
+            boot_id: sheepdog::os::procfs::boot_id(),
+            uid: sheepdog::os::process::getuid(),
             tag: sheepdog::registry::new_tag(),
             started_at: sheepdog::registry::now_ms(),
             ..Default::default()
@@ -148,7 +148,7 @@ fn forged_entries_with_a_reused_pid_or_another_boot_are_never_signalled() {
     let guard = Guard::new();
     let mut victim = guard.sleeper();
     let vpid = victim.id() as i32;
-    let real_start = sheepdog::sys::procfs::start_time(pid(vpid)).unwrap();
+    let real_start = sheepdog::os::procfs::start_time(pid(vpid)).unwrap();
     // Same pid, another start time: a pid reused after the recorded process died.
     let reused = forge(&st, |e| {
         e.name = Some("reused".into());
@@ -328,7 +328,7 @@ fn three_hundred_short_lived_starts_leave_no_zombie_and_no_running_entry() {
     // This test is a subreaper, so the detached supervisors come back to it when `start`
     // exits, and it can check each one exited cleanly and reap it (this machine's PID 1 does
     // not reap; a normal init would).
-    sheepdog::sys::process::set_child_subreaper().unwrap();
+    sheepdog::os::process::set_child_subreaper().unwrap();
     let st = State::new();
     let threads: Vec<_> = (0..4)
         .map(|_| {
@@ -358,9 +358,9 @@ fn three_hundred_short_lived_starts_leave_no_zombie_and_no_running_entry() {
         assert_eq!(out.status.code(), Some(0), "{id}: {}", stderr(&out));
         let sup = e["supervisorPid"].as_i64().unwrap() as i32;
         // Reaped by us (it was re-parented here) or already gone.
-        let _ = sheepdog::sys::process::reap(pid(sup), true);
+        let _ = sheepdog::os::process::reap(pid(sup), true);
         let provider = e["pid"].as_i64().unwrap() as i32;
-        assert!(sheepdog::sys::procfs::stat(pid(provider)).is_err(), "provider {provider} left a zombie");
+        assert!(sheepdog::os::procfs::stat(pid(provider)).is_err(), "provider {provider} left a zombie");
     }
     let running: Vec<Value> = st.entries().into_iter().filter(|e| e["status"] != "exited").collect();
     assert!(running.is_empty(), "{running:?}");

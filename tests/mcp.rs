@@ -90,7 +90,7 @@ impl Server {
 /// Tracks the children of `pid` (the server under an owner or a launcher), so they are killed
 /// by recorded pid if the test fails.
 fn track_children(guard: &Guard, pid: i32) {
-    for c in sheepdog::sys::procfs::children(common::pid(pid)) {
+    for c in sheepdog::os::procfs::children(common::pid(pid)) {
         guard.track(c.as_raw());
     }
 }

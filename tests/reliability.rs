@@ -75,11 +75,11 @@ fn as_pid_1_the_exited_event_reports_the_status_sheepdog_really_exits_with() {
     let (mut child, lines) = spawn_lines(cmd, &guard);
     let spawned = lines.next(SECS(10));
     assert!(spawned.contains("\"spawned\""), "{spawned}");
-    let init = sheepdog::sys::procfs::children(pid(child.id() as i32));
+    let init = sheepdog::os::procfs::children(pid(child.id() as i32));
     assert_eq!(init.len(), 1);
     let init = init[0].as_raw();
     guard.track(init);
-    sheepdog::sys::procfs::descendants(pid(init)).iter().for_each(|s| guard.track(s.pid.as_raw()));
+    sheepdog::os::procfs::descendants(pid(init)).iter().for_each(|s| guard.track(s.pid.as_raw()));
     signal(init, libc::SIGTERM);
     let exited = loop {
         let l = lines.next(SECS(10));
@@ -333,7 +333,7 @@ fn reap_stops_a_member_that_cleared_its_environment_in_the_provider_group_after_
     // The provider dies too: only the group member is left.
     let provider = v["pid"].as_i64().unwrap() as i32;
     guard.track(provider);
-    until(SECS(5), "the provider's exec", || sheepdog::sys::procfs::cmdline(pid(provider)).contains("601"));
+    until(SECS(5), "the provider's exec", || sheepdog::os::procfs::cmdline(pid(provider)).contains("601"));
     signal(provider, libc::SIGKILL);
     assert_eq!(wait_gone(&[provider], SECS(5)), Vec::<i32>::new());
     assert_eq!(st.entry(&id_of(&v))["status"], "orphaned", "a member of the recorded group is alive");
@@ -470,7 +470,7 @@ fn stop_past_a_stopped_supervisor_takes_its_unrecorded_orphans_before_killing_it
 
 #[test]
 fn a_recorded_member_that_switched_uid_is_still_reaped() {
-    if std::process::Command::new("setpriv").arg("--version").output().is_err() || sheepdog::sys::process::getuid() != 0
+    if std::process::Command::new("setpriv").arg("--version").output().is_err() || sheepdog::os::process::getuid() != 0
     {
         eprintln!("SKIPPED: needs setpriv and root to switch a member's uid");
         return;

@@ -96,7 +96,7 @@ fn a_stop_that_lands_right_after_the_spawn_still_stops_the_provider() {
         let sup = child.id() as i32;
         let end = Instant::now() + SECS(10);
         let provider = loop {
-            let kids = sheepdog::sys::procfs::children(pid(sup));
+            let kids = sheepdog::os::procfs::children(pid(sup));
             if let Some(k) = kids.first() {
                 break k.as_raw();
             }
@@ -185,7 +185,7 @@ fn owner_killed_while_another_process_holds_stdin_stops_the_tree_with_sigterm_fi
 
 #[test]
 fn owner_killed_while_provider_floods_a_pipe_nobody_reads_the_supervisor_still_stops_the_tree() {
-    sheepdog::sys::process::set_child_subreaper().unwrap(); // to collect the orphaned supervisor's status
+    sheepdog::os::process::set_child_subreaper().unwrap(); // to collect the orphaned supervisor's status
     let provider = py(r#"
 import os, sys, time
 kid = os.fork()
@@ -203,7 +203,7 @@ while True:
     let (mut owner, _stdin, _lines, sup) = spawn_owner(&owner_script(&argv, true), &guard);
     let end = Instant::now() + SECS(10);
     let tree = loop {
-        let d: Vec<i32> = sheepdog::sys::procfs::descendants(pid(sup)).iter().map(|s| s.pid.as_raw()).collect();
+        let d: Vec<i32> = sheepdog::os::procfs::descendants(pid(sup)).iter().map(|s| s.pid.as_raw()).collect();
         if d.len() >= 2 {
             break d;
         }
@@ -219,9 +219,9 @@ while True:
     all.push(sup);
     assert_eq!(wait_gone(&all, SECS(4)), Vec::<i32>::new(), "survivors after owner death");
     // The orphaned supervisor was re-parented to this test (a subreaper): read how it ended.
-    let st = sheepdog::sys::process::reap(pid(sup), true).unwrap();
+    let st = sheepdog::os::process::reap(pid(sup), true).unwrap();
     match st {
-        Some(sheepdog::sys::WaitStatus::Exited(code)) => assert!(code > 128, "status {code}"),
+        Some(sheepdog::os::WaitStatus::Exited(code)) => assert!(code > 128, "status {code}"),
         other => panic!("the supervisor must exit, not die of a closed pipe: {other:?}"),
     }
 }
@@ -302,8 +302,8 @@ fn a_descendant_in_its_own_session_survives_nothing() {
     let (mut child, lines) = spawn_run(&["--term-grace", "1s", "--", "python3", "-c", NEW_SESSION_TREE], &guard);
     let tree = lines.pids("tree", SECS(10));
     tree.iter().for_each(|p| guard.track(*p));
-    let st = sheepdog::sys::procfs::stat(pid(tree[0])).unwrap();
-    assert_ne!(st.session, sheepdog::sys::procfs::stat(pid(child.id() as i32)).unwrap().session);
+    let st = sheepdog::os::procfs::stat(pid(tree[0])).unwrap();
+    assert_ne!(st.session, sheepdog::os::procfs::stat(pid(child.id() as i32)).unwrap().session);
     signal(child.id() as i32, libc::SIGTERM);
     let status = wait_child(&mut child, SECS(10));
     assert_eq!(status.signal(), Some(libc::SIGTERM));
@@ -352,14 +352,14 @@ fn sigterm_escalates_to_sigkill_and_the_supervisor_dies_by_sigterm_after_the_gro
     let (mut child, lines) = spawn_run(&["--term-grace", "500ms", "--", "sh", "-c", STUBBORN], &guard);
     let tree = lines.pids("tree", SECS(10));
     tree.iter().for_each(|p| guard.track(*p));
-    let pgid = sheepdog::sys::Pgid::new(tree[0]).unwrap();
+    let pgid = sheepdog::os::Pgid::new(tree[0]).unwrap();
     let t0 = Instant::now();
     signal(child.id() as i32, libc::SIGTERM);
     let st = wait_child(&mut child, SECS(10));
     let took = t0.elapsed();
     assert_eq!(st.signal(), Some(libc::SIGTERM), "{st:?}");
     assert!(took >= Duration::from_millis(500), "SIGKILL before the grace: {took:?}");
-    assert!(sheepdog::sys::procfs::live_group_members(pgid).is_empty(), "group not empty at exit");
+    assert!(sheepdog::os::procfs::live_group_members(pgid).is_empty(), "group not empty at exit");
     assert_eq!(wait_gone(&tree, Duration::ZERO), Vec::<i32>::new());
 }
 
@@ -544,11 +544,11 @@ time.sleep(100)
     let got = lines.expect("pid1", SECS(10));
     assert_eq!(got, ["sheepdog", "zombies", "0"], "the orphan's zombie was not reaped");
     // SIGTERM to the namespace's PID 1 (the child of unshare) runs the one stop.
-    let init = sheepdog::sys::procfs::children(pid(child.id() as i32));
+    let init = sheepdog::os::procfs::children(pid(child.id() as i32));
     assert_eq!(init.len(), 1);
     let init = init[0].as_raw();
     guard.track(init);
-    let tree: Vec<i32> = sheepdog::sys::procfs::descendants(pid(init)).iter().map(|s| s.pid.as_raw()).collect();
+    let tree: Vec<i32> = sheepdog::os::procfs::descendants(pid(init)).iter().map(|s| s.pid.as_raw()).collect();
     tree.iter().for_each(|p| guard.track(*p));
     signal(init, libc::SIGTERM);
     let st = wait_child(&mut child, SECS(10));
@@ -678,7 +678,7 @@ fn other_signals_are_forwarded_to_the_group_not_fatal_to_the_supervisor() {
         spawn_run(&["--", "sh", "-c", "trap 'echo got-usr1' USR1; echo ready; while :; do sleep 0.05; done"], &guard);
     lines.expect("ready", SECS(10));
     let sup = child.id() as i32;
-    let tree: Vec<i32> = sheepdog::sys::procfs::descendants(pid(sup)).iter().map(|s| s.pid.as_raw()).collect();
+    let tree: Vec<i32> = sheepdog::os::procfs::descendants(pid(sup)).iter().map(|s| s.pid.as_raw()).collect();
     tree.iter().for_each(|p| guard.track(*p));
     for sig in [libc::SIGUSR1, libc::SIGWINCH] {
         signal(sup, sig);

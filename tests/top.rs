@@ -90,7 +90,7 @@ impl Tmux {
     /// The pid of `sheepdog-top` (the pane shell's child that `sheepdog top` exec'd into).
     fn top_pid(&self) -> i32 {
         let sh: i32 = self.display("#{pane_pid}").parse().expect("pane pid");
-        let kids = sheepdog::sys::procfs::children(common::pid(sh));
+        let kids = sheepdog::os::procfs::children(common::pid(sh));
         let p = kids.first().expect("top runs in the pane").as_raw();
         self.guard.track(p);
         p
@@ -146,7 +146,7 @@ fn expanding_shows_the_member_that_called_setsid() {
         let found = st
             .tree_pids(&id)
             .into_iter()
-            .find(|p| sheepdog::sys::procfs::stat(common::pid(*p)).is_ok_and(|s| s.session == *p && s.comm == "sleep"));
+            .find(|p| sheepdog::os::procfs::stat(common::pid(*p)).is_ok_and(|s| s.session == *p && s.comm == "sleep"));
         if let Some(p) = found {
             break p;
         }

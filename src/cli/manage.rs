@@ -92,13 +92,13 @@ pub const SESSION_ENV: &str = "SHEEPDOG_SESSION";
 pub const OWNER_ENV: &str = "SHEEPDOG_OWNER";
 
 /// `$SHEEPDOG_OWNER` as a pid: unset or empty is none; anything else must be a pid.
-fn owner_from_env() -> Result<Option<sheepdog::sys::Pid>, CliError> {
+fn owner_from_env() -> Result<Option<sheepdog::os::Pid>, CliError> {
     let Some(raw) = std::env::var_os(OWNER_ENV).filter(|v| !v.is_empty()) else { return Ok(None) };
     let text = raw.to_string_lossy();
     text.trim()
         .parse::<i32>()
         .ok()
-        .and_then(sheepdog::sys::Pid::new)
+        .and_then(sheepdog::os::Pid::new)
         .map(Some)
         .ok_or_else(|| CliError::usage(format!("{OWNER_ENV}={text}: not a process id (must be a number > 0)")))
 }
@@ -552,7 +552,7 @@ pub(super) fn logs(a: LogsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         // does; a reader that went away ends it even while the process is quiet.
         let mut emit = |bytes: &[u8]| -> bool {
             if bytes.is_empty() {
-                return !sheepdog::sys::process::peer_closed(1);
+                return !sheepdog::os::process::peer_closed(1);
             }
             out.write_all(bytes).and_then(|_| out.flush()).is_ok()
         };

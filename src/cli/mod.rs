@@ -294,6 +294,6 @@ fn flatten_clap(text: &str) -> String {
 }
 
 /// Converts a raw pid argument, refusing 0 and negatives (which `kill` reads as groups).
-fn pid_arg(flag: &str, raw: i32) -> Result<sheepdog::sys::Pid, CliError> {
-    sheepdog::sys::Pid::new(raw).ok_or_else(|| CliError::usage(format!("{flag} {raw}: not a process id (must be > 0)")))
+fn pid_arg(flag: &str, raw: i32) -> Result<sheepdog::os::Pid, CliError> {
+    sheepdog::os::Pid::new(raw).ok_or_else(|| CliError::usage(format!("{flag} {raw}: not a process id (must be > 0)")))
 }

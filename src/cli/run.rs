@@ -1,9 +1,9 @@
 //! `sheepdog run`: the foreground supervisor.
 
 use sheepdog::events::EventSink;
+use sheepdog::os::die_by;
 use sheepdog::stop::StopPolicy;
 use sheepdog::supervisor::{self, Exit, OnStdinEof, Options, Owner, Quiet};
-use sheepdog::sys::signal::die_by;
 
 use super::{CliError, RunArgs, pid_arg};
 

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rmcp::ServiceExt;
+use sheepdog::os::{Pid, procfs};
 use sheepdog::registry::Registry;
-use sheepdog::sys::{Pid, procfs};
 
 /// Status of the server's own errors (bad arguments, an unusable state dir): 125, as the CLI.
 const EXIT_USAGE: i32 = sheepdog::exit::USAGE;

@@ -11,7 +11,7 @@
 //! The default session is derived from the owner's identity (pid and start time), so a server
 //! restarted by the same agent sees the same session, and a new agent a new one.
 
-use sheepdog::sys::{Pid, procfs};
+use sheepdog::os::{Pid, procfs};
 
 /// Programs that only launch the server on the client's behalf (by the basename of `argv[0]`):
 /// shells running a script (`-c`), package runners and small exec wrappers.
@@ -119,7 +119,7 @@ fn argv_of(pid: Pid) -> Vec<String> {
 /// The agent: this process's parent, or the first ancestor above it that is not a launcher.
 /// `None` when the parent is init (the server was orphaned: nothing to be owned by).
 pub fn detect() -> Option<Pid> {
-    let mut pid = Pid::new(sheepdog::sys::process::getppid()).filter(|p| p.as_raw() > 1)?;
+    let mut pid = Pid::new(sheepdog::os::process::getppid()).filter(|p| p.as_raw() > 1)?;
     for _ in 0..MAX_DEPTH {
         let Ok(st) = procfs::stat(pid) else { return Some(pid) };
         if !is_launcher(&argv_of(pid), &st.comm) {

@@ -27,12 +27,12 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use sheepdog::logread::{self, Cursor, LogQuery, LogStream};
 use sheepdog::manager::{self, StartRequest, UpdateRequest, Waited};
+use sheepdog::os::Census;
+use sheepdog::os::Pid;
 use sheepdog::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome, ReadySpec};
 use sheepdog::registry::{Cleanup, Entry, Registry};
 use sheepdog::status::Status;
 use sheepdog::stop::StopPolicy;
-use sheepdog::sys::Pid;
-use sheepdog::tree::Census;
 use sheepdog::view::{EntryView, entry_view, view_with_status};
 
 use crate::news::{self, Finished};

@@ -95,17 +95,19 @@ pub fn take_join_error(fds: JoinFds) -> Option<io::Error> {
 
 /// Set (to anything) to make [`spawn_into`] act as on a kernel without `clone3`, so the child
 /// joins its cgroup by writing to `cgroup.procs` (for tests of that path; Linux < 5.7).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // only clone3 (Linux) reads it
 pub const NO_CLONE3_ENV: &str = "SHEEPDOG_CGROUP_NO_CLONE3";
 
 /// How [`spawn_into`] failed.
 #[derive(Debug)]
 pub enum SpawnInto {
     /// `clone3` itself failed (ENOSYS before Linux 5.7, EINVAL, EBUSY, EOPNOTSUPP for a cgroup
-    /// that cannot take processes, ...): nothing was started; the caller can still fork and
-    /// migrate.
-    Clone(io::Error),
+    /// that cannot take processes, ...): nothing was started; the caller forks and has the child
+    /// join by writing `cgroup.procs`, whose own failure is the one reported.
+    Clone,
     /// The child started in the cgroup but `exec` (or a pre-exec step) failed with this error;
     /// the child has been reaped.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // elsewhere nothing is started
     Exec(io::Error),
 }
 
@@ -146,9 +148,9 @@ pub fn spawn_into(cmd: &mut std::process::Command, dir: RawFd) -> Result<super::
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
     if std::env::var_os(NO_CLONE3_ENV).is_some() {
-        return Err(SpawnInto::Clone(io::Error::from_raw_os_error(libc::ENOSYS)));
+        return Err(SpawnInto::Clone);
     }
-    let (r, w) = super::signal::pipe_cloexec().map_err(SpawnInto::Clone)?;
+    let (r, w) = super::signal::pipe_cloexec().map_err(|_| SpawnInto::Clone)?;
     let args = CloneArgs {
         flags: CLONE_INTO_CGROUP,
         exit_signal: libc::SIGCHLD as u64,
@@ -159,7 +161,7 @@ pub fn spawn_into(cmd: &mut std::process::Command, dir: RawFd) -> Result<super::
     // the address space as with fork. The process is single-threaded (documented contract).
     let rc = unsafe { libc::syscall(libc::SYS_clone3, &args as *const CloneArgs, std::mem::size_of::<CloneArgs>()) };
     if rc < 0 {
-        return Err(SpawnInto::Clone(io::Error::last_os_error()));
+        return Err(SpawnInto::Clone);
     }
     if rc == 0 {
         // The child: exec, or report why not and exit without running any destructor.
@@ -173,8 +175,7 @@ pub fn spawn_into(cmd: &mut std::process::Command, dir: RawFd) -> Result<super::
         }
     }
     drop(w);
-    let pid =
-        super::Pid::new(rc as i32).ok_or_else(|| SpawnInto::Clone(io::Error::other("clone3 returned a bad pid")))?;
+    let pid = super::Pid::new(rc as i32).ok_or(SpawnInto::Clone)?;
     let mut code: i32 = 0;
     let n = loop {
         // SAFETY: reads at most 4 bytes into a valid i32 from the pipe's read end we own.
@@ -193,5 +194,5 @@ pub fn spawn_into(cmd: &mut std::process::Command, dir: RawFd) -> Result<super::
 
 #[cfg(not(target_os = "linux"))]
 pub fn spawn_into(_cmd: &mut std::process::Command, _dir: RawFd) -> Result<super::Pid, SpawnInto> {
-    Err(SpawnInto::Clone(io::Error::from_raw_os_error(libc::ENOSYS)))
+    Err(SpawnInto::Clone)
 }

@@ -11,10 +11,10 @@ use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
-use sheepdog::sys::Pid;
-use sheepdog::sys::process;
-use sheepdog::sys::procfs;
-use sheepdog::tree::{Member, signal_member};
+use sheepdog::os::Pid;
+use sheepdog::os::process;
+use sheepdog::os::procfs;
+use sheepdog::os::{Member, signal_member};
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_sheepdog")
@@ -80,7 +80,7 @@ impl Drop for Guard {
     fn drop(&mut self) {
         let members = self.members.lock().map(|m| m.clone()).unwrap_or_default();
         for m in &members {
-            signal_member(m, sheepdog::sys::Signal::KILL);
+            signal_member(m, sheepdog::os::Signal::KILL);
         }
         for m in &members {
             // Reap it if it was ours; zombies of others are dead already.
@@ -191,7 +191,7 @@ pub fn stderr_of(child: &mut Child) -> String {
 
 /// Sends a signal by the pid of a child we hold (cannot be reused while unreaped).
 pub fn signal(raw: i32, sig: i32) {
-    let _ = process::kill(pid(raw), sheepdog::sys::Signal::from_raw(sig).unwrap());
+    let _ = process::kill(pid(raw), sheepdog::os::Signal::from_raw(sig).unwrap());
 }
 
 /// A python3 program as `python3 -c SRC`.
@@ -295,11 +295,11 @@ impl Drop for State {
         let (entries, _) = reg.list();
         for e in entries {
             if let (Some(p), Some(t)) = (e.supervisor_pid.and_then(Pid::new), e.supervisor_start_time) {
-                signal_member(&Member { pid: p, start_time: Some(t) }, sheepdog::sys::Signal::KILL);
+                signal_member(&Member { pid: p, start_time: Some(t) }, sheepdog::os::Signal::KILL);
             }
             if let Some(tree) = sheepdog::manager::recorded_tree(&e) {
                 for m in tree.live() {
-                    signal_member(&m, sheepdog::sys::Signal::KILL);
+                    signal_member(&m, sheepdog::os::Signal::KILL);
                 }
             }
             // The cgroup tier: kill by the recorded cgroup and remove it (no test leaves one).

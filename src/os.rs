@@ -1,0 +1,31 @@
+//! What the binaries and the tests may ask of the kernel, and nothing more: the public face of
+//! the crate-private `sys` and `tree` modules (the only `unsafe` stays behind it).
+//!
+//! - [`Pid`], [`Pgid`], [`Signal`], [`WaitStatus`]: the values every call takes.
+//! - [`procfs`]: read-only views of `/proc` (a process's stat, children, descendants, start
+//!   time, command line, environment; the boot id). A zombie is never "alive".
+//! - [`process`]: the handful of process calls a front end or a test needs (its own uid and
+//!   parent, becoming a subreaper and reaping, a signal by pid, whether a peer hung up).
+//! - [`signal_member`], [`Member`]: a signal only to the process that was seen (pidfd, then the
+//!   start time), how tests kill what they spawned and nothing else.
+//! - [`Census`]: one `/proc` scan shared by many registry entries.
+//! - [`die_by`]: end the calling process the way a signal would (what `run` does last).
+
+pub use crate::sys::signal::die_by;
+pub use crate::sys::{Pgid, Pid, Signal, WaitStatus};
+pub use crate::tree::{Census, Member, signal_member};
+
+/// Read-only views of `/proc` (Linux; elsewhere they find nothing).
+pub mod procfs {
+    pub use crate::sys::procfs::{
+        Stat, all, boot_id, children, cmdline, descendants, environ_value, is_alive, live_group_members, start_time,
+        stat,
+    };
+}
+
+/// The process calls a front end or a test needs.
+pub mod process {
+    #[cfg(target_os = "linux")]
+    pub use crate::sys::process::set_child_subreaper;
+    pub use crate::sys::process::{Sent, getppid, getuid, kill, peer_closed, reap};
+}
