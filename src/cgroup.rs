@@ -14,9 +14,9 @@
 //!    `cgroup.controllers`, enabled in its `cgroup.subtree_control`;
 //! 4. `mkdir` of the tree's cgroup below the own one, with `cgroup.kill` present (Linux 5.14+);
 //! 5. `cgroup.events` opened (and read once, which arms `POLLPRI`); the child is then created in
-//!    the cgroup with `clone3(CLONE_INTO_CGROUP)` ([`crate::sys::cgroup::spawn_into`]); where
+//!    the cgroup with `clone3(CLONE_INTO_CGROUP)` (`sys::cgroup::spawn_into`); where
 //!    the kernel refuses that, it is forked and joins with one `write("0")` to the
-//!    `cgroup.procs` opened here, before `exec` ([`crate::sys::cgroup::join_in_child`]).
+//!    `cgroup.procs` opened here, before `exec` (`sys::cgroup::join_in_child`).
 //!
 //! Any refusal falls back to the subreaper tier with the reason kept, unless the cgroup tier was
 //! demanded (`--containment cgroup`) or limits were asked for: then it is an error (status 125).

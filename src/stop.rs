@@ -13,7 +13,7 @@
 //! [`StopMachine`] holds the state (running → stdin grace → terminating → killing → gone or
 //! unfinished); the supervisor's event loop and the out-of-supervisor stop ([`stop_blocking`],
 //! used by `sheepdog stop` and `reap` when a supervisor is gone) both drive it. It acts through
-//! [`StopTarget`] (three calls: gone?, how many alive, send these signals), which a [`Tree`]
+//! [`StopTarget`] (three calls: gone?, how many alive, send these signals), which a `Tree`
 //! implements; the unit tests drive the whole sequence against a scripted target, without
 //! processes, and the integration tests check it against real ones.
 
@@ -162,7 +162,7 @@ pub enum Step {
     Escalated { remaining: usize },
 }
 
-/// What the stop machine acts on: a process tree ([`Tree`]), or in the unit tests below a
+/// What the stop machine acts on: a process tree (`tree::Tree`), or in the unit tests below a
 /// scripted stand-in, so that the sequence itself is checked without processes.
 pub trait StopTarget {
     /// True when nothing of it is alive (zombies count as gone).
@@ -185,7 +185,7 @@ impl StopTarget for Tree {
     }
 }
 
-/// The stop sequence as a small state machine over a [`StopTarget`] (a [`Tree`]).
+/// The stop sequence as a small state machine over a [`StopTarget`] (a `tree::Tree`).
 #[derive(Debug)]
 pub struct StopMachine {
     policy: StopPolicy,

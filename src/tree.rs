@@ -382,7 +382,7 @@ impl Census {
     }
 
     /// True if a live process is in group `pgid` and session `sid`, belongs to `uid` and started
-    /// no earlier than `min_start` (see [`Tree::with_evidence`]).
+    /// no earlier than `min_start` (see `Tree::with_evidence`).
     pub fn group_alive(&self, pgid: i32, sid: i32, uid: u32, min_start: u64) -> bool {
         self.by_group.get(&(pgid, sid)).is_some_and(|v| v.iter().any(|(t, u)| *t >= min_start && *u == Some(uid)))
     }

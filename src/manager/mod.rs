@@ -9,7 +9,7 @@
 //! conmon; no central daemon): the same event loop and one stop as `sheepdog run`, with stdout and
 //! stderr captured to the entry's logs and every transition written to the registry. After any
 //! crash, [`reap`] finds entries whose supervisor is gone and stops what is left of their tree,
-//! touching only processes that are provably the entry's (see [`crate::tree::Tree::recorded`]).
+//! touching only processes that are provably the entry's (see `tree::Tree::recorded`).
 
 use std::cell::OnceCell;
 use std::ffi::OsString;
@@ -297,7 +297,7 @@ pub fn stop_selection(reg: &Registry, session: Option<&str>) -> (Vec<Entry>, Vec
     (targets, aside)
 }
 
-/// Stops each of `targets` with [`stop`], each on its own thread, so a whole turn stops within
+/// Stops each of `targets` with [`stop()`], each on its own thread, so a whole turn stops within
 /// one grace instead of one per entry. Results come in the order of `targets`.
 pub fn stop_many(
     reg: &Registry,
@@ -528,7 +528,7 @@ const WAIT_TICK: Duration = Duration::from_millis(50);
 /// Blocks until the entry's process has exited and any cleanup that has been triggered has
 /// finished (a pending cleanup that nothing triggered does not hold it), then returns the
 /// entry with its result. Wakes on the supervisor's pidfd, re-reading the entry every
-/// [`WAIT_TICK`]; if the supervisor was killed, waits on what is left of the recorded tree.
+/// `WAIT_TICK`; if the supervisor was killed, waits on what is left of the recorded tree.
 pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<Waited, ManagerError> {
     let entry = &settle_start(reg, entry)?;
     let end = timeout.map(|t| Instant::now() + t);
@@ -854,7 +854,7 @@ pub fn update(reg: &Registry, e: &Entry, req: &UpdateRequest) -> Result<Entry, M
 pub const PORT_FREE_MAX: Duration = Duration::from_secs(5);
 
 /// What a start did: the entry, its readiness (when asked for) and the nudges the command
-/// earned ([`crate::nudge::check`]: advice only, the start went ahead).
+/// earned (`nudge::check`: advice only, the start went ahead).
 #[derive(Debug)]
 pub struct Started {
     pub entry: Entry,

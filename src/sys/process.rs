@@ -94,7 +94,7 @@ fn sent(rc: libc::c_int) -> io::Result<Sent> {
     }
 }
 
-/// `kill(pid, sig)`. Prefer [`PidFd::send`] when the pid may have been reused.
+/// `kill(pid, sig)`. Prefer `PidFd::send` when the pid may have been reused.
 pub fn kill(pid: Pid, sig: Signal) -> io::Result<Sent> {
     // SAFETY: kill with a positive pid has no memory-safety preconditions.
     sent(unsafe { libc::kill(pid.0, sig.as_raw()) })
