@@ -35,8 +35,9 @@ pub enum Status {
     /// No result can be known: the supervisor is gone and nothing is alive, or a previous boot.
     Lost,
     /// A word this version does not know (a newer sheepdog's), kept as it was written so that
-    /// rewriting the entry does not lose it. Read as finished, with nothing claimed about it:
-    /// nothing acts on such an entry, and `clear` can remove it.
+    /// rewriting the entry does not lose it. It claims nothing: not finished, so what the
+    /// kernel says decides (`running` while its supervisor lives, else `orphaned` or `lost`), and
+    /// nothing treats it as over while it may still run (no `clear`, no "re-read" signal).
     Other(&'static str),
 }
 
@@ -81,13 +82,7 @@ impl Status {
     pub fn is_finished(self) -> bool {
         matches!(
             self,
-            Status::Exited
-                | Status::Killed
-                | Status::Stopped
-                | Status::TimedOut
-                | Status::Reaped
-                | Status::Lost
-                | Status::Other(_)
+            Status::Exited | Status::Killed | Status::Stopped | Status::TimedOut | Status::Reaped | Status::Lost
         )
     }
 
@@ -240,11 +235,11 @@ mod tests {
         assert_eq!(serde_json::from_str::<Status>("\"timed out\"").unwrap(), Status::TimedOut);
         assert_eq!(serde_json::to_string(&Status::TimedOut).unwrap(), "\"timedOut\"");
         assert_eq!(Status::parse("bogus"), None);
-        // A newer version's word is kept as written, and read as finished.
+        // A newer version's word is kept as written and claims nothing: not finished.
         let other = serde_json::from_str::<Status>("\"paused\"").unwrap();
         assert_eq!(other, Status::Other("paused"));
         assert_eq!(serde_json::to_string(&other).unwrap(), "\"paused\"");
-        assert!(other.is_finished() && !other.is_failure());
+        assert!(!other.is_finished() && !other.is_failure());
         assert_eq!(Status::parse("paused"), None, "not a status a filter accepts");
         let long = format!("\"{}\"", "x".repeat(40));
         assert_eq!(serde_json::from_str::<Status>(&long).unwrap(), Status::Lost, "not a word a sheepdog writes");

@@ -628,25 +628,42 @@ fn update_refuses_what_would_have_no_effect_and_keeps_names_unique() {
 }
 
 #[test]
-fn a_status_word_from_a_newer_sheepdog_survives_a_rewrite_and_reads_as_finished() {
+fn a_status_word_from_a_newer_sheepdog_survives_a_rewrite_and_claims_nothing() {
     let st = State::new();
-    let id = id_of(&st.start(&["--name", "newer", "--", "true"]));
-    assert_eq!(st.run(&["wait", &id]).status.code(), Some(0));
-    let file = st.path().join("procs").join(&id).join("entry.json");
-    let mut v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-    v["status"] = "paused".into();
-    std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
-
-    // Listed as finished (hidden from the running list), shown as written.
+    let forge = |id: &str| {
+        let file = st.path().join("procs").join(id).join("entry.json");
+        let mut v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        v["status"] = "paused".into();
+        std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+        file
+    };
+    // A running entry with a word this version does not know: shown as written, and not taken
+    // for finished (clear refuses it; nothing is signalled).
+    let started = st.start(&["--name", "newer", "--", "sleep", "300"]);
+    let (id, pid) = (started["id"].as_str().unwrap().to_string(), started["pid"].as_i64().unwrap() as i32);
+    let file = forge(&id);
     let ps: Value = serde_json::from_slice(&st.run(&["ps", "--json"]).stdout).unwrap();
-    assert_eq!(ps["hidden"], 1, "{ps}");
-    let ps: Value = serde_json::from_slice(&st.run(&["ps", "--all", "--json"]).stdout).unwrap();
     assert_eq!(ps["entries"][0]["status"], "paused", "shown as written: {ps}");
+    assert_ne!(st.run(&["clear", &id]).status.code(), Some(0), "not cleared while it may run");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(alive(pid), "nothing was signalled");
     // A rewrite of the entry (a rename) keeps the word.
     assert_eq!(st.run(&["update", &id, "--name", "renamed"]).status.code(), Some(0));
     let after: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!((after["status"].as_str(), after["name"].as_str()), (Some("paused"), Some("renamed")));
-    // Finished as far as this version can tell: clear removes it, stop has nothing to do.
-    assert_eq!(st.run(&["clear", &id]).status.code(), Some(0));
+    // stop works as for any running entry, and records a result.
+    assert_eq!(st.run(&["stop", &id]).status.code(), Some(0));
+    assert!(!alive(pid));
+    assert_eq!(st.entry(&id)["status"], "stopped");
+
+    // A finished one: the kernel decides (nothing alive, no result this version knows: lost),
+    // and clear removes it.
+    let done = id_of(&st.start(&["--", "true"]));
+    assert_eq!(st.run(&["wait", &done]).status.code(), Some(0));
+    let file = forge(&done);
+    let ps: Value = serde_json::from_slice(&st.run(&["ps", "--all", "--json"]).stdout).unwrap();
+    let shown = ps["entries"].as_array().unwrap().iter().find(|e| e["id"] == done.as_str()).cloned().unwrap();
+    assert_eq!(shown["status"], "lost", "{shown}");
+    assert_eq!(st.run(&["clear", &done]).status.code(), Some(0));
     assert!(!file.exists());
 }

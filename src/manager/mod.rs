@@ -760,7 +760,7 @@ pub fn clear(reg: &Registry, e: &Entry, force: bool) -> Result<(), ManagerError>
         )));
     }
     let status = live_status(e, &OnceCell::new());
-    if matches!(status.as_str(), "running" | "starting" | "orphaned") {
+    if status.is_live() {
         return Err(ManagerError::Refused(format!(
             "{} is {status}; stop it first ('sheepdog stop {}')",
             e.label(),
