@@ -35,7 +35,7 @@ pub const MEMBER_SCAN_MIN: Duration = Duration::from_millis(10);
 /// `/proc/<pid>/task/*/children` per member.
 pub const MEMBER_SCAN_MAX: Duration = Duration::from_millis(250);
 
-/// At most this many children are reaped per wake: 256. The supervisor is a subreaper, so in
+/// At most this many children are reaped per wake: 1024. The supervisor is a subreaper, so in
 /// a fork storm (each member forks and exits) every exit is reparented to it as a zombie, and
 /// a loop that reaps "until none is left" can chase the storm past every deadline. After a full
 /// batch the next `poll` does not block, so the rest are reaped after the deadlines are seen.
