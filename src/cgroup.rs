@@ -525,8 +525,8 @@ fn enable_controllers(own: &Path, limits: &Limits) -> Result<(), (Option<Setting
                 Some(setting),
                 format!(
                     "the {ctl} controller is not available in the cgroup v2 hierarchy \
-                     ({}/cgroup.controllers lists: {listed}; the host may bind {ctl} to cgroup v1)",
-                    own.display()
+                     ({} lists: {listed}; the host may bind {ctl} to cgroup v1)",
+                    own.join("cgroup.controllers").display()
                 ),
             ));
         }
@@ -539,8 +539,8 @@ fn enable_controllers(own: &Path, limits: &Limits) -> Result<(), (Option<Setting
         }
         fs::write(own.join("cgroup.subtree_control"), format!("+{ctl}")).map_err(|e| {
             let why = format!(
-                "unable to enable the {ctl} controller in {}/cgroup.subtree_control: {e}{}",
-                own.display(),
+                "unable to enable the {ctl} controller in {}: {e}{}",
+                own.join("cgroup.subtree_control").display(),
                 if e.raw_os_error() == Some(libc::EBUSY) {
                     " (a non-root cgroup with processes of its own, sheepdog's among them, cannot enable controllers \
                      for its children)"
