@@ -667,3 +667,19 @@ fn a_status_word_from_a_newer_sheepdog_survives_a_rewrite_and_claims_nothing() {
     assert_eq!(st.run(&["clear", &done]).status.code(), Some(0));
     assert!(!file.exists());
 }
+
+#[test]
+fn ps_escapes_control_characters_from_commands_and_entries() {
+    let st = State::new();
+    let id = id_of(&st.start(&["--", "sh", "-c", "exit 3", "\u{1b}[2Jwiped\nsecond line"]));
+    assert_eq!(st.run(&["wait", &id]).status.code(), Some(3));
+    let file = st.path().join("procs").join(&id).join("entry.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    v["statusText"] = "exited (3)\u{1b}[31m\nforged".into();
+    std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+    let out = st.run(&["ps", "--all"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains('\u{1b}'), "an escape reached the terminal: {text:?}");
+    assert_eq!(text.lines().count(), 2, "the header and one line for the entry: {text:?}");
+    assert!(text.contains("\\u{1b}[2Jwiped\\nsecond line"), "{text:?}");
+}

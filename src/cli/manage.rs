@@ -383,7 +383,17 @@ fn entry_json(reg: &Registry, e: &Entry, status: Status) -> Value {
 
 /// Cuts `s` to `w` characters, with `…` when cut.
 fn fit(s: &str, w: usize) -> String {
-    if s.chars().count() <= w { s.to_string() } else { s.chars().take(w.saturating_sub(1)).collect::<String>() + "…" }
+    let s = printable(s);
+    if s.chars().count() <= w { s } else { s.chars().take(w.saturating_sub(1)).collect::<String>() + "…" }
+}
+
+/// `s` with control characters escaped (`\n`, `\u{1b}`): a command's own arguments or a forged
+/// entry must not move the cursor or break a table's lines on the user's terminal.
+fn printable(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars().flat_map(|c| if c.is_control() { c.escape_default().collect::<Vec<_>>() } else { vec![c] }).collect()
 }
 
 pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
@@ -455,10 +465,10 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
             u.map(|u| cpu_text(u.cpu_ms)).unwrap_or_else(dash),
             u.and_then(|u| u.memory_bytes).map(mem_text).unwrap_or_else(dash),
             u.and_then(|u| u.tasks).map(|t| t.to_string()).unwrap_or_else(dash),
-            v.command_preview
+            printable(&v.command_preview)
         );
         for p in v.tree.iter().flatten() {
-            let _ = writeln!(out, "    {:>7}  pgid {:<7} sid {:<7} {}", p.pid, p.pgid, p.sid, p.command);
+            let _ = writeln!(out, "    {:>7}  pgid {:<7} sid {:<7} {}", p.pid, p.pgid, p.sid, printable(&p.command));
         }
     }
     if hidden > 0 {
