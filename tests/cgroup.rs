@@ -123,11 +123,7 @@ impl Drop for TestCgroup {
 
 /// Live processes whose environment carries `CGTEST=token`.
 fn marked(token: &str) -> Vec<Member> {
-    procfs::all()
-        .into_iter()
-        .filter(|s| !s.is_zombie() && procfs::environ_value(s.pid, "CGTEST").as_deref() == Some(token))
-        .map(|s| Member { pid: s.pid, start_time: Some(s.start_time) })
-        .collect()
+    with_env("CGTEST", token)
 }
 
 /// `taskset -c N ` for the first CPU this process may run on (from `Cpus_allowed_list` in
@@ -634,24 +630,10 @@ fn doctor_says_which_tier_and_why_with_the_mount_kernel_and_controllers() {
     );
 }
 
-/// Writes an entry directly, as a forger (or a stale file) would.
+/// Writes an entry directly, as a forger (or a stale file) would: past the leeway `reap` gives
+/// a start in progress.
 fn forge(st: &State, f: impl FnOnce(&mut sheepdog::registry::Entry)) -> String {
-    let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
-    let e = reg
-        .create(sheepdog::registry::Entry {
-            status: sheepdog::status::Status::Running,
-            argv: vec!["sleep".into(), "100".into()],
-            command_preview: "sleep 100".into(),
-            cwd: "/".into(),
-            boot_id: procfs::boot_id(),
-            uid: sheepdog::os::process::getuid(),
-            tag: sheepdog::registry::new_tag(),
-            // Past the leeway `reap` gives a start in progress.
-            started_at: sheepdog::registry::now_ms() - 60_000,
-            ..Default::default()
-        })
-        .unwrap();
-    reg.update(&e.id, f).unwrap().id
+    forge_entry(st, 60_000, f)
 }
 
 #[test]

@@ -46,11 +46,7 @@ impl Rng {
 
 /// Live processes whose environment carries `CHAOS_RUN=token`, with their start times.
 fn tagged(token: &str) -> Vec<Member> {
-    procfs::all()
-        .into_iter()
-        .filter(|s| !s.is_zombie() && procfs::environ_value(s.pid, "CHAOS_RUN").as_deref() == Some(token))
-        .map(|s| Member { pid: s.pid, start_time: Some(s.start_time) })
-        .collect()
+    with_env("CHAOS_RUN", token)
 }
 
 /// Kills every process of the iteration when dropped (also on failure), by identity.

@@ -125,21 +125,7 @@ fn reap_after_the_supervisor_is_sigkilled_stops_the_orphaned_tree_and_records_it
 
 /// Writes an entry directly, as a forger (or a stale file after a reboot) would.
 fn forge(st: &State, f: impl FnOnce(&mut sheepdog::registry::Entry)) -> String {
-    let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
-    let e = reg
-        .create(sheepdog::registry::Entry {
-            status: sheepdog::status::Status::Running,
-            argv: vec!["sleep".into(), "100".into()],
-            command_preview: "sleep 100".into(),
-            cwd: "/".into(),
-            boot_id: sheepdog::os::procfs::boot_id(),
-            uid: sheepdog::os::process::getuid(),
-            tag: sheepdog::registry::new_tag(),
-            started_at: sheepdog::registry::now_ms(),
-            ..Default::default()
-        })
-        .unwrap();
-    reg.update(&e.id, f).unwrap().id
+    forge_entry(st, 0, f)
 }
 
 #[test]

@@ -344,3 +344,33 @@ pub fn unshare_refused(args: &[&str]) -> bool {
     }
     refused
 }
+
+/// Live processes whose environment carries `KEY=token`, with their start times: how a test
+/// finds (and its sweep kills) every process of a tree it marked, by identity, never by name.
+pub fn with_env(key: &str, token: &str) -> Vec<Member> {
+    procfs::all()
+        .into_iter()
+        .filter(|s| !s.is_zombie() && procfs::environ_value(s.pid, key).as_deref() == Some(token))
+        .map(|s| Member { pid: s.pid, start_time: Some(s.start_time) })
+        .collect()
+}
+
+/// Writes a running entry (`sleep 100`, this boot, this uid) directly, as a forger or a stale
+/// file would, started `age_ms` ago, then lets `f` change it. Returns its id.
+pub fn forge_entry(st: &State, age_ms: u64, f: impl FnOnce(&mut sheepdog::registry::Entry)) -> String {
+    let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
+    let e = reg
+        .create(sheepdog::registry::Entry {
+            status: sheepdog::status::Status::Running,
+            argv: vec!["sleep".into(), "100".into()],
+            command_preview: "sleep 100".into(),
+            cwd: "/".into(),
+            boot_id: procfs::boot_id(),
+            uid: process::getuid(),
+            tag: sheepdog::registry::new_tag(),
+            started_at: sheepdog::registry::now_ms() - age_ms,
+            ..Default::default()
+        })
+        .unwrap();
+    reg.update(&e.id, f).unwrap().id
+}
