@@ -466,7 +466,11 @@ fn create(req: &Request) -> Result<Cgroup, Refusal> {
         // a leftover of an earlier process with the same pid (no read of /dev/urandom needed).
         let nanos =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-        format!("sheepdog-{label}-{}-{nanos:08x}", process::getpid())
+        // ...and the supervisor's start time (clock ticks) after `t` names it exactly, so that
+        // `reap` can prove it gone even after its pid was reused (`sweep_leftovers`).
+        let me = process::getpid();
+        let start = procfs::start_time(me).map(|t| format!("t{t}")).unwrap_or_default();
+        format!("sheepdog-{label}-{me}-{nanos:08x}{start}")
     });
     let path = own.join(&name);
     fs::DirBuilder::new()
@@ -810,11 +814,19 @@ pub fn remove_recorded(e: &Entry) -> bool {
     }
 }
 
-/// Removes the cgroups that supervisors killed by SIGKILL left behind: empty
-/// `sheepdog-LABEL-PID-XXXXXXXX` directories below this process's own cgroup whose PID (the
-/// supervisor's) is not alive. A live PID may be a supervisor about to use its cgroup, so all of
-/// its are kept. `run` has no registry, and an entry's record may be gone with its state dir;
-/// `reap` calls this. Returns the paths removed.
+/// The cgroups that supervisors killed by SIGKILL left behind, below this process's own cgroup:
+/// `sheepdog-LABEL-PID-XXXXXXXX[tSTART]` directories. `run` has no registry, and an entry's
+/// record may be gone with its state dir; `reap` calls this.
+///
+/// - Named with the supervisor's start time (`tSTART`, clock ticks): when no process with that
+///   pid and start time lives, the supervisor is provably gone. A cgroup still populated then
+///   lost its supervisor and its keeper at once (`kill -9 -1`): it is killed (`cgroup.kill`,
+///   then every pid still listed, see [`Cgroup::kill`]) and removed. The one stop's SIGTERM and
+///   grace are gone with both processes; what is left gets SIGKILL.
+/// - Older names (no start time): only empty ones whose PID is not alive are removed (a live
+///   PID may be a supervisor about to use its cgroup).
+///
+/// Returns the paths removed.
 pub fn sweep_leftovers() -> Vec<PathBuf> {
     let Ok(own) = own_dir() else { return Vec::new() };
     let Ok(rd) = fs::read_dir(&own) else { return Vec::new() };
@@ -823,19 +835,38 @@ pub fn sweep_leftovers() -> Vec<PathBuf> {
         let name = d.file_name().to_string_lossy().into_owned();
         let Some(rest) = name.strip_prefix("sheepdog-") else { continue };
         // LABEL-PID-SUFFIX: the pid is the second field from the end.
-        let Some(pid) = rest.rsplit('-').nth(1).and_then(|p| p.parse().ok()).and_then(Pid::new) else { continue };
-        if process::exists(pid) {
+        let mut fields = rest.rsplit('-');
+        let suffix = fields.next().unwrap_or_default();
+        let Some(pid) = fields.next().and_then(|p| p.parse().ok()).and_then(Pid::new) else { continue };
+        let start = suffix.split_once('t').and_then(|(_, t)| t.parse::<u64>().ok());
+        let gone = match start {
+            Some(t) => procfs::start_time(pid) != Some(t),
+            None => !process::exists(pid),
+        };
+        if !gone {
             continue;
         }
-        if let Ok(cg) = Cgroup::open(&d.path(), None)
-            && !cg.populated()
-            && cg.remove().is_ok()
-        {
+        let Ok(cg) = Cgroup::open(&d.path(), None) else { continue };
+        if cg.populated() {
+            if start.is_none() {
+                continue;
+            }
+            let end = std::time::Instant::now() + LEFTOVER_KILL_WAIT;
+            while cg.populated() && std::time::Instant::now() < end {
+                let _ = cg.kill();
+                cg.wait_change(Duration::from_millis(50));
+            }
+        }
+        if !cg.populated() && cg.remove().is_ok() {
             removed.push(d.path());
         }
     }
     removed
 }
+
+/// How long `reap` waits for a leftover cgroup it killed to empty before it leaves it for the
+/// next `reap`: 2000 ms (SIGKILL is delivered at once; this is for a loaded machine).
+pub const LEFTOVER_KILL_WAIT: Duration = Duration::from_millis(2000);
 
 /// What `sheepdog doctor` reports.
 #[derive(Clone, Debug, Serialize)]

@@ -27,7 +27,7 @@ use crate::stop::{self, StopPolicy};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
 use crate::sys::signal::{pipe_cloexec, set_nonblocking};
 use crate::sys::{Pid, WaitStatus};
-use crate::tree::{ID_ENV, Tree};
+use crate::tree::{ID_ENV, TAG_ENV, Tree};
 
 /// Lines of cleanup output kept in the result: 20.
 pub const OUTPUT_TAIL: usize = 20;
@@ -78,10 +78,107 @@ fn wait_for_runner(reg: &Registry, mut entry: Entry) -> Option<CleanupResult> {
     let bound = entry.cleanup.as_ref().map(|c| c.timeout_ms + entry.stop.term_grace_ms + entry.stop.kill_wait_ms);
     let end = Instant::now() + Duration::from_millis(bound.unwrap_or(0) + 1000);
     while entry.cleanup_running() && Instant::now() < end {
+        // A runner that was killed leaves the cleanup to whoever looks next: past its deadline
+        // it is stopped here and recorded as timed out.
+        if settle_abandoned(reg, &entry.id, CleanupRunner::Stop, false) {
+            entry = reg.read(&entry.id).ok()?;
+            break;
+        }
         std::thread::sleep(Duration::from_millis(20));
         entry = reg.read(&entry.id).ok()?;
     }
     entry.cleanup_result
+}
+
+/// The cleanup's own tree as `reap` sees it when its runner is gone: its `sh` (by pid and start
+/// time), that process's descendants, and every later process of the entry's uid that carries
+/// the entry's tag (the cleanup inherits it). `None` when the cleanup never spawned.
+fn recorded_cleanup_tree(e: &Entry) -> Option<Tree> {
+    let pid = Pid::new(e.cleanup_pid?)?;
+    let start = e.cleanup_start_time?;
+    let tag = if e.tag.is_empty() { "\0untagged" } else { e.tag.as_str() };
+    Some(Tree::recorded(pid, pid.as_group(), start, e.uid, tag))
+}
+
+/// `e` with the cleanup's spawned identity filled in (the runner knows it before the entry on
+/// disk says so).
+fn registry_view(e: &Entry, pid: Pid, start: Option<u64>) -> Entry {
+    let mut v = e.clone();
+    v.cleanup_pid = Some(pid.as_raw());
+    v.cleanup_start_time = start;
+    v
+}
+
+/// Who settled a cleanup, in a sentence: `the supervisor`, `sheepdog stop`, `sheepdog reap`.
+fn runner_words(by: &CleanupRunner) -> String {
+    match by {
+        CleanupRunner::Supervisor => "the supervisor".into(),
+        CleanupRunner::Stop => "sheepdog stop".into(),
+        CleanupRunner::Reap => "sheepdog reap".into(),
+        CleanupRunner::Other(w) => w.clone(),
+    }
+}
+
+/// A claimed cleanup whose runner was killed (`kill -9` of `sheepdog stop`, of a supervisor):
+/// nobody bounds it any more, so whoever looks next does (`reap`, `stop`, a supervisor that took
+/// over, `clear --force`). Returns true when nothing of the cleanup is left running (it is
+/// settled): its runner is gone and its tree is gone, or its tree was stopped here.
+///
+/// - The runner still lives, and not `force`: false (the runner bounds it).
+/// - Its tree is gone: true; the result stays unknown (`Cleanup command did not finish.`).
+/// - Its tree lives past the deadline (`cleanupStartedAt` + its timeout), or `force`: the tree
+///   gets the one stop (TERM, the entry's grace, KILL) and the result is recorded as timed
+///   out, with `ran_by` naming who stopped it; true.
+/// - Its tree lives within the deadline: false (it may still finish by itself).
+pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool) -> bool {
+    let Ok(e) = reg.read(id) else { return true };
+    let (Some(started), Some(c)) = (e.cleanup_started_at, e.cleanup.clone()) else { return true };
+    if e.cleanup_result.is_some() || !e.this_boot() {
+        return true;
+    }
+    if !force && registry::identity_alive(e.cleanup_runner_pid, e.cleanup_runner_start_time) {
+        return false;
+    }
+    let Some(tree) = recorded_cleanup_tree(&e) else { return true };
+    if tree.is_gone() {
+        return true;
+    }
+    if !force && registry::now_ms() < started + c.timeout_ms {
+        return false;
+    }
+    let policy = StopPolicy {
+        stdin_grace: Duration::ZERO,
+        term_grace: Duration::from_millis(e.stop.term_grace_ms),
+        kill_wait: Duration::from_millis(e.stop.kill_wait_ms),
+    };
+    let report = stop::stop_blocking(&tree, policy);
+    let result = CleanupResult {
+        command: c.command.clone(),
+        timed_out: true,
+        duration_ms: registry::now_ms().saturating_sub(started),
+        output: vec![format!(
+            "sheepdog: the cleanup's runner was gone; {} stopped it after {}",
+            runner_words(&by),
+            duration::format(Duration::from_millis(c.timeout_ms))
+        )],
+        ran_by: by,
+        ..CleanupResult::default()
+    };
+    let _ = reg.update(id, |x| {
+        if x.cleanup_result.is_none() {
+            x.cleanup_result = Some(result.clone());
+        }
+    });
+    crate::logs::append_marker(
+        &reg.dir(id),
+        &format!(
+            "cleanup stopped: its runner was gone and it ran past its {} bound; {} signalled, tree {}",
+            duration::format(Duration::from_millis(c.timeout_ms)),
+            report.signalled,
+            if report.gone { "gone" } else { "NOT confirmed gone" }
+        ),
+    );
+    report.gone
 }
 
 fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
@@ -98,7 +195,7 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
     let mut result = CleanupResult { command: c.command.clone(), ran_by, ..CleanupResult::default() };
     let mut tail: VecDeque<String> = VecDeque::new();
 
-    let spawned = (|| -> std::io::Result<(Pid, File)> {
+    let spawned = (|| -> std::io::Result<(Pid, Option<u64>, File)> {
         let (r, w) = pipe_cloexec()?;
         set_nonblocking(r.as_raw_fd())?;
         let cwd = std::path::Path::new(&e.cwd);
@@ -109,7 +206,13 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
                 cmd.env(k, v);
             }
         }
-        cmd.env(ID_ENV, &e.id).stdin(Stdio::null()).stdout(Stdio::from(w.try_clone()?)).stderr(Stdio::from(w));
+        // The entry's tag marks the cleanup's own descendants too (a `setsid` child, a double
+        // fork), so its tree can be found and stopped even after its runner died.
+        cmd.env(ID_ENV, &e.id)
+            .env(TAG_ENV, &e.tag)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(w.try_clone()?))
+            .stderr(Stdio::from(w));
         crate::spawn::isolate(&mut cmd, process::Isolation::Group { take_terminal: false });
         let child = cmd.spawn()?;
         let pid = Pid::new(child.id() as i32).ok_or_else(|| std::io::Error::other("pid 0"))?;
@@ -118,9 +221,9 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
             x.cleanup_pid = Some(pid.as_raw());
             x.cleanup_start_time = start;
         });
-        Ok((pid, File::from(r)))
+        Ok((pid, start, File::from(r)))
     })();
-    let (pid, mut out) = match spawned {
+    let (pid, start_time, mut out) = match spawned {
         Ok(x) => x,
         Err(err) => {
             result.exit_code = Some(crate::exit::NOT_FOUND);
@@ -184,6 +287,10 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
     }
     if status.is_none() {
         status = process::reap(pid, true).ok().flatten();
+    }
+    // What left the cleanup's group and session (`setsid`, `( … &)`) still carries the tag.
+    if let Some(escaped) = recorded_cleanup_tree(&registry_view(e, pid, start_time)) {
+        stop::stop_blocking(&escaped, policy);
     }
     read_out(&mut out, &mut partial, &mut tail);
     if !partial.is_empty() {

@@ -37,6 +37,7 @@ pub mod cleanup;
 pub mod duration;
 pub mod events;
 pub mod exit;
+pub mod keeper;
 pub mod logread;
 pub mod logs;
 pub mod manager;

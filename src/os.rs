@@ -27,5 +27,5 @@ pub mod procfs {
 pub mod process {
     #[cfg(target_os = "linux")]
     pub use crate::sys::process::set_child_subreaper;
-    pub use crate::sys::process::{Sent, getppid, getuid, kill, peer_closed, reap};
+    pub use crate::sys::process::{Sent, getppid, getuid, kill, kill_group, peer_closed, reap};
 }

@@ -158,6 +158,14 @@ pub struct Entry {
     pub starter_pid: Option<i32>,
     pub starter_start_time: Option<u64>,
     pub supervisor_pid: Option<i32>,
+    /// The supervisor's keeper (`crate::keeper`): the forked copy that spawned the provider and
+    /// runs the supervision loop, with its start time (clock ticks). While either it or the
+    /// supervisor lives, the entry is supervised: the survivor of the other's SIGKILL stops
+    /// the tree and records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keeper_pid: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keeper_start_time: Option<u64>,
     /// Identity: boot id, provider start time (clock ticks), supervisor start time, uid.
     pub boot_id: String,
     pub start_time: Option<u64>,
@@ -278,9 +286,30 @@ impl Entry {
         self.boot_id == procfs::boot_id()
     }
 
-    /// True if the recorded supervisor is still that process (boot, pid, start time) and alive.
+    /// True if the recorded supervisor, or its keeper, is still that process (boot, pid, start
+    /// time) and alive: either one stops the tree when the other is killed (`crate::keeper`).
     pub fn supervisor_alive(&self) -> bool {
-        self.this_boot() && identity_alive(self.supervisor_pid, self.supervisor_start_time)
+        self.this_boot()
+            && (identity_alive(self.supervisor_pid, self.supervisor_start_time)
+                || identity_alive(self.keeper_pid, self.keeper_start_time))
+    }
+
+    /// The live process of the supervisor's chain to signal and wait on: the supervisor, else
+    /// (after its SIGKILL, while the keeper stops the tree) the keeper. `None` if both are gone.
+    pub fn live_supervisor(&self) -> Option<(i32, Option<u64>)> {
+        if !self.this_boot() {
+            return None;
+        }
+        [(self.supervisor_pid, self.supervisor_start_time), (self.keeper_pid, self.keeper_start_time)]
+            .into_iter()
+            .find(|(p, t)| identity_alive(*p, *t))
+            .and_then(|(p, t)| Some((p?, t)))
+    }
+
+    /// The root below which the entry's tree hangs while it is supervised: the keeper while it
+    /// lives (the tree is its descendants), else the supervisor.
+    pub fn tree_root(&self) -> Option<i32> {
+        if identity_alive(self.keeper_pid, self.keeper_start_time) { self.keeper_pid } else { self.supervisor_pid }
     }
 
     /// True while the entry is `starting` and its `sheepdog start` process still lives.

@@ -164,6 +164,9 @@ pub enum StopReason {
     StdinEof,
     Timeout,
     ProviderExited,
+    /// A process of the supervisor's chain was SIGKILLed and the survivor stopped the tree
+    /// (see [`crate::keeper`]).
+    SupervisorKilled,
     /// `sheepdog stop` stopped the recorded tree itself: the supervisor was gone or stuck.
     Stop,
     /// `reap` stopped the recorded tree of an entry whose supervisor was gone.
@@ -181,6 +184,7 @@ impl From<crate::stop::Trigger> for StopReason {
             Trigger::StdinEof => StopReason::StdinEof,
             Trigger::Timeout => StopReason::Timeout,
             Trigger::ProviderExited => StopReason::ProviderExited,
+            Trigger::SupervisorKilled => StopReason::SupervisorKilled,
         }
     }
 }

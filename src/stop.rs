@@ -115,11 +115,14 @@ pub enum Trigger {
     Timeout,
     /// Not a stop: the provider exited on its own and what it left running is being cleaned up.
     ProviderExited,
+    /// A process of the supervisor's chain was killed (SIGKILL of the supervisor, its group, or
+    /// the keeper): the survivor stops the tree (see [`crate::keeper`]).
+    SupervisorKilled,
 }
 
 impl Trigger {
     /// The name used in events and the registry: `signal`, `owner`, `stdinEof`, `timeout`,
-    /// `providerExited`.
+    /// `providerExited`, `supervisorKilled`.
     pub fn name(&self) -> &'static str {
         match self {
             Trigger::Signal(_) => "signal",
@@ -127,6 +130,7 @@ impl Trigger {
             Trigger::StdinEof => "stdinEof",
             Trigger::Timeout => "timeout",
             Trigger::ProviderExited => "providerExited",
+            Trigger::SupervisorKilled => "supervisorKilled",
         }
     }
 }

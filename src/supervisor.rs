@@ -14,6 +14,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::cgroup;
+use crate::keeper::{Message, Role};
 use crate::spawn::{self, SpawnError, SpawnOptions, Spawned};
 use crate::stop::{Phase, Step, StopMachine, StopPolicy, Trigger};
 use crate::sys::process::{self, FdKind, POLL_HUP_ONLY, POLL_IN, POLL_PRI, PidFd, PollFd};
@@ -161,7 +162,7 @@ impl Outcome {
     /// with, and what `exited`'s `status` reports.
     pub fn exit(&self) -> Exit {
         match self.exit_by_signal() {
-            Exit::Signal(s) if process::getpid().as_raw() == 1 => Exit::Code(crate::exit::by_signal(s.as_raw())),
+            Exit::Signal(s) if is_init() => Exit::Code(crate::exit::by_signal(s.as_raw())),
             exit => exit,
         }
     }
@@ -176,6 +177,27 @@ impl Outcome {
             (None | Some(Trigger::ProviderExited), WaitStatus::Signaled(s)) => Exit::Signal(s),
             (Some(_), WaitStatus::Signaled(s)) => Exit::Code(crate::exit::by_signal(s.as_raw())),
         }
+    }
+}
+
+/// Set before the keeper is forked: the supervisor in front of it is PID 1 of its namespace,
+/// so the statuses the keeper computes are what PID 1 can exit with.
+static FRONT_IS_INIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// True if this process, or the supervisor this keeper works for, is PID 1 of its PID
+/// namespace: it cannot die by a signal it raises at itself.
+fn is_init() -> bool {
+    process::getpid().as_raw() == 1 || FRONT_IS_INIT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The supervisor's end when its keeper finished (or never spawned): it exits as the keeper
+/// did, so the host sees the statuses README.md gives for `sheepdog run`.
+fn exit_as(keeper: Option<WaitStatus>) -> ! {
+    match keeper {
+        Some(WaitStatus::Exited(code)) => std::process::exit(code),
+        Some(WaitStatus::Signaled(s)) if is_init() => std::process::exit(crate::exit::by_signal(s.as_raw())),
+        Some(WaitStatus::Signaled(s)) => crate::sys::signal::die_by(s),
+        None => std::process::exit(crate::exit::USAGE),
     }
 }
 
@@ -298,7 +320,7 @@ pub fn install_signals() -> Result<SignalPipe, Error> {
 /// [`supervise`] with handlers the caller installed ([`install_signals`]) and keeps after the
 /// tree is gone: a managed supervisor goes on listening for a stop while a cleanup is pending
 /// ([`await_trigger`]).
-pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
+pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
     let mut owner = opts.owner.map(OwnerWatch::open).transpose()?;
     #[cfg(target_os = "linux")]
     process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
@@ -311,41 +333,92 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
     // Children this process already has (a shell that exec'd sheepdog may have left a job
     // behind) are not the provider's: they are reaped when they exit, never stopped.
     let foreign = crate::tree::foreign_children();
-    let join = containment.cgroup.as_ref().and_then(|cg| cg.join_fds()).map(|fds| spawn::CgroupJoin {
-        fds,
-        fallback: opts.containment.mode == cgroup::Mode::Auto && !opts.containment.limits_asked(),
-    });
-    let spawned = match spawn::spawn_joined(&opts.argv, opts.spawn, join) {
-        Ok((spawned, None)) => spawned,
-        Ok((spawned, Some(why))) => {
-            let path = containment.cgroup.as_ref().map(|c| c.path().display().to_string()).unwrap_or_default();
-            if let Some(cg) = containment.cgroup.take() {
-                let _ = cg.remove();
+
+    // The keeper (crate::keeper): from here on two processes watch each other, and the one
+    // left after the other's SIGKILL runs the stop. The supervisor relays signals until the
+    // keeper is done and then exits as it did; it goes on below only if the keeper was killed.
+    let mut adopted = None;
+    let mut foreign = Some(foreign);
+    if crate::keeper::wanted() {
+        FRONT_IS_INIT.store(process::getpid().as_raw() == 1, std::sync::atomic::Ordering::Relaxed);
+        match crate::keeper::split(signals).map_err(io_err("fork the keeper"))? {
+            Role::Keeper => {
+                // The keeper's children are its own: none from before.
+                foreign = None;
+                // Its parent is the supervisor, so the owner is watched as any process.
+                if let Some(o) = owner.as_mut() {
+                    o.owner = match o.owner {
+                        Owner::Parent(p) | Owner::Process(p) => Owner::Process(p),
+                    };
+                }
             }
-            containment =
-                cgroup::Containment::fallback(format!("unable to move the command into cgroup {path}: {why}"));
-            observer.contained(&containment.record());
-            spawned
+            Role::Supervisor(mut front) => {
+                // The provider's stdio (a managed entry's log pipes) is the keeper's: a copy held
+                // here would keep the pipes from ever reaching EOF.
+                drop(opts.spawn);
+                opts.spawn = SpawnOptions::default();
+                let report = front.relay(signals);
+                if !report.keeper_killed() {
+                    exit_as(report.keeper);
+                }
+                adopted = report.spawned.map(|s| (s, report.provider));
+            }
         }
-        Err(e) => {
-            if let Some(cg) = &containment.cgroup {
-                let _ = cg.remove();
+    }
+
+    let (spawned, mut provider, tree) = match adopted {
+        // The keeper was killed: its children, the provider first, are re-parented to this
+        // process (a subreaper), so the same tree is below it.
+        Some((spawned, provider)) => {
+            let tree =
+                Tree::supervised_except(spawned.pgid, foreign.unwrap_or_default()).contained(containment.cgroup.take());
+            if provider.is_some() {
+                tree.leader_reaped();
             }
-            return Err(e.into());
+            (spawned, provider, tree)
+        }
+        None => {
+            let join = containment.cgroup.as_ref().and_then(|cg| cg.join_fds()).map(|fds| spawn::CgroupJoin {
+                fds,
+                fallback: opts.containment.mode == cgroup::Mode::Auto && !opts.containment.limits_asked(),
+            });
+            let spawned = match spawn::spawn_joined(&opts.argv, opts.spawn, join) {
+                Ok((spawned, None)) => spawned,
+                Ok((spawned, Some(why))) => {
+                    let path = containment.cgroup.as_ref().map(|c| c.path().display().to_string()).unwrap_or_default();
+                    if let Some(cg) = containment.cgroup.take() {
+                        let _ = cg.remove();
+                    }
+                    containment =
+                        cgroup::Containment::fallback(format!("unable to move the command into cgroup {path}: {why}"));
+                    observer.contained(&containment.record());
+                    spawned
+                }
+                Err(e) => {
+                    if let Some(cg) = &containment.cgroup {
+                        let _ = cg.remove();
+                    }
+                    return Err(e.into());
+                }
+            };
+            crate::keeper::tell(Message::Spawned(spawned));
+            observer.spawned(&spawned, &opts.policy);
+            let tree =
+                Tree::supervised_except(spawned.pgid, foreign.unwrap_or_default()).contained(containment.cgroup.take());
+            (spawned, None, tree)
         }
     };
     let started = Instant::now();
-    observer.spawned(&spawned, &opts.policy);
-
-    let tree = Tree::supervised_except(spawned.pgid, foreign).contained(containment.cgroup.take());
     let mut machine = StopMachine::new(opts.policy);
-    let mut provider: Option<WaitStatus> = None;
     let timeout_at = opts.timeout.map(|d| started + d);
     let mut scan_every = MEMBER_SCAN_MIN;
     let mut next_scan = observer.wants_members().then_some(started + scan_every);
 
+    if adopted.is_some() {
+        begin(&mut machine, Trigger::SupervisorKilled, &tree, observer);
+    }
     let mut watch_stdin = false;
-    if opts.on_stdin_eof == OnStdinEof::Stop {
+    if opts.on_stdin_eof == OnStdinEof::Stop && adopted.is_none() {
         match process::fd_kind(0) {
             FdKind::Fifo | FdKind::Socket | FdKind::Tty => watch_stdin = true,
             FdKind::Closed | FdKind::Other => {
@@ -354,6 +427,8 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
         }
     }
 
+    // In the keeper: the supervisor's pipe, which hangs up when the supervisor is killed.
+    let mut supervisor_fd = crate::keeper::supervisor_gone_fd();
     let mut backlog = false;
     loop {
         let now = Instant::now();
@@ -369,6 +444,10 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
         // In the cgroup tier, `populated 0` wakes the loop as soon as the last member exits.
         let cgroup_slot = tree.cgroup().map(|cg| {
             fds.push(PollFd::new(cg.events_fd(), POLL_PRI));
+            fds.len() - 1
+        });
+        let supervisor_slot = supervisor_fd.map(|fd| {
+            fds.push(PollFd::new(fd, POLL_IN));
             fds.len() - 1
         });
         let extra_from = fds.len();
@@ -402,6 +481,7 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
             if pid == spawned.pid {
                 provider = Some(status);
                 tree.leader_reaped();
+                crate::keeper::tell(Message::Provider(status));
             } else {
                 observer.reaped(pid, status);
             }
@@ -422,6 +502,10 @@ pub fn supervise_with(signals: &SignalPipe, opts: Options, observer: &mut dyn Ob
         {
             // Re-arms POLLPRI; "all gone" itself is re-checked below, as after every wake.
             let _ = cg.populated();
+        }
+        if supervisor_slot.is_some_and(|slot| fds[slot].ready()) {
+            supervisor_fd = None;
+            begin(&mut machine, Trigger::SupervisorKilled, &tree, observer);
         }
         if stdin_slot.is_some_and(|slot| fds[slot].hung_up()) {
             watch_stdin = false;
@@ -528,6 +612,11 @@ pub fn await_trigger(
         if let Some(fd) = &pidfd {
             fds.push(PollFd::new(fd.as_raw_fd(), POLL_IN));
         }
+        // In a keeper: the supervisor's SIGKILL is a trigger too.
+        let supervisor_slot = crate::keeper::supervisor_gone_fd().map(|fd| {
+            fds.push(PollFd::new(fd, POLL_IN));
+            fds.len() - 1
+        });
         let mut deadline = until;
         if owner.is_some() && pidfd.is_none() {
             deadline = earliest(deadline, Some(now + OWNER_POLL));
@@ -543,8 +632,11 @@ pub fn await_trigger(
                 _ => recheck = true,
             }
         }
+        if supervisor_slot.is_some_and(|slot| fds[slot].ready()) {
+            return Some(Trigger::SupervisorKilled);
+        }
         let owner_died = match owner {
-            Some(_) if fds.len() > 1 => fds[1].ready(),
+            Some(_) if pidfd.is_some() => fds[1].ready(),
             Some((p, t)) => !owner_now(p, t),
             None => false,
         };

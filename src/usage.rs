@@ -340,7 +340,7 @@ pub fn tree_members(e: &Entry) -> Vec<Proc> {
 /// is alive (one look for many uses).
 pub fn tree_members_known(e: &Entry, supervisor_alive: bool) -> Vec<Proc> {
     if supervisor_alive {
-        return e.supervisor_pid.and_then(Pid::new).map(descendants).unwrap_or_default();
+        return e.tree_root().and_then(Pid::new).map(descendants).unwrap_or_default();
     }
     let live = crate::manager::recorded_tree(e).map(|t| t.live()).unwrap_or_default();
     live.iter().filter_map(|m| read_proc(m.pid)).filter(|p| !p.times.zombie).collect()

@@ -277,7 +277,7 @@ exec sleep 100"#;
     assert_eq!(procfs::environ_value(pid(envi.parse().unwrap()), "SHEEPDOG_TAG"), None, "env -i cleared the tag");
 
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
-    signal(sup, libc::SIGKILL);
+    kill_supervisor_and_keeper(sup);
     assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
     assert_eq!(st.entry(&id)["status"], "orphaned");
     assert_eq!(wait_gone(&pids, Duration::from_millis(100)).len(), pids.len(), "nothing stops them before reap");
@@ -716,7 +716,7 @@ fn reap_removes_the_empty_cgroup_of_a_run_supervisor_killed_by_sigkill() {
     let (member, path) = (member.unwrap(), path.unwrap());
     guard.track(member);
     assert!(path.starts_with(&home.path), "{}", path.display());
-    signal(child.id() as i32, libc::SIGKILL);
+    kill_supervisor_and_keeper(child.id() as i32);
     wait_child(&mut child, SECS(5));
     signal(member, libc::SIGKILL);
     assert_eq!(wait_gone(&[member], SECS(5)), Vec::<i32>::new());
@@ -725,5 +725,51 @@ fn reap_removes_the_empty_cgroup_of_a_run_supervisor_killed_by_sigkill() {
     let reap = format!("{enter} {} --state-dir {} reap", bin(), st.path().display());
     let out = Command::new("sh").args(["-c", &reap]).env_remove("SHEEPDOG_CONTAINMENT").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!path.exists(), "reap removed {}", path.display());
+}
+
+/// Issue 16's backstop: a `run` whose supervisor and keeper were killed in the same instant
+/// (`kill -9 -1`) leaves a populated `sheepdog-run-PID-...tSTART` cgroup; the supervisor is
+/// provably gone (no process has that pid and start time), so `reap` kills what is in it and
+/// removes it.
+#[test]
+fn reap_kills_and_removes_the_populated_cgroup_of_a_run_whose_supervisor_and_keeper_died_together() {
+    let Some(own) = need_cgroup("reap_kills_and_removes_the_populated_cgroup_of_a_run") else {
+        return;
+    };
+    let home = TestCgroup::new(&own);
+    let enter = format!("echo $$ > {}/cgroup.procs && exec", home.path_str());
+    let guard = Guard::new();
+    let script = format!(
+        "{enter} {} run --events-fd 3 --containment cgroup -- sh -c 'setsid sleep 100 & echo member $$ $!; exec sleep 100' 3>&1",
+        bin()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script]).env_remove("SHEEPDOG_CONTAINMENT").stdin(Stdio::null());
+    let (mut child, lines) = spawn_lines(cmd, &guard);
+    let mut members = Vec::new();
+    let mut path = None;
+    while members.is_empty() || path.is_none() {
+        let l = lines.next(SECS(10));
+        if let Some(p) = l.strip_prefix("member ") {
+            members = p.split_whitespace().map(|p| p.parse::<i32>().unwrap()).collect();
+        } else if let Ok(v) = serde_json::from_str::<Value>(&l) {
+            path = v["cgroup"].as_str().map(PathBuf::from);
+        }
+    }
+    let path = path.unwrap();
+    for m in &members {
+        guard.track(*m);
+    }
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.contains(&format!("-{}-", child.id())) && name.contains('t'), "pid and start time in {name}");
+    kill_supervisor_and_keeper(child.id() as i32);
+    wait_child(&mut child, SECS(5));
+    assert_eq!(wait_gone(&members, Duration::from_millis(300)).len(), 2, "nothing stops them before reap");
+    let st = State::new();
+    let reap = format!("{enter} {} --state-dir {} reap", bin(), st.path().display());
+    let out = Command::new("sh").args(["-c", &reap]).env_remove("SHEEPDOG_CONTAINMENT").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(wait_gone(&members, SECS(2)), Vec::<i32>::new(), "reap left members of the leftover cgroup alive");
     assert!(!path.exists(), "reap removed {}", path.display());
 }

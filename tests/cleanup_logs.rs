@@ -152,7 +152,7 @@ fn cleanup_runs_when_reap_recovers_an_entry_whose_supervisor_was_sigkilled() {
     let id = id_of(&v);
     let tree = st.tree_pids(&id);
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
-    signal(sup, libc::SIGKILL);
+    kill_supervisor_and_keeper(sup);
     assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
     let out = st.ok(&["reap"]);
     assert!(out.starts_with("Reaped sleep (proc_1)"), "{out}");

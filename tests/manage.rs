@@ -105,7 +105,7 @@ fn reap_after_the_supervisor_is_sigkilled_stops_the_orphaned_tree_and_records_it
     assert_eq!(left_group.len(), 1, "one descendant left the group: {tree:?}");
 
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
-    signal(sup, libc::SIGKILL);
+    kill_supervisor_and_keeper(sup);
     assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
     assert_eq!(st.entry(&id)["status"], "orphaned");
     assert_eq!(wait_gone(&tree, Duration::from_millis(200)).len(), tree.len(), "nothing stops it before reap");
@@ -535,7 +535,7 @@ fn cleanup_in_progress_cannot_be_cleared_and_a_killed_one_is_not_success() {
     assert_eq!(out.status.code(), Some(1), "clear during the cleanup must refuse");
     assert!(stderr(&out).contains("still finishing"), "{}", stderr(&out));
     // Now kill the supervisor in the middle of its cleanup.
-    signal(sup, libc::SIGKILL);
+    kill_supervisor_and_keeper(sup);
     let out = stop.wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "Stopped c (proc_1).\nCleanup command did not finish.\n");
     assert_eq!(out.status.code(), Some(1));
@@ -583,7 +583,7 @@ fn wait_outlives_a_killed_supervisor_and_never_reports_an_unknown_status_as_0() 
     let provider = v["pid"].as_i64().unwrap() as i32;
     let waiter = st.cmd(&["wait", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    signal(sup, libc::SIGKILL);
+    kill_supervisor_and_keeper(sup);
     std::thread::sleep(Duration::from_millis(300));
     assert!(alive(provider));
     let mut waiter = waiter;
@@ -605,7 +605,7 @@ fn update_refuses_what_would_have_no_effect_and_keeps_names_unique() {
     assert_eq!(out.status.code(), Some(1), "an update after the cleanup ran reported success");
     // An orphaned entry (supervisor killed, process alive) still holds its name.
     let v = st.start(&["--name", "web", "--", "sleep", "300"]);
-    signal(v["supervisorPid"].as_i64().unwrap() as i32, libc::SIGKILL);
+    kill_supervisor_and_keeper(v["supervisorPid"].as_i64().unwrap() as i32);
     std::thread::sleep(Duration::from_millis(200));
     let other = id_of(&st.start(&["--", "sleep", "300"]));
     let out = st.run(&["update", &other, "--name", "web"]);

@@ -229,7 +229,7 @@ fn reap_runs_a_pending_cleanup_whose_owner_died_while_no_supervisor_watched() {
     let id = wrapper_with_cleanup(&st, daemon.id(), &["--owner", &owner.id().to_string(), "--name", "db"]);
     let sup = st.entry(&id)["supervisorPid"].as_i64().unwrap() as i32;
     guard.track(sup);
-    signal(sup, libc::SIGKILL);
+    kill_supervisor_and_keeper(sup);
     assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
     let dry = st.ok(&["reap", "--dry-run"]);
     assert_eq!(dry, "", "the owner lives: nothing is due yet");
@@ -278,7 +278,7 @@ fn wait_json_prints_exactly_one_document_when_the_status_is_unknown() {
     let id = id_of(&st.start(&["--", "sleep", "100"]));
     let e = st.entry(&id);
     let sup = e["supervisorPid"].as_i64().unwrap() as i32;
-    signal(sup, libc::SIGKILL);
+    kill_supervisor_and_keeper(sup);
     assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
     let _ = st.ok(&["reap"]);
     let out = st.run(&["wait", "--json", &id]);
@@ -325,7 +325,7 @@ fn reap_stops_a_member_that_cleared_its_environment_in_the_provider_group_after_
     let v = st.start(&["--name", "x", "--", "sh", "-c", &script]);
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
     guard.track(sup);
-    signal(sup, libc::SIGKILL);
+    kill_supervisor_and_keeper(sup);
     assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
     std::fs::write(&go, "").unwrap();
     let member = pid_file(&st, "member");
@@ -362,7 +362,7 @@ fn reap_stops_a_member_that_cleared_its_environment_in_its_own_session_by_its_re
     });
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
     guard.track(sup);
-    signal(sup, libc::SIGKILL);
+    kill_supervisor_and_keeper(sup);
     assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
     // The provider dies too: only the recorded member is left, with neither tag nor group.
     let provider = v["pid"].as_i64().unwrap() as i32;
@@ -488,7 +488,7 @@ fn a_recorded_member_that_switched_uid_is_still_reaped() {
     });
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
     guard.track(sup);
-    signal(sup, libc::SIGKILL);
+    kill_supervisor_and_keeper(sup);
     assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
     let _ = st.ok(&["reap"]);
     assert_eq!(wait_gone(&[member], SECS(5)), Vec::<i32>::new(), "a recorded member of another uid survived");

@@ -42,8 +42,9 @@ for l in open('/proc/self/status'):
     k, v = l.split(':', 1)
     st[k] = v.strip()
 sup = os.getppid()
-sup_pgrp = int(open(f'/proc/{sup}/stat').read().rsplit(')', 1)[1].split()[2])
-print('ids', os.getpid(), os.getpgrp(), sup, sup_pgrp, flush=True)
+fields = open(f'/proc/{sup}/stat').read().rsplit(')', 1)[1].split()
+sup_pgrp, sup_parent = int(fields[2]), int(fields[1])
+print('ids', os.getpid(), os.getpgrp(), sup, sup_pgrp, sup_parent, flush=True)
 print('fd1', os.readlink('/proc/self/fd/1'), os.readlink(f'/proc/{sup}/fd/1'), flush=True)
 "#;
     let script = format!("trap '' INT HUP; exec {} run -- python3 -c \"$1\"", bin());
@@ -51,10 +52,12 @@ print('fd1', os.readlink('/proc/self/fd/1'), os.readlink(f'/proc/{sup}/fd/1'), f
     cmd.args(["-c", &script, "sh", src]).env_clear().env("PATH", std::env::var("PATH").unwrap()).stdin(Stdio::null());
     let (mut child, lines) = spawn_lines(cmd, &guard);
     let ids = lines.pids("ids", SECS(10));
-    let (pid, pgrp, sup, sup_pgrp) = (ids[0], ids[1], ids[2], ids[3]);
+    let (pid, pgrp, keeper, keeper_pgrp, keeper_parent) = (ids[0], ids[1], ids[2], ids[3], ids[4]);
     assert_eq!(pgrp, pid, "the provider leads its own process group");
-    assert_ne!(sup_pgrp, pgrp, "the supervisor is not in the provider's group");
-    assert_eq!(sup, child.id() as i32, "sh exec'd into the supervisor, the provider's parent");
+    assert_ne!(keeper_pgrp, pgrp, "the supervisor's keeper is not in the provider's group");
+    // The provider's parent is the supervisor's keeper (issue 16), whose parent is the supervisor.
+    assert_ne!(keeper, child.id() as i32);
+    assert_eq!(keeper_parent, child.id() as i32, "sh exec'd into the supervisor, the keeper's parent");
     let fd1 = lines.expect("fd1", SECS(5));
     assert!(fd1[0].starts_with("pipe:"), "{fd1:?}");
     assert_eq!(fd1[0], fd1[1], "the provider writes to the supervisor's own stdout, not a copy");

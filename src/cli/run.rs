@@ -51,6 +51,8 @@ pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
             kill_wait.as_millis()
         );
     }
+    // In the keeper: the work is done; the supervisor in front exits as this process does.
+    sheepdog::keeper::done();
     match outcome.exit() {
         Exit::Code(c) => Ok(c),
         Exit::Signal(s) => die_by(s),

@@ -71,7 +71,7 @@ pub fn live_tree(e: &Entry) -> Vec<crate::view::TreeProc> {
         return Vec::new();
     }
     let stats: Vec<procfs::Stat> = if e.supervisor_alive() {
-        e.supervisor_pid.and_then(Pid::new).map(procfs::descendants).unwrap_or_default()
+        e.tree_root().and_then(Pid::new).map(procfs::descendants).unwrap_or_default()
     } else {
         let live = recorded_tree(e).map(|t| t.live()).unwrap_or_default();
         live.iter().filter_map(|m| procfs::stat(m.pid).ok()).collect()

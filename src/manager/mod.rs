@@ -394,10 +394,15 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
             .map(procfs::descendants)
             .unwrap_or_default()
             .iter()
-            .filter(|s| !s.is_zombie())
+            .filter(|s| !s.is_zombie() && Some(s.pid.as_raw()) != now.keeper_pid)
             .map(|s| registry::RecordedMember { pid: s.pid.as_raw(), start_time: s.start_time })
             .collect();
         past_a_stuck_supervisor = sup.send(Signal::KILL).is_ok_and(|s| s == process::Sent::Delivered);
+        // A stuck chain may be stuck in either process: the keeper goes too, or it would stay
+        // stopped forever (a SIGSTOPped keeper cannot take over).
+        if let Some(keeper) = verified_keeper(&now) {
+            let _ = keeper.send(Signal::KILL);
+        }
         entry = now;
         entry.members.extend(adopted);
     }
@@ -478,9 +483,19 @@ fn verified_supervisor(e: &Entry) -> Option<PidFd> {
     if !e.this_boot() {
         return None;
     }
-    let pid = Pid::new(e.supervisor_pid?)?;
-    let fd = PidFd::open(pid).ok()?;
-    registry::identity_alive(e.supervisor_pid, e.supervisor_start_time).then_some(fd)
+    let (pid, start) = e.live_supervisor()?;
+    let fd = PidFd::open(Pid::new(pid)?).ok()?;
+    registry::identity_alive(Some(pid), start).then_some(fd)
+}
+
+/// A pidfd on the entry's keeper, opened before its identity is checked (see
+/// [`verified_supervisor`]). `None` if it is gone or not ours.
+fn verified_keeper(e: &Entry) -> Option<PidFd> {
+    if !e.this_boot() {
+        return None;
+    }
+    let fd = PidFd::open(Pid::new(e.keeper_pid?)?).ok()?;
+    registry::identity_alive(e.keeper_pid, e.keeper_start_time).then_some(fd)
 }
 
 /// Tells an entry's supervisor that stayed after its command exited (a cleanup pending) to
@@ -625,6 +640,26 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             settle_cgroup(reg, e.clone());
         }
     }
+    // Cleanups whose runner was killed: past their deadline they are stopped here.
+    for e in entries.iter().filter(|e| e.cleanup_started_at.is_some() && e.cleanup_result.is_none()) {
+        if dry_run || !e.this_boot() || registry::identity_alive(e.cleanup_runner_pid, e.cleanup_runner_start_time) {
+            continue;
+        }
+        if crate::cleanup::settle_abandoned(reg, &e.id, CleanupRunner::Reap, false)
+            && let Ok(x) = reg.read(&e.id)
+            && x.cleanup_result.as_ref().is_some_and(|r| r.timed_out)
+        {
+            actions.push(ReapAction {
+                id: x.id.clone(),
+                name: Some(x.display_name()),
+                action: ReapKind::Cleanup,
+                signalled: 0,
+                tree_gone: true,
+                reason: "its runner was killed; stopped past its bound".into(),
+                cleanup_error: crate::cleanup::failure_line(&x),
+            });
+        }
+    }
     for e in entries.iter().filter(|e| !e.is_finished()) {
         let action = |what: ReapKind, signalled, tree_gone, reason: &str| ReapAction {
             id: e.id.clone(),
@@ -753,7 +788,11 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 /// running, and one whose cleanup is pending (it has not run: `stop` runs it) unless `force`
 /// drops it. A supervisor that stayed for the pending cleanup is told, and leaves.
 pub fn clear(reg: &Registry, e: &Entry, force: bool) -> Result<(), ManagerError> {
-    if e.cleanup_running() {
+    // `--force` always works: a running cleanup is stopped first (its tree, by the tag).
+    if force && e.cleanup_running() {
+        crate::cleanup::settle_abandoned(reg, &e.id, CleanupRunner::Stop, true);
+    }
+    if e.cleanup_running() && !force {
         return Err(ManagerError::Refused(format!(
             "{} is still finishing (its cleanup command is running); try again when it is done",
             e.label()

@@ -116,6 +116,7 @@ pub fn run_supervisor(
     if outcome.trigger.is_none() {
         managed.linger(&signals);
     }
+    crate::keeper::done();
     0
 }
 
@@ -182,6 +183,14 @@ impl Managed<'_> {
         let mut text = String::new();
         let mut claimed = false;
         let recorded = self.reg.update(&self.id, |e| {
+            if e.is_finished() && outcome.trigger == Some(Trigger::SupervisorKilled) {
+                // The keeper recorded the result and was killed afterwards (during the cleanup
+                // or while it waited for a trigger): its death is a stop, so only a cleanup
+                // that is still pending is left to do.
+                text = e.status_text.clone().unwrap_or_default();
+                claimed = crate::cleanup::claim(e);
+                return;
+            }
             let (status, t) = result_status(outcome, e.timeout_ms);
             text = t;
             e.record_result(registry::SupervisorResult {
@@ -231,6 +240,7 @@ impl Managed<'_> {
         let Some(trigger) = supervisor::await_trigger(signals, owner, until, &mut still_needed) else { return };
         let why = match trigger {
             Trigger::Signal(s) => format!("{s} (stop requested)"),
+            Trigger::SupervisorKilled => "the supervisor was killed".into(),
             Trigger::OwnerDied => "the owner exited".into(),
             Trigger::Timeout => "the turn timeout expired".into(),
             t => t.name().into(),
@@ -248,6 +258,7 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (Status, String)
             (Status::TimedOut, format!("timed out after {}", after.unwrap_or_default()))
         }
         (Some(Trigger::OwnerDied), _) => (Status::Stopped, "stopped (owner exited)".into()),
+        (Some(Trigger::SupervisorKilled), _) => (Status::Stopped, "stopped (the supervisor was killed)".into()),
         (Some(_), _) => (Status::Stopped, "stopped".into()),
         (_, Some(WaitStatus::Exited(c))) => (Status::Exited, format!("exited ({c})")),
         (_, Some(WaitStatus::Signaled(s))) => (Status::Killed, format!("killed ({s})")),
@@ -267,6 +278,11 @@ impl Observer for Managed<'_> {
         let entry = self.reg.update(&self.id, |e| {
             let sid = stat.as_ref().map(|s| s.session);
             stopped_meanwhile = e.record_spawned(spawned.pid.as_raw(), spawned.pgid.as_raw(), start_time, sid);
+            if crate::keeper::is_keeper() {
+                let me = process::getpid();
+                e.keeper_pid = Some(me.as_raw());
+                e.keeper_start_time = procfs::start_time(me);
+            }
         });
         if stopped_meanwhile {
             // A stop (or reap) recorded a result while the command was being spawned: honour

@@ -190,6 +190,73 @@ pub fn set_child_subreaper() -> io::Result<()> {
     Ok(())
 }
 
+/// Which side of a [`fork`] this process is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forked {
+    /// The original process; the child's pid.
+    Parent(Pid),
+    /// The new process, a copy of the original that goes on running the same code.
+    Child,
+}
+
+/// `fork()` without `exec`: the supervisor's keeper (`crate::keeper`) is a copy of the
+/// supervisor that goes on running Rust code. Only sound in a single-threaded process (after a
+/// fork only the calling thread exists, and a lock another thread held would stay locked
+/// forever); the callers are the supervisor binaries, which never start a thread.
+///
+/// Errors: EAGAIN / ENOMEM from the kernel.
+pub(crate) fn fork() -> io::Result<Forked> {
+    // SAFETY: the caller is single-threaded (see above), so the child inherits no lock held
+    // by another thread and may go on allocating and running ordinary code.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent(Pid(pid))),
+    }
+}
+
+/// One `write(2)` of `buf` to a raw fd this process owns; EINTR is retried. Returns the bytes
+/// written. Errors: the write's.
+pub(crate) fn write_raw(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: buf is valid for buf.len() bytes; a closed fd yields EBADF.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}
+
+/// One `read(2)` from a raw fd this process owns into `buf`; EINTR is retried. Returns the
+/// bytes read (0 at EOF). Errors: the read's (EAGAIN on an empty non-blocking fd).
+pub(crate) fn read_raw(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: buf is valid for buf.len() bytes; a closed fd yields EBADF.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}
+
+/// Moves this process into a process group of its own (`setpgid(0, 0)`), so that a signal to
+/// the group it came from (a host's `kill(-pgid)`) no longer reaches it.
+pub(crate) fn own_process_group() -> io::Result<()> {
+    // SAFETY: setpgid takes two integers; no pointers.
+    if unsafe { libc::setpgid(0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// A pidfd (Linux 5.3+): a handle on one process that cannot be confused with a later process
 /// that reuses the pid. Readable (`POLLIN`) once the process has exited.
 #[derive(Debug)]

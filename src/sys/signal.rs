@@ -191,6 +191,34 @@ impl SignalPipe {
         Ok(SignalPipe { read, _write: write })
     }
 
+    /// In a forked child that goes on running the same code (the keeper): makes the handlers
+    /// this process's own again, on a pipe of its own. Without it the child's handlers would
+    /// take the default action (they act only for the pid that installed them), and both
+    /// processes would read each other's wake-ups from one shared pipe. The new pipe takes the
+    /// old one's fd numbers, so every copy of this `SignalPipe` stays valid; flags that were
+    /// pending in the parent are dropped.
+    ///
+    /// Errors: `pipe2`/`fcntl`/`dup2` failures, as `io::Error`.
+    pub fn renew_after_fork(&self) -> io::Result<()> {
+        let (read, write) = pipe_cloexec()?;
+        set_nonblocking(read.as_raw_fd())?;
+        set_nonblocking(write.as_raw_fd())?;
+        for (new, old) in [(&read, &self.read), (&write, &self._write)] {
+            // SAFETY: dup2 between two fds this process owns; the old number now names the new
+            // pipe end (single-threaded, so nothing can fork between this and the cloexec).
+            if unsafe { libc::dup2(new.as_raw_fd(), old.as_raw_fd()) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            set_cloexec(old.as_raw_fd())?;
+        }
+        for flag in &PENDING {
+            flag.store(false, Ordering::SeqCst);
+        }
+        // SAFETY: getpid has no preconditions.
+        OWNER_PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+        Ok(())
+    }
+
     /// Empties the pipe and returns the signals that arrived since the last call, in number order.
     pub fn drain(&self) -> Vec<Signal> {
         let mut buf = [0u8; 64];

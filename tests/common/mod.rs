@@ -294,8 +294,11 @@ impl Drop for State {
         let Ok(reg) = sheepdog::registry::Registry::open(Some(self.path().to_path_buf())) else { return };
         let (entries, _) = reg.list();
         for e in entries {
-            if let (Some(p), Some(t)) = (e.supervisor_pid.and_then(Pid::new), e.supervisor_start_time) {
-                signal_member(&Member { pid: p, start_time: Some(t) }, sheepdog::os::Signal::KILL);
+            // The supervisor and its keeper (either would stop the tree after the other's death).
+            for (p, t) in [(e.supervisor_pid, e.supervisor_start_time), (e.keeper_pid, e.keeper_start_time)] {
+                if let (Some(p), Some(t)) = (p.and_then(Pid::new), t) {
+                    signal_member(&Member { pid: p, start_time: Some(t) }, sheepdog::os::Signal::KILL);
+                }
             }
             if let Some(tree) = sheepdog::manager::recorded_tree(&e) {
                 for m in tree.live() {
@@ -373,4 +376,27 @@ pub fn forge_entry(st: &State, age_ms: u64, f: impl FnOnce(&mut sheepdog::regist
         })
         .unwrap();
     reg.update(&e.id, f).unwrap().id
+}
+
+/// The keeper of supervisor `sup` (its one child that runs sheepdog: see `sheepdog::keeper`), if
+/// it has one.
+pub fn keeper_of(sup: i32) -> Option<i32> {
+    procfs::children(pid(sup)).into_iter().find(|k| procfs::cmdline(*k).contains("sheepdog")).map(|k| k.as_raw())
+}
+
+/// SIGKILL of a supervisor *and* its keeper in the same instant (the keeper frozen first, so it
+/// cannot start the stop): the one window the keeper leaves, `kill -9 -1`, which `reap` and
+/// `stop` answer. Waits until both are gone.
+pub fn kill_supervisor_and_keeper(sup: i32) {
+    let keeper = keeper_of(sup);
+    if let Some(k) = keeper {
+        signal(k, libc::SIGSTOP);
+    }
+    signal(sup, libc::SIGKILL);
+    if let Some(k) = keeper {
+        signal(k, libc::SIGKILL);
+    }
+    let mut both = vec![sup];
+    both.extend(keeper);
+    assert!(wait_gone(&both, SECS(5)).is_empty(), "the supervisor or its keeper survived SIGKILL");
 }

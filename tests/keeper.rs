@@ -1,0 +1,384 @@
+//! Issue 16, item 1 ("SIGKILL of any one sheepdog process ends its tree"): the supervisor and its
+//! keeper watch each other, so a SIGKILL of either one, or of the supervisor's whole process
+//! group, still runs the one stop: the provider gets SIGTERM and the grace, nothing of the tree
+//! survives the entry's maximum stop + 1 s, the host's pipe reaches EOF, and a managed entry
+//! records what happened (and runs its pending cleanup exactly once) without anyone calling
+//! `reap`. Both tiers: CI runs this file again with `SHEEPDOG_CONTAINMENT=subreaper`.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::io::Read;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+use sheepdog::os::procfs;
+
+/// Term grace and kill wait given to every supervisor here: the bound is their sum + 1 s.
+const GRACE: &str = "1s";
+const BOUND: Duration = Duration::from_millis(1000 + 1000 + 1000);
+
+/// A provider that records its SIGTERM (and exits 0 on it), with a `setsid` child in a session
+/// of its own that ignores SIGTERM (it must take the SIGKILL) and a plain background child.
+/// Prints `pids PROVIDER SETSID CHILD`.
+fn provider(term_file: &std::path::Path) -> String {
+    format!(
+        "trap 'echo term >> {f}; exit 0' TERM; setsid sh -c 'trap \"\" TERM; sleep 301' & s=$!; sleep 302 & c=$!; \
+         echo pids $$ $s $c; wait $c",
+        f = term_file.display()
+    )
+}
+
+/// The keeper of supervisor `sup` (the provider is the keeper's child, not the supervisor's),
+/// waiting for the fork if need be.
+fn the_keeper(sup: i32) -> i32 {
+    let end = Instant::now() + SECS(5);
+    loop {
+        if let Some(k) = keeper_of(sup) {
+            return k;
+        }
+        assert!(Instant::now() < end, "supervisor {sup} has no keeper child");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn kill9(raw: i32) {
+    signal(raw, libc::SIGKILL);
+}
+
+/// SIGKILL to every member of process group `pgid`, as a host's group kill does.
+fn kill9_group(pgid: i32) {
+    let group = sheepdog::os::Pgid::new(pgid).expect("a group id");
+    let _ = sheepdog::os::process::kill_group(group, sheepdog::os::Signal::KILL);
+}
+
+/// Reads `r` to EOF on a thread; the receiver gets a message at EOF.
+fn eof_of<R: Read + Send + 'static>(mut r: R) -> std::sync::mpsc::Receiver<()> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = r.read_to_end(&mut sink);
+        let _ = tx.send(());
+    });
+    rx
+}
+
+enum Kill {
+    Supervisor,
+    Group,
+    Keeper,
+}
+
+/// `sheepdog run` under a host, killed as `how` says: the tree is gone within the bound, the
+/// provider got SIGTERM first, and the host's stdout pipe reaches EOF.
+fn run_survives(how: Kill) {
+    let guard = Guard::new();
+    let dir = tempfile::tempdir().unwrap();
+    let term = dir.path().join("term");
+    let mut cmd = sheepdog();
+    cmd.args(["run", "--term-grace", GRACE, "--kill-wait", GRACE, "--", "sh", "-c", &provider(&term)])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .stdout(Stdio::piped());
+    // Its own group, as a host's `spawn(..., {detached: true})` gives, so the group kill hits
+    // nothing else.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd.spawn().expect("spawn sheepdog run");
+    guard.track_child(&child);
+    let sup = child.id() as i32;
+    let out = child.stdout.take().unwrap();
+    // The pids line, then the rest of the pipe on a thread (EOF = every holder gone).
+    let mut first = Vec::new();
+    let mut out = out;
+    let mut byte = [0u8; 1];
+    while out.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
+        first.push(byte[0]);
+    }
+    let line = String::from_utf8_lossy(&first).into_owned();
+    let pids: Vec<i32> =
+        line.strip_prefix("pids ").expect("pids line").split_whitespace().map(|p| p.parse().unwrap()).collect();
+    for p in &pids {
+        guard.track(*p);
+    }
+    let keeper = the_keeper(sup);
+    guard.track(keeper);
+    let eof = eof_of(out);
+
+    let t0 = Instant::now();
+    match how {
+        Kill::Supervisor => kill9(sup),
+        Kill::Group => kill9_group(sup),
+        Kill::Keeper => kill9(keeper),
+    }
+    let left = wait_gone(&pids, BOUND);
+    assert!(left.is_empty(), "still alive {:?} after the SIGKILL: {left:?}", t0.elapsed());
+    eof.recv_timeout(BOUND.saturating_sub(t0.elapsed()) + Duration::from_millis(500))
+        .expect("the host's pipe reached EOF");
+    assert_eq!(std::fs::read_to_string(&term).unwrap_or_default(), "term\n", "the provider got SIGTERM first");
+    // Whichever survived is gone too.
+    assert!(wait_gone(&[keeper], SECS(2)).is_empty(), "the keeper outlived the stop");
+    let _ = wait_child(&mut child, SECS(5));
+}
+
+#[test]
+fn sigkill_of_sheepdog_run_still_stops_the_whole_tree_and_the_hosts_pipe_reaches_eof() {
+    run_survives(Kill::Supervisor);
+}
+
+#[test]
+fn sigkill_of_the_supervisors_whole_group_still_stops_the_whole_tree() {
+    run_survives(Kill::Group);
+}
+
+#[test]
+fn sigkill_of_the_keeper_leaves_the_supervisor_in_charge_of_the_stop() {
+    run_survives(Kill::Keeper);
+}
+
+#[test]
+fn a_keeper_killed_in_sheepdog_run_makes_the_supervisor_exit_with_the_providers_code_after_the_stop() {
+    let guard = Guard::new();
+    let dir = tempfile::tempdir().unwrap();
+    let term = dir.path().join("term");
+    let (mut child, lines) =
+        spawn_run(&["--term-grace", GRACE, "--kill-wait", GRACE, "--", "sh", "-c", &provider(&term)], &guard);
+    let pids = lines.pids("pids ", SECS(10));
+    for p in &pids {
+        guard.track(*p);
+    }
+    let sup = child.id() as i32;
+    let keeper = the_keeper(sup);
+    kill9(keeper);
+    let st = wait_child(&mut child, BOUND + SECS(1));
+    // The provider exited 0 on its SIGTERM, as after owner death: its code.
+    assert_eq!(st.code(), Some(0), "{st:?}");
+    assert!(wait_gone(&pids, Duration::ZERO).is_empty());
+}
+
+/// A managed entry whose supervisor (or keeper, or the supervisor's group) is SIGKILLed: the
+/// survivor stops the tree and records it, and the pending cleanup runs once.
+fn managed_survives(how: Kill) {
+    let st = State::new();
+    let guard = Guard::new();
+    let term = st.path().join("term");
+    let count = st.path().join("cleanups");
+    let cleanup = format!("echo ran >> {}", count.display());
+    let v = st.start(&[
+        "--term-grace",
+        GRACE,
+        "--kill-wait",
+        GRACE,
+        "--cleanup",
+        &cleanup,
+        "--",
+        "sh",
+        "-c",
+        &provider(&term),
+    ]);
+    let id = v["id"].as_str().unwrap().to_string();
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    let pids = st.wait_log(&id, "stdout.log", "pids ");
+    let pids: Vec<i32> = pids
+        .lines()
+        .find_map(|l| l.strip_prefix("pids "))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    for p in &pids {
+        guard.track(*p);
+    }
+    let keeper = the_keeper(sup);
+    guard.track(keeper);
+    let t0 = Instant::now();
+    match how {
+        Kill::Supervisor => kill9(sup),
+        // The detached supervisor leads its own session and group.
+        Kill::Group => kill9_group(sup),
+        Kill::Keeper => kill9(keeper),
+    }
+    let left = wait_gone(&pids, BOUND);
+    assert!(left.is_empty(), "still alive {:?} after the SIGKILL: {left:?}", t0.elapsed());
+    // Recorded by the survivor, with nobody calling `reap`.
+    let end = Instant::now() + SECS(5);
+    let e = loop {
+        let e = st.entry(&id);
+        if !e["cleanupResult"].is_null() {
+            break e;
+        }
+        assert!(Instant::now() < end, "no cleanup result: {e}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(e["status"], "stopped", "{e}");
+    assert_eq!(e["stopReason"], "supervisorKilled", "{e}");
+    assert_eq!(e["treeGone"], true, "{e}");
+    assert_eq!(e["cleanupResult"]["exitCode"], 0, "{e}");
+    assert_eq!(std::fs::read_to_string(&term).unwrap_or_default(), "term\n", "the provider got SIGTERM first");
+    assert!(wait_gone(&[sup, keeper], SECS(3)).is_empty(), "the survivor did not exit after its work");
+    // Later triggers find it done: the cleanup never runs twice.
+    let _ = st.run(&["stop", &id]);
+    let _ = st.run(&["reap"]);
+    assert_eq!(std::fs::read_to_string(&count).unwrap_or_default().lines().count(), 1);
+}
+
+#[test]
+fn sigkill_of_a_managed_supervisor_stops_its_tree_records_it_and_runs_the_cleanup_once() {
+    managed_survives(Kill::Supervisor);
+}
+
+#[test]
+fn sigkill_of_a_managed_supervisors_group_stops_its_tree_records_it_and_runs_the_cleanup_once() {
+    managed_survives(Kill::Group);
+}
+
+#[test]
+fn sigkill_of_a_managed_keeper_stops_its_tree_records_it_and_runs_the_cleanup_once() {
+    managed_survives(Kill::Keeper);
+}
+
+#[test]
+fn sigkill_of_a_supervisor_that_waits_with_a_pending_cleanup_runs_the_cleanup_once() {
+    // The wrapper exits at once; its cleanup is pending, watched for an owner that lives on.
+    let st = State::new();
+    let guard = Guard::new();
+    let mut owner = guard.sleeper();
+    let count = st.path().join("cleanups");
+    let cleanup = format!("echo ran >> {}", count.display());
+    let v = st.start(&["--owner", &owner.id().to_string(), "--cleanup", &cleanup, "--", "true"]);
+    let id = v["id"].as_str().unwrap().to_string();
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    st.wait_log(&id, "combined.log", "waiting: the cleanup is pending");
+    guard.track(sup);
+    kill9(sup);
+    let end = Instant::now() + SECS(5);
+    while st.entry(&id)["cleanupResult"].is_null() {
+        assert!(Instant::now() < end, "the pending cleanup never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let e = st.entry(&id);
+    assert_eq!(e["status"], "exited", "the command's own result is kept: {e}");
+    let _ = st.run(&["reap"]);
+    assert_eq!(std::fs::read_to_string(&count).unwrap_or_default().lines().count(), 1);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+}
+
+#[test]
+fn the_keeper_is_in_a_group_of_its_own_and_is_not_part_of_the_tree() {
+    let st = State::new();
+    let guard = Guard::new();
+    let v = st.start(&["--", "sleep", "30"]);
+    let id = v["id"].as_str().unwrap().to_string();
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    let keeper = the_keeper(sup);
+    guard.track(keeper);
+    let k = procfs::stat(pid(keeper)).unwrap();
+    let s = procfs::stat(pid(sup)).unwrap();
+    assert_ne!(k.pgrp, s.pgrp, "a group kill of the supervisor would take the keeper with it");
+    assert_eq!(k.session, s.session);
+    let tree = st.tree_pids(&id);
+    assert!(!tree.contains(&keeper), "ps --tree lists the keeper: {tree:?}");
+    assert_eq!(tree, vec![v["pid"].as_i64().unwrap() as i32]);
+    st.ok(&["stop", &id]);
+    assert!(wait_gone(&[sup, keeper], SECS(5)).is_empty());
+}
+
+/// Issue 16, item 4: a cleanup that starts `setsid` and `( … &)` children, triggered by owner
+/// death; its pids are appended to `pids` in the state dir. Returns (state, guard, id,
+/// supervisor, cleanup pids).
+fn cleanup_with_escapes() -> (State, Guard, String, i32, Vec<i32>) {
+    let st = State::new();
+    let guard = Guard::new();
+    let mut owner = guard.sleeper();
+    let f = st.path().join("pids");
+    let cleanup = format!(
+        "setsid sh -c 'echo $$ >> {f}; exec sleep 200' & (sh -c 'echo $$ >> {f}; exec sleep 201' &); \
+         echo $$ >> {f}; sleep 202",
+        f = f.display()
+    );
+    let v = st.start(&[
+        "--owner",
+        &owner.id().to_string(),
+        "--cleanup",
+        &cleanup,
+        "--cleanup-timeout",
+        "3s",
+        "--term-grace",
+        "300ms",
+        "--kill-wait",
+        "300ms",
+        "--",
+        "sleep",
+        "100",
+    ]);
+    let id = v["id"].as_str().unwrap().to_string();
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    guard.track(sup);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let end = Instant::now() + SECS(10);
+    let pids = loop {
+        let pids: Vec<i32> =
+            std::fs::read_to_string(&f).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if pids.len() == 3 {
+            break pids;
+        }
+        assert!(Instant::now() < end, "the cleanup's three processes never started: {pids:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    for p in &pids {
+        guard.track(*p);
+    }
+    (st, guard, id, sup, pids)
+}
+
+#[test]
+fn a_cleanup_stays_bounded_when_the_supervisor_is_killed_while_it_runs() {
+    let (st, _guard, id, sup, pids) = cleanup_with_escapes();
+    std::thread::sleep(Duration::from_millis(800));
+    kill9(sup);
+    // The keeper (the runner) still bounds it: 3 s from its start, then 300 ms + 300 ms.
+    let left = wait_gone(&pids, SECS(4));
+    assert!(left.is_empty(), "cleanup processes outlived their bound: {left:?}");
+    let end = Instant::now() + SECS(3);
+    while st.entry(&id)["cleanupResult"].is_null() {
+        assert!(Instant::now() < end, "no cleanup result");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(st.entry(&id)["cleanupResult"]["timedOut"], true);
+    let out = st.run(&["clear", "--force", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_cleanup_whose_runner_died_is_stopped_by_the_next_reap_past_its_deadline() {
+    let (st, _guard, id, sup, pids) = cleanup_with_escapes();
+    std::thread::sleep(Duration::from_millis(800));
+    // The runner (the keeper) and the supervisor die together: nobody bounds the cleanup now.
+    kill_supervisor_and_keeper(sup);
+    assert_eq!(st.ok(&["reap"]), "", "within its bound a cleanup is left to finish");
+    assert!(wait_gone(&pids, Duration::ZERO).len() == 3, "reap stopped a cleanup within its bound");
+    let out = st.run(&["clear", &id]);
+    assert_eq!(out.status.code(), Some(1), "clear without --force refuses a running cleanup");
+    std::thread::sleep(SECS(3));
+    let out = st.run(&["reap"]);
+    assert_eq!(out.status.code(), Some(1), "a cleanup that timed out is a failure");
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.starts_with(&format!("Ran the cleanup of sleep ({id}): its runner was killed")), "{out}");
+    assert!(out.contains("Cleanup command timed out after 3s."), "{out}");
+    assert_eq!(wait_gone(&pids, SECS(2)), Vec::<i32>::new(), "reap left cleanup processes alive");
+    let e = st.entry(&id);
+    assert_eq!(e["cleanupResult"]["timedOut"], true, "{e}");
+    assert_eq!(e["cleanupResult"]["ranBy"], "reap", "{e}");
+}
+
+#[test]
+fn clear_force_always_works_even_while_an_abandoned_cleanup_runs() {
+    let (st, _guard, id, sup, pids) = cleanup_with_escapes();
+    kill_supervisor_and_keeper(sup);
+    let out = st.run(&["clear", "--force", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(wait_gone(&pids, SECS(2)), Vec::<i32>::new(), "clear --force left the cleanup running");
+    assert!(st.entries().is_empty());
+}
