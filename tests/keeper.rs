@@ -284,8 +284,9 @@ fn the_keeper_is_in_a_group_of_its_own_and_is_not_part_of_the_tree() {
     assert!(wait_gone(&[sup, keeper], SECS(5)).is_empty());
 }
 
-/// Issue 16, item 4: a cleanup that starts `setsid` and `( … &)` children, triggered by owner
-/// death; its pids are appended to `pids` in the state dir. Returns (state, guard, id,
+/// Issue 16, item 4: a cleanup that starts a `setsid` child and a `( setsid … &)` double fork (an
+/// orphan in a session of its own: neither the cleanup's descendant nor in its group), triggered
+/// by owner death; its pids are appended to `pids` in the state dir. Returns (state, guard, id,
 /// supervisor, cleanup pids).
 fn cleanup_with_escapes() -> (State, Guard, String, i32, Vec<i32>) {
     let st = State::new();
@@ -293,7 +294,7 @@ fn cleanup_with_escapes() -> (State, Guard, String, i32, Vec<i32>) {
     let mut owner = guard.sleeper();
     let f = st.path().join("pids");
     let cleanup = format!(
-        "setsid sh -c 'echo $$ >> {f}; exec sleep 200' & (sh -c 'echo $$ >> {f}; exec sleep 201' &); \
+        "setsid sh -c 'echo $$ >> {f}; exec sleep 200' & (setsid sh -c 'echo $$ >> {f}; exec sleep 201' &); \
          echo $$ >> {f}; sleep 202",
         f = f.display()
     );
