@@ -268,7 +268,13 @@ impl App {
             let (usage, ports) = if live {
                 if measure {
                     let members = match &supervisor {
-                        Some(root) => self.files.descendants_of(root),
+                        // The keeper is the supervisor's, not the tree's (its descendants are).
+                        Some(root) => self
+                            .files
+                            .descendants_of(root)
+                            .into_iter()
+                            .filter(|p| Some(p.stat.pid.as_raw()) != e.keeper_pid)
+                            .collect(),
                         None => usage::tree_members_known(&e, false),
                     };
                     let mut u = sampler.usage(&members);
