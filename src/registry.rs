@@ -44,10 +44,20 @@ pub enum RegistryError {
         #[source]
         source: io::Error,
     },
+    /// A write into the state dir failed (a full disk, a read-only mount): what was to be
+    /// recorded was not. Status 74 where a command's result is at stake.
+    #[error("unable to write {path}: {source}")]
+    NotWritten {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("state dir {path} is writable by other users (mode {mode:04o}); refusing to use it (chmod 700 it)")]
     Insecure { path: PathBuf, mode: u32 },
     #[error("state dir {path} is owned by uid {owner}, not {me}; refusing to use it")]
     NotOwner { path: PathBuf, owner: u32, me: u32 },
+    #[error("state dir {0} is not a directory")]
+    NotADirectory(PathBuf),
     #[error("no entry with id or name '{0}'")]
     NotFound(String),
     #[error("the name '{name}' is ambiguous: {candidates}; use an id")]
@@ -60,6 +70,18 @@ pub enum RegistryError {
 
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> RegistryError + '_ {
     move |source| RegistryError::Io { path: path.to_path_buf(), source }
+}
+
+fn write_at(path: &Path) -> impl FnOnce(io::Error) -> RegistryError + '_ {
+    move |source| RegistryError::NotWritten { path: path.to_path_buf(), source }
+}
+
+impl RegistryError {
+    /// True when a write failed (`NotWritten`): the state was not recorded, and a command whose
+    /// result was to be recorded reports status 74 ([`crate::exit::NOT_RECORDED`]).
+    pub fn is_not_written(&self) -> bool {
+        matches!(self, RegistryError::NotWritten { .. })
+    }
 }
 
 /// The stop timings recorded in an entry, in milliseconds.
@@ -454,16 +476,49 @@ pub fn identity_alive(pid: Option<i32>, start_time: Option<u64>) -> bool {
     procfs::start_time(pid) == Some(t) && procfs::uid(pid) == Some(process::getuid())
 }
 
+/// The longest name (and session id) an entry may carry: 128 bytes. Names are echoed in every
+/// later reply and listing; a longer one is a mistake (or an attack on the replies' size).
+pub const MAX_NAME_BYTES: usize = 128;
+
 /// Names are free text, except the shape of ids (`proc_12`): a name equal to another entry's id
-/// would make `stop proc_12` ambiguous. Also not empty and without control characters. The error
-/// is one sentence naming the problem.
+/// would make `stop proc_12` ambiguous. Also not blank, without control characters, and at most
+/// [`MAX_NAME_BYTES`]. The error is one sentence naming the problem (a long name is not echoed).
 pub fn check_name(s: &str) -> Result<(), String> {
+    check_label("name", s)?;
     let id_like = s.strip_prefix("proc_").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    if s.is_empty() || s.chars().any(char::is_control) {
-        return Err(format!("invalid name {s:?}: empty or with control characters"));
-    }
     if id_like {
         return Err(format!("invalid name '{s}': names of the form proc_N are reserved for ids"));
+    }
+    Ok(())
+}
+
+/// A session id: not blank, no control characters, at most [`MAX_NAME_BYTES`] (as a name).
+/// Errors: one sentence.
+pub fn check_session(s: &str) -> Result<(), String> {
+    check_label("session id", s)
+}
+
+fn check_label(what: &str, s: &str) -> Result<(), String> {
+    if s.len() > MAX_NAME_BYTES {
+        return Err(format!("invalid {what}: {} bytes long, at most {MAX_NAME_BYTES}", s.len()));
+    }
+    if s.trim().is_empty() {
+        return Err(format!("invalid {what} {s:?}: empty or blank"));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(format!("invalid {what} {s:?}: it has control characters"));
+    }
+    Ok(())
+}
+
+/// A key of `--env K=V`: not empty, and without `=`, a newline or NUL (the environment could
+/// not hold it, or would read it back as another variable). Errors: one sentence.
+pub fn check_env_key(k: &str) -> Result<(), String> {
+    if k.is_empty() {
+        return Err("invalid environment variable: the key is empty".into());
+    }
+    if k.contains(['=', '\n', '\0']) {
+        return Err(format!("invalid environment variable {k:?}: a key cannot hold '=', a newline or NUL"));
     }
     Ok(())
 }
@@ -499,23 +554,30 @@ pub struct Registry {
 }
 
 /// Resolves the state dir: `explicit`, else `$SHEEPDOG_STATE_DIR`, else
-/// `$XDG_STATE_HOME/sheepdog`, else `~/.local/state/sheepdog` (never /tmp).
+/// `$XDG_STATE_HOME/sheepdog`, else `~/.local/state/sheepdog` (never /tmp), made absolute
+/// against the current directory. Absolute once, here: every process sheepdog starts (the
+/// detached supervisor runs in `/`) is handed this path, so a relative one would name another
+/// directory there. Errors: `NoStateDir`; `Io` when the current directory cannot be read.
 pub fn state_dir(explicit: Option<PathBuf>) -> Result<PathBuf, RegistryError> {
-    if let Some(p) = explicit {
-        return Ok(p);
-    }
     let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(p) = env(STATE_DIR_ENV) {
-        return Ok(p);
-    }
-    if let Some(p) = env("XDG_STATE_HOME") {
-        return Ok(p.join("sheepdog"));
-    }
-    env("HOME").map(|h| h.join(".local/state/sheepdog")).ok_or(RegistryError::NoStateDir)
+    let dir = match explicit {
+        Some(p) => p,
+        None => match (env(STATE_DIR_ENV), env("XDG_STATE_HOME"), env("HOME")) {
+            (Some(p), _, _) => p,
+            (None, Some(x), _) => x.join("sheepdog"),
+            (None, None, Some(h)) => h.join(".local/state/sheepdog"),
+            (None, None, None) => return Err(RegistryError::NoStateDir),
+        },
+    };
+    std::path::absolute(&dir).map_err(io_at(&dir))
 }
 
-/// Refuses a state dir that belongs to another user or that others can write.
+/// Refuses a state dir that is not a directory, belongs to another user or that others can
+/// write.
 fn check_private(root: &Path, meta: &fs::Metadata) -> Result<(), RegistryError> {
+    if !meta.is_dir() {
+        return Err(RegistryError::NotADirectory(root.to_path_buf()));
+    }
     let me = process::getuid();
     if meta.uid() != me {
         return Err(RegistryError::NotOwner { path: root.to_path_buf(), owner: meta.uid(), me });
@@ -748,6 +810,22 @@ impl Registry {
         named.pop().ok_or_else(|| RegistryError::NotFound(key.to_string()))
     }
 
+    /// The entry's lock (`procs/<id>/lock`), held until dropped. A lock file that cannot be
+    /// created (a read-only state dir) is opened for reading: `flock` works on either.
+    fn entry_lock(&self, id: &str) -> Result<File, RegistryError> {
+        let lock_path = self.file(id, "lock");
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&lock_path)
+            .or_else(|e| File::open(&lock_path).map_err(|_| e))
+            .map_err(io_at(&lock_path))?;
+        f.lock().map_err(io_at(&lock_path))?;
+        Ok(f)
+    }
+
     /// Read-modify-write of one entry under its lock. `f` sees the latest version on disk.
     pub fn update<F: FnOnce(&mut Entry)>(&self, id: &str, f: F) -> Result<Entry, RegistryError> {
         self.update_if(id, |e| {
@@ -760,24 +838,26 @@ impl Registry {
     /// [`Registry::update`], written only if `f` returns true (else nothing of its changes is);
     /// returns the entry as written or as read, and whether it was written.
     pub fn update_if<F: FnOnce(&mut Entry) -> bool>(&self, id: &str, f: F) -> Result<(Entry, bool), RegistryError> {
-        let lock_path = self.file(id, "lock");
         if !self.dir(id).is_dir() {
             return Err(RegistryError::NotFound(id.to_string()));
         }
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&lock_path)
-            .map_err(io_at(&lock_path))?;
-        lock.lock().map_err(io_at(&lock_path))?;
+        // Removed meanwhile (`clear` renames the directory away): not found, as if a moment later.
+        let gone = |e: RegistryError| match e {
+            RegistryError::Io { source, .. } | RegistryError::NotWritten { source, .. }
+                if source.kind() == io::ErrorKind::NotFound =>
+            {
+                RegistryError::NotFound(id.to_string())
+            }
+            e => e,
+        };
+        let lock = self.entry_lock(id).map_err(gone)?;
         let entry = self.read(id)?;
         let mut changed = entry.clone();
         if !f(&mut changed) {
             return Ok((entry, false));
         }
-        write_atomic(&self.file(id, "entry.json"), &to_json(&changed))?;
+        write_atomic(&self.file(id, "entry.json"), &to_json(&changed)).map_err(gone)?;
+        drop(lock);
         Ok((changed, true))
     }
 
@@ -808,11 +888,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RegistryError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let mut f =
-        OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp).map_err(io_at(&tmp))?;
-    f.write_all(bytes).map_err(io_at(&tmp))?;
-    f.sync_all().map_err(io_at(&tmp))?;
-    fs::rename(&tmp, path).map_err(io_at(path))?;
+    let written = (|| {
+        let mut f =
+            OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp).map_err(write_at(&tmp))?;
+        f.write_all(bytes).map_err(write_at(&tmp))?;
+        f.sync_all().map_err(write_at(&tmp))?;
+        fs::rename(&tmp, path).map_err(write_at(path))
+    })();
+    if written.is_err() {
+        // A full disk leaves an empty temp file: never leave it behind.
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
     sync_dir(dir)
 }
 

@@ -230,6 +230,9 @@ pub struct StopView {
     pub already_finished: bool,
     pub ok: bool,
     pub cleanup_error: Option<String>,
+    /// Why this stop's result is not in the registry (a full disk, a read-only state dir),
+    /// else null; `ok` is false then. The entry's fields are what the stop knows.
+    pub not_recorded: Option<String>,
 }
 
 impl StopView {
@@ -241,7 +244,14 @@ impl StopView {
         cleanup_error: Option<String>,
     ) -> StopView {
         entry.tree_gone = Some(tree_gone);
-        StopView { entry, already_finished, ok: tree_gone && cleanup_error.is_none(), cleanup_error }
+        StopView { entry, already_finished, ok: tree_gone && cleanup_error.is_none(), cleanup_error, not_recorded: None }
+    }
+
+    /// The same view, for a stop whose result could not be written (`why`).
+    pub fn not_recorded(mut self, why: String) -> StopView {
+        self.ok = false;
+        self.not_recorded = Some(why);
+        self
     }
 }
 

@@ -22,7 +22,9 @@ use super::{CliError, parse_duration, parse_positive_duration, pid_arg};
 
 impl From<RegistryError> for CliError {
     fn from(e: RegistryError) -> Self {
-        CliError::usage(e.to_string())
+        // A write that failed (full disk, read-only state dir): nothing was recorded, 74.
+        let code = if e.is_not_written() { exit::NOT_RECORDED } else { exit::USAGE };
+        CliError::new(code, e.to_string())
     }
 }
 
@@ -49,16 +51,27 @@ fn warn_set_aside(aside: &[sheepdog::registry::SetAside]) {
 }
 
 /// Names are free text, except the shape of ids (`proc_12`): a name equal to another entry's id
-/// would make `stop proc_12` ambiguous. Also not empty and without control characters.
+/// would make `stop proc_12` ambiguous. Also not blank, without control characters, at most
+/// 128 bytes (`registry::check_name`).
 fn parse_name(s: &str) -> Result<String, String> {
     sheepdog::registry::check_name(s).map(|()| s.to_string())
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-        _ => Err(format!("invalid --env '{s}': expected KEY=VALUE")),
+    let Some((k, v)) = s.split_once('=') else {
+        return Err(format!("invalid --env {s:?}: expected KEY=VALUE"));
+    };
+    sheepdog::registry::check_env_key(k)?;
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// A session id (`--session`, `$SHEEPDOG_SESSION`): as a name, no control characters and at most
+/// 128 bytes; empty means none.
+fn parse_session(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Ok(String::new());
     }
+    sheepdog::registry::check_session(s).map(|()| s.to_string())
 }
 
 /// Sizes: `1048576`, `64KiB`, `64MiB`, `1GiB`, decimals such as `1.5MiB` (also `K`, `M`, `G`,
@@ -114,7 +127,7 @@ pub struct StartArgs {
     #[arg(long, requires = "name")]
     replace: bool,
     /// The agent session (turn) this process belongs to; `stop --session` stops them all.
-    #[arg(long, value_name = "ID", env = SESSION_ENV)]
+    #[arg(long, value_name = "ID", env = SESSION_ENV, value_parser = parse_session)]
     session: Option<String>,
     /// Stop the process when this process dies (any process, identity-checked). Default:
     /// $SHEEPDOG_OWNER (unset or empty: none).
@@ -140,9 +153,9 @@ pub struct StartArgs {
     /// after every stop.
     #[arg(long, value_name = "CMD")]
     cleanup: Option<String>,
-    /// Bound on the cleanup command.
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
-    cleanup_timeout: Duration,
+    /// Bound on the cleanup command (default 10s; needs --cleanup).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    cleanup_timeout: Option<Duration>,
     /// Cap per log file; at the cap it rotates to one `.1`.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     log_max: Option<u64>,
@@ -150,7 +163,7 @@ pub struct StartArgs {
     containment: super::ContainmentArgs,
     /// Return once a process of the tree listens on this TCP port (status 1 if the command exits
     /// first, 124 if --ready-timeout passes: the process keeps running).
-    #[arg(long, value_name = "PORT", conflicts_with_all = ["ready_log", "ready_listen"])]
+    #[arg(long, value_name = "PORT", conflicts_with_all = ["ready_log", "ready_listen"], value_parser = clap::value_parser!(u16).range(1..))]
     ready_port: Option<u16>,
     /// Return once a line of stdout or stderr matches this regex.
     #[arg(long, value_name = "REGEX", conflicts_with = "ready_listen")]
@@ -258,6 +271,9 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     };
     let (containment, limits) = a.containment.resolve()?;
     let ready = a.ready_spec()?;
+    if a.cleanup_timeout.is_some() && a.cleanup.is_none() {
+        return Err(CliError::usage("--cleanup-timeout needs --cleanup"));
+    }
     if let Some(d) = a.cwd.as_ref().filter(|d| !d.is_dir()) {
         return Err(CliError::usage(format!("--cwd {}: not a directory", d.display())));
     }
@@ -271,7 +287,10 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         env: a.env.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
         timeout: a.timeout,
         policy: StopPolicy { stdin_grace: Duration::ZERO, term_grace: a.term_grace, kill_wait: a.kill_wait },
-        cleanup: a.cleanup.map(|command| Cleanup { command, timeout_ms: a.cleanup_timeout.as_millis() as u64 }),
+        cleanup: a.cleanup.map(|command| Cleanup {
+            command,
+            timeout_ms: a.cleanup_timeout.map_or(manager::CLEANUP_TIMEOUT_MS, |d| d.as_millis() as u64),
+        }),
         log_max: a.log_max,
         containment,
         limits,
@@ -675,8 +694,19 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                 }
             }
             Err(err @ ManagerError::NotRecorded { .. }) => {
+                // The tree is gone: said on stdout too (the one document a host reads), with
+                // why nothing of it is on disk.
                 eprintln!("sheepdog: {err}");
                 code = code.max(err.exit_code());
+                if let ManagerError::NotRecorded { entry, source, .. } = &err {
+                    if json {
+                        let v = view::StopView::new(view::view_with_status(&reg, entry, entry.status, false), false, true, None)
+                            .not_recorded(source.to_string());
+                        list.push(serde_json::to_value(v).unwrap_or(Value::Null));
+                    } else {
+                        outln!("Stopped {} (not recorded).", entry.label());
+                    }
+                }
             }
             Err(err) => {
                 eprintln!("sheepdog: unable to stop {}: {err}", e.label());
@@ -878,7 +908,17 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let reg = open(dir)?;
     let (actions, aside) = manager::reap(&reg, a.dry_run);
     warn_set_aside(&aside);
-    let code = if actions.iter().any(|x| x.cleanup_error.is_some()) { 1 } else { 0 };
+    let mut code = if actions.iter().any(|x| x.cleanup_error.is_some()) { exit::REFUSED } else { exit::OK };
+    // What was done (or found) but could not be written: said, and status 74.
+    for x in actions.iter().filter(|x| x.not_recorded.is_some()) {
+        eprintln!(
+            "sheepdog: the result for {} ({}) was not recorded: {}",
+            x.name.as_deref().unwrap_or(&x.id),
+            x.id,
+            x.not_recorded.as_deref().unwrap_or_default()
+        );
+        code = exit::NOT_RECORDED;
+    }
     if json {
         let list: Vec<Value> = actions
             .iter()

@@ -76,6 +76,8 @@ pub enum ManagerError {
     #[error("the tree of {label} is gone, but its result could not be recorded: {source}")]
     NotRecorded {
         label: String,
+        /// The entry as this stop knows it: its result applied in memory only.
+        entry: Box<Entry>,
         #[source]
         source: RegistryError,
     },
@@ -93,6 +95,7 @@ impl ManagerError {
             ManagerError::Start { code, .. } => *code,
             ManagerError::Refused(_) => exit::REFUSED,
             ManagerError::NotRecorded { .. } => exit::NOT_RECORDED,
+            ManagerError::Registry(e) if e.is_not_written() => exit::NOT_RECORDED,
             _ => exit::USAGE,
         }
     }
@@ -346,8 +349,29 @@ impl StopOutcome {
 /// verified), waits up to the entry's `maxStopMs` plus [`STOP_MARGIN`], and if the supervisor is
 /// gone or does not finish, stops the recorded tree itself with the same sequence.
 pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<StopOutcome, ManagerError> {
+    let settled = settle_start(reg, entry)?;
+    match stop_settled(reg, &settled, term_grace) {
+        // Cleared meanwhile (`clear --finished` in another caller): `clear` removes only entries
+        // that nothing of runs any more, so the entry is finished, and this stop is not an error.
+        Err(ManagerError::Registry(RegistryError::NotFound(_))) => Ok(cleared_meanwhile(settled)),
+        other => other,
+    }
+}
+
+/// The outcome of a stop whose entry was cleared while the stop ran: finished, the tree gone.
+fn cleared_meanwhile(mut e: Entry) -> StopOutcome {
+    let already_finished = e.is_finished();
+    if !already_finished {
+        e.status = Status::Stopped;
+        e.status_text = Some("stopped (its entry was cleared meanwhile)".into());
+        e.tree_gone = Some(true);
+    }
+    StopOutcome { entry: e, already_finished, tree_gone: true }
+}
+
+/// [`stop`] of an entry past `starting`.
+fn stop_settled(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<StopOutcome, ManagerError> {
     let id = entry.id.clone();
-    let entry = &settle_start(reg, entry)?;
     if entry.is_finished() {
         // The wrapper may have exited while its work goes on: the cleanup is still due. A
         // supervisor that stayed to watch for it is told to re-read its entry and leave.
@@ -386,6 +410,20 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
             crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
             let now = reg.read(&id)?;
             return Ok(StopOutcome { tree_gone: now.tree_gone.unwrap_or(true), entry: now, already_finished: false });
+        }
+        // The tree is gone but nothing says so: the supervisor could not record its result (a
+        // full disk) and waits to retry, holding the real outcome. Record ours first; if that
+        // cannot be written either, leave the supervisor alive: its next write tells the truth.
+        if recorded_tree(&now).is_none_or(|t| t.is_gone()) {
+            let why = "the supervisor did not finish in time and was killed";
+            let mut known = now.clone();
+            known.finish_from_outside(OutsideResult::StoppedPast(why), true);
+            if let Err(source) = reg.update(&id, |e| {
+                e.finish_from_outside(OutsideResult::StoppedPast(why), true);
+            }) && source.is_not_written()
+            {
+                return Err(ManagerError::NotRecorded { label: now.label(), entry: Box::new(known), source });
+            }
         }
         // The supervisor did not finish: it is stuck or died mid-stop. Act past it. Orphans were
         // re-parented to it (it is their subreaper) and it may not have recorded them yet: take
@@ -428,7 +466,11 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
     });
     let e = match recorded {
         Ok(e) => e,
-        Err(source) if report.gone => return Err(ManagerError::NotRecorded { label: entry.label(), source }),
+        Err(source) if report.gone && source.is_not_written() => {
+            let mut known = entry.clone();
+            known.finish_from_outside(OutsideResult::StoppedPast(why), true);
+            return Err(ManagerError::NotRecorded { label: entry.label(), entry: Box::new(known), source });
+        }
         Err(source) => return Err(source.into()),
     };
     let e = settle_cgroup(reg, e);
@@ -621,6 +663,10 @@ pub struct ReapAction {
     /// The cleanup's failure line when it ran and failed (`Cleanup command failed with exit
     /// code 1.`), else null.
     pub cleanup_error: Option<String>,
+    /// Why the result could not be written to the registry (a full disk, a read-only state
+    /// dir), else null: the action happened (or, for `lost`, is true) but nothing says so on
+    /// disk. `reap` exits 74 then. Always null with `--dry-run`.
+    pub not_recorded: Option<String>,
 }
 
 /// Recovery after a crash of anything: entries from a previous boot are dead and never
@@ -669,12 +715,19 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             tree_gone,
             reason: reason.into(),
             cleanup_error: None,
+            not_recorded: None,
         };
+        let unrecorded = |r: Result<Entry, ManagerError>| r.err().map(|err| err.to_string());
         if !e.this_boot() {
+            let mut a = action(ReapKind::Lost, 0, true, "previous boot");
             if !dry_run {
-                let _ = record_lost(reg, &e.id, "lost (recorded during a previous boot; nothing was signalled)");
+                a.not_recorded = unrecorded(record_lost(
+                    reg,
+                    &e.id,
+                    "lost (recorded during a previous boot; nothing was signalled)",
+                ));
             }
-            actions.push(action(ReapKind::Lost, 0, true, "previous boot"));
+            actions.push(a);
             continue;
         }
         if e.supervisor_alive() || e.starter_alive() {
@@ -695,14 +748,17 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
                 }
                 continue;
             }
+            let mut a = action(ReapKind::Lost, 0, true, "supervisor gone, nothing alive");
             if !dry_run {
-                if let Ok(x) = record_lost(reg, &e.id, "lost (the supervisor is gone and nothing of the tree is alive)")
-                {
-                    settle_cgroup(reg, x);
+                match record_lost(reg, &e.id, "lost (the supervisor is gone and nothing of the tree is alive)") {
+                    Ok(x) => {
+                        settle_cgroup(reg, x);
+                    }
+                    Err(err) => a.not_recorded = Some(err.to_string()),
                 }
                 crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
             }
-            actions.push(action(ReapKind::Lost, 0, true, "supervisor gone, nothing alive"));
+            actions.push(a);
             continue;
         };
         if dry_run {
@@ -723,7 +779,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
                 if report.gone { "gone" } else { "NOT confirmed gone" }
             ),
         );
-        let _ = reg.update(&e.id, |x| {
+        let recorded = reg.update(&e.id, |x| {
             x.finish_from_outside(OutsideResult::Reaped, report.gone);
         });
         drop(tree);
@@ -731,12 +787,14 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             settle_cgroup(reg, x);
         }
         crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
-        actions.push(action(
+        let mut a = action(
             ReapKind::Reaped,
             report.signalled,
             report.gone,
             &format!("supervisor gone, {}", plural(live, "process", "processes")),
-        ));
+        );
+        a.not_recorded = recorded.err().map(|err| err.to_string());
+        actions.push(a);
     }
     // Finished entries whose cleanup is still pending and due: their owner died or their turn
     // timeout passed while no supervisor was watching (it was killed while it waited).
@@ -761,6 +819,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             tree_gone: true,
             reason: reason.into(),
             cleanup_error,
+            not_recorded: None,
         });
     }
     (actions, aside)
