@@ -5,9 +5,12 @@
 //!
 //! ```text
 //! lock                 global lock: id allocation and name uniqueness
+//! names/<hash>.lock    one lock per name: concurrent `start --replace` of a name serialize
 //! seq                  the last id number handed out (ids are never reused)
 //! procs/<id>/entry.json    the entry: what was started, its identity, its result
 //! procs/<id>/lock          per-entry lock for read-modify-write
+//! procs/<id>/supervisor.json   the supervisor's identity, apart from the entry: a corrupt
+//!                      entry whose supervisor lives is left in place and still reachable
 //! procs/<id>/stdout.log, stderr.log, combined.log (+ .1 after rotation), supervisor.log
 //! corrupt/<id>-<ms>/   entries that could not be read, set aside whole (logs kept)
 //! ```
@@ -81,6 +84,146 @@ impl RegistryError {
     /// result was to be recorded reports status 74 ([`crate::exit::NOT_RECORDED`]).
     pub fn is_not_written(&self) -> bool {
         matches!(self, RegistryError::NotWritten { .. })
+    }
+}
+
+/// An argument, a path or an environment entry exactly as the OS gave it: bytes, usually UTF-8.
+/// On disk it is a JSON string when the bytes are UTF-8 (every entry written so far), else an
+/// object `{"hex": "fffe41"}`: it round-trips byte for byte, and an older sheepdog, which
+/// expects a string, refuses such an entry (as corrupt) instead of running other bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct OsText(std::ffi::OsString);
+
+impl OsText {
+    /// The bytes, for a command line, a `current_dir` or an environment.
+    pub fn as_os_str(&self) -> &std::ffi::OsStr {
+        &self.0
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        std::os::unix::ffi::OsStrExt::as_bytes(self.0.as_os_str())
+    }
+
+    /// The text when it is UTF-8.
+    pub fn to_str(&self) -> Option<&str> {
+        self.0.to_str()
+    }
+
+    /// For people and JSON views: the text, with every byte that is not UTF-8 written `\xFF`
+    /// (escaped, never replaced by U+FFFD).
+    pub fn escaped(&self) -> String {
+        escape_bytes(self.as_bytes())
+    }
+}
+
+/// `bytes` as text: valid UTF-8 kept (a backslash too), each other byte written `\xFF`.
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+impl OsText {
+    /// An environment entry `K=V` split at its first `=` (no `=`: the whole is the key).
+    pub fn split_env(&self) -> (std::ffi::OsString, std::ffi::OsString) {
+        use std::os::unix::ffi::OsStrExt;
+        let b = self.as_bytes();
+        match b.iter().position(|&c| c == b'=') {
+            Some(at) => (
+                std::ffi::OsStr::from_bytes(&b[..at]).to_os_string(),
+                std::ffi::OsStr::from_bytes(&b[at + 1..]).to_os_string(),
+            ),
+            None => (self.0.clone(), std::ffi::OsString::new()),
+        }
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for OsText {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        &self.0
+    }
+}
+
+impl From<std::ffi::OsString> for OsText {
+    fn from(s: std::ffi::OsString) -> Self {
+        OsText(s)
+    }
+}
+
+impl From<&std::ffi::OsStr> for OsText {
+    fn from(s: &std::ffi::OsStr) -> Self {
+        OsText(s.to_os_string())
+    }
+}
+
+impl From<&str> for OsText {
+    fn from(s: &str) -> Self {
+        OsText(s.into())
+    }
+}
+
+impl From<String> for OsText {
+    fn from(s: String) -> Self {
+        OsText(s.into())
+    }
+}
+
+impl PartialEq<str> for OsText {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for OsText {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl Serialize for OsText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.to_str() {
+            Some(t) => s.serialize_str(t),
+            None => {
+                use serde::ser::SerializeMap;
+                let hex: String = self.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("hex", &hex)?;
+                m.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for OsText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Text(String),
+            Hex { hex: String },
+        }
+        match Form::deserialize(d)? {
+            Form::Text(t) => Ok(OsText(t.into())),
+            Form::Hex { hex } => {
+                let bad = || serde::de::Error::custom(format!("invalid hex bytes {hex:?}"));
+                if hex.len() % 2 != 0 || !hex.is_ascii() {
+                    return Err(bad());
+                }
+                let bytes = (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+                    .collect::<Result<Vec<u8>, _>>()
+                    .map_err(|_| bad())?;
+                Ok(OsText(std::os::unix::ffi::OsStringExt::from_vec(bytes)))
+            }
+        }
     }
 }
 
@@ -167,8 +310,9 @@ pub struct Entry {
     pub started_at: u64,
     /// The command as one short line for listings.
     pub command_preview: String,
-    pub argv: Vec<String>,
-    pub cwd: String,
+    /// Byte-exact (see [`OsText`]).
+    pub argv: Vec<OsText>,
+    pub cwd: OsText,
     pub owner_pid: Option<i32>,
     /// The owner's start time (clock ticks) when the entry was made: with the pid, its identity,
     /// so `reap` can tell that the owner died even after its pid was reused.
@@ -223,8 +367,8 @@ pub struct Entry {
     pub cleanup_start_time: Option<u64>,
     /// How the cleanup ended, once it has.
     pub cleanup_result: Option<CleanupResult>,
-    /// The extra environment given with `--env`, as `K=V` (the cleanup gets it too).
-    pub env: Vec<String>,
+    /// The extra environment given with `--env`, as `K=V`, byte-exact (the cleanup gets it too).
+    pub env: Vec<OsText>,
     pub stop: StopTimings,
     pub timeout_ms: Option<u64>,
     /// Per-file log cap in bytes; `None`: the default (64 MiB).
@@ -298,7 +442,10 @@ impl Entry {
         }
         self.argv
             .first()
-            .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+            .map(|a| {
+                let a = a.escaped();
+                a.rsplit('/').next().unwrap_or(&a).to_string()
+            })
             .filter(|a| !a.is_empty())
             .unwrap_or_else(|| self.id.clone())
     }
@@ -539,12 +686,31 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// An entry that could not be read, and where it was moved.
+/// An entry that could not be read, and where it was moved (`None`: left in place, by a
+/// read-only listing, or because its supervisor is alive and will rewrite it).
 #[derive(Debug)]
 pub struct SetAside {
     pub path: PathBuf,
     pub reason: String,
     pub moved_to: Option<PathBuf>,
+    /// The entry's supervisor is alive (by `supervisor.json`): it rewrites the entry from what
+    /// it holds at its next write, and `stop` still reaches it.
+    pub supervisor_alive: bool,
+}
+
+/// `procs/<id>/supervisor.json`: who supervises the entry, written by the supervisor when it
+/// starts, apart from `entry.json`, so that a corrupt entry whose supervisor lives is neither
+/// set aside nor out of `stop`'s reach. Only a hint: nothing is signalled unless the identity
+/// (boot, pid, start time, uid) still matches.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupervisorFile {
+    pub pid: i32,
+    /// Clock ticks.
+    pub start_time: u64,
+    pub boot_id: String,
+    /// The entry's `maxStopMs`: how long `stop` waits for it.
+    pub max_stop_ms: u64,
 }
 
 /// The state dir.
@@ -666,6 +832,26 @@ impl Registry {
         Ok(f)
     }
 
+    /// A lock serializing everything done under one name (`start --name N --replace`: find the
+    /// running N, stop it, start the new one), held until dropped: `names/<hash>.lock`, the
+    /// name hashed (FNV-1a, 64 bits) so any name makes a valid file name. Two names sharing a
+    /// hash only wait for each other. Errors: `Io` (the lock file cannot be made).
+    pub fn name_lock(&self, name: &str) -> Result<File, RegistryError> {
+        let dir = self.root.join("names");
+        mkdir_private(&dir)?;
+        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+        let path = dir.join(format!("{hash:016x}.lock"));
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_at(&path))?;
+        f.lock().map_err(io_at(&path))?;
+        Ok(f)
+    }
+
     /// Creates a new entry: allocates `proc_<n>`, checks the name is not used by a live entry,
     /// and renames the complete directory into place, all under the global lock.
     pub fn create(&self, mut entry: Entry) -> Result<Entry, RegistryError> {
@@ -752,8 +938,8 @@ impl Registry {
         serde_json::from_slice(&bytes).map_err(|e| RegistryError::Corrupt { path, reason: e.to_string() })
     }
 
-    /// Every readable entry, oldest first, and the ones that were set aside because they could
-    /// not be read (moved whole to `corrupt/`, so nothing is lost and they stop hiding others).
+    /// Every readable entry, oldest first, and the ones that could not be read (reported, left
+    /// in place: a listing never moves files; [`Registry::list_sweeping`] does, for writers).
     pub fn list(&self) -> (Vec<Entry>, Vec<SetAside>) {
         let mut entries = Vec::new();
         let mut aside = Vec::new();
@@ -765,24 +951,106 @@ impl Registry {
             if name.starts_with('.') {
                 continue;
             }
+            let unreadable = |path: PathBuf, reason: String| SetAside {
+                path,
+                reason,
+                moved_to: None,
+                supervisor_alive: self.live_supervisor(&name).is_some(),
+            };
             match self.read(&name) {
                 Ok(e) => entries.push(e),
-                Err(RegistryError::Corrupt { path, reason }) => aside.push(self.set_aside(&name, path, reason)),
+                Err(RegistryError::Corrupt { path, reason }) => aside.push(unreadable(path, reason)),
+                // Removed meanwhile (a `clear`), or a directory being made: not an entry.
+                Err(RegistryError::NotFound(_)) if !d.path().is_dir() => {}
                 Err(RegistryError::NotFound(_)) => {
-                    aside.push(self.set_aside(&name, self.file(&name, "entry.json"), "entry.json is missing".into()))
+                    aside.push(unreadable(self.file(&name, "entry.json"), "entry.json is missing".into()))
                 }
-                Err(e) => aside.push(SetAside { path: d.path(), reason: e.to_string(), moved_to: None }),
+                Err(e) => aside.push(unreadable(d.path(), e.to_string())),
             }
         }
         entries.sort_by_key(|e| (e.started_at, id_number(&e.id)));
         (entries, aside)
     }
 
-    fn set_aside(&self, id: &str, path: PathBuf, reason: String) -> SetAside {
+    /// [`Registry::list`] for commands that write (`stop`, `reap`, `clear`): unreadable entries
+    /// are moved whole to `corrupt/`, so nothing is lost and they stop hiding others, except
+    /// one whose supervisor is alive (it rewrites its entry from what it holds).
+    pub fn list_sweeping(&self) -> (Vec<Entry>, Vec<SetAside>) {
+        let (entries, aside) = self.list();
+        let aside = aside
+            .into_iter()
+            .map(|a| {
+                let id = a.path.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned());
+                match id {
+                    Some(id) if !a.supervisor_alive && a.moved_to.is_none() => self.set_aside(&id, a),
+                    _ => a,
+                }
+            })
+            .collect();
+        (entries, aside)
+    }
+
+    fn set_aside(&self, id: &str, mut a: SetAside) -> SetAside {
         let corrupt = self.root.join("corrupt");
         let dest = corrupt.join(format!("{id}-{}", now_ms()));
         let moved = mkdir_private(&corrupt).is_ok() && fs::rename(self.dir(id), &dest).is_ok();
-        SetAside { path, reason, moved_to: moved.then_some(dest) }
+        a.moved_to = moved.then_some(dest);
+        a
+    }
+
+    /// Records the entry's supervisor in `supervisor.json` (this process). Not synced: a hint,
+    /// checked against the kernel before use. Errors: the write's.
+    pub fn record_supervisor(&self, id: &str, max_stop_ms: u64) -> Result<(), RegistryError> {
+        let me = process::getpid();
+        let f = SupervisorFile {
+            pid: me.as_raw(),
+            start_time: procfs::start_time(me).unwrap_or(0),
+            boot_id: procfs::boot_id(),
+            max_stop_ms,
+        };
+        let path = self.file(id, "supervisor.json");
+        let tmp = self.file(id, &format!(".supervisor.json.tmp-{}", me.as_raw()));
+        let bytes = serde_json::to_vec(&f).unwrap_or_default();
+        let written = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, &path));
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        written.map_err(write_at(&path))
+    }
+
+    /// The entry's supervisor by `supervisor.json`, if it is still that process (this boot,
+    /// pid, start time, uid).
+    pub fn live_supervisor(&self, id: &str) -> Option<SupervisorFile> {
+        let bytes = fs::read(self.file(id, "supervisor.json")).ok()?;
+        let f: SupervisorFile = serde_json::from_slice(&bytes).ok()?;
+        (f.boot_id == procfs::boot_id() && identity_alive(Some(f.pid), Some(f.start_time))).then_some(f)
+    }
+
+    /// What a `stop` needs of an entry that cannot be read but whose supervisor lives: its id
+    /// and the supervisor's identity (the supervisor rewrites the entry when it acts on the
+    /// stop). `None` when the supervisor is not alive.
+    pub fn stand_in(&self, id: &str) -> Option<Entry> {
+        let f = self.live_supervisor(id)?;
+        Some(Entry {
+            id: id.to_string(),
+            supervisor_pid: Some(f.pid),
+            supervisor_start_time: Some(f.start_time),
+            boot_id: f.boot_id,
+            uid: process::getuid(),
+            status: Status::Running,
+            stop: StopTimings { max_stop_ms: f.max_stop_ms, ..StopTimings::default() },
+            ..Entry::default()
+        })
+    }
+
+    /// Writes `entry` as the entry's whole file, under its lock, without reading what is there:
+    /// how a live supervisor repairs its own entry found corrupt. Errors: `NotFound`, the write's.
+    pub fn rewrite(&self, entry: &Entry) -> Result<(), RegistryError> {
+        if !self.dir(&entry.id).is_dir() {
+            return Err(RegistryError::NotFound(entry.id.clone()));
+        }
+        let _lock = self.entry_lock(&entry.id)?;
+        write_atomic(&self.file(&entry.id, "entry.json"), &to_json(entry))
     }
 
     /// Finds an entry by id, or by name. A name means the live entry with that name (running,

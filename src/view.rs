@@ -230,8 +230,9 @@ pub struct StopView {
     pub already_finished: bool,
     pub ok: bool,
     pub cleanup_error: Option<String>,
-    /// Why this stop's result is not in the registry (a full disk, a read-only state dir),
-    /// else null; `ok` is false then. The entry's fields are what the stop knows.
+    /// Why this stop's result is not in the registry (a full disk, a read-only state dir);
+    /// absent when it is. `ok` is false then, and the entry's fields are what the stop knows.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub not_recorded: Option<String>,
 }
 
@@ -346,8 +347,8 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
         started_at: e.started_at,
         ended_at: e.ended_at,
         command_preview: e.command_preview.clone(),
-        argv: e.argv.clone(),
-        cwd: e.cwd.clone(),
+        argv: e.argv.iter().map(|a| a.escaped()).collect(),
+        cwd: e.cwd.escaped(),
         env_keys: env_keys(e),
         ports,
         cleanup: e.cleanup.clone(),
@@ -377,7 +378,7 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
 
 /// The keys of an entry's `--env` (`K=V` stored), in order.
 pub fn env_keys(e: &Entry) -> Vec<String> {
-    e.env.iter().map(|kv| kv.split_once('=').map(|(k, _)| k).unwrap_or(kv).to_string()).collect()
+    e.env.iter().map(|kv| crate::registry::escape_bytes(std::os::unix::ffi::OsStrExt::as_bytes(kv.split_env().0.as_os_str()))).collect()
 }
 
 #[cfg(test)]

@@ -45,33 +45,53 @@ fn warn_set_aside(aside: &[sheepdog::registry::SetAside]) {
             Some(to) => {
                 eprintln!("sheepdog: corrupt entry {}: {}; set aside to {}", a.path.display(), a.reason, to.display())
             }
-            None => eprintln!("sheepdog: unreadable entry {}: {}", a.path.display(), a.reason),
+            None if a.supervisor_alive => eprintln!(
+                "sheepdog: corrupt entry {}: {}; left in place (its supervisor runs and rewrites it)",
+                a.path.display(),
+                a.reason
+            ),
+            None => eprintln!("sheepdog: corrupt entry {}: {}", a.path.display(), a.reason),
         }
     }
 }
 
 /// Names are free text, except the shape of ids (`proc_12`): a name equal to another entry's id
 /// would make `stop proc_12` ambiguous. Also not blank, without control characters, at most
-/// 128 bytes (`registry::check_name`).
-fn parse_name(s: &str) -> Result<String, String> {
-    sheepdog::registry::check_name(s).map(|()| s.to_string())
+/// 128 bytes (`registry::check_name`). Checked here, not by clap, whose message would repeat
+/// the whole value (a 100 KB name, an escape sequence) on the terminal.
+fn check_name(name: Option<&str>) -> Result<(), CliError> {
+    match name {
+        Some(n) => sheepdog::registry::check_name(n).map_err(|why| CliError::usage(format!("--name: {why}"))),
+        None => Ok(()),
+    }
 }
 
-fn parse_env(s: &str) -> Result<(String, String), String> {
-    let Some((k, v)) = s.split_once('=') else {
-        return Err(format!("invalid --env {s:?}: expected KEY=VALUE"));
+/// `--env K=V`, byte for byte: split at the first `=`; the key must be a variable name
+/// (`registry::check_env_key`). Errors: one line, the key escaped.
+fn parse_env(raw: &std::ffi::OsStr) -> Result<(OsString, OsString), CliError> {
+    use std::os::unix::ffi::OsStrExt;
+    let b = raw.as_bytes();
+    let Some(at) = b.iter().position(|&c| c == b'=') else {
+        return Err(CliError::usage(format!(
+            "--env {:?}: expected KEY=VALUE",
+            sheepdog::registry::escape_bytes(b)
+        )));
     };
-    sheepdog::registry::check_env_key(k)?;
-    Ok((k.to_string(), v.to_string()))
+    let (k, v) = (&b[..at], &b[at + 1..]);
+    let key = std::str::from_utf8(k).map_err(|_| {
+        CliError::usage(format!("--env: invalid environment variable {:?}: the key is not UTF-8", sheepdog::registry::escape_bytes(k)))
+    })?;
+    sheepdog::registry::check_env_key(key).map_err(|why| CliError::usage(format!("--env: {why}")))?;
+    Ok((OsString::from(key), std::ffi::OsStr::from_bytes(v).to_os_string()))
 }
 
 /// A session id (`--session`, `$SHEEPDOG_SESSION`): as a name, no control characters and at most
 /// 128 bytes; empty means none.
-fn parse_session(s: &str) -> Result<String, String> {
-    if s.is_empty() {
-        return Ok(String::new());
+fn check_session(s: Option<&str>) -> Result<(), CliError> {
+    match s.filter(|s| !s.is_empty()) {
+        Some(s) => sheepdog::registry::check_session(s).map_err(|why| CliError::usage(format!("--session: {why}"))),
+        None => Ok(()),
     }
-    sheepdog::registry::check_session(s).map(|()| s.to_string())
 }
 
 /// Sizes: `1048576`, `64KiB`, `64MiB`, `1GiB`, decimals such as `1.5MiB` (also `K`, `M`, `G`,
@@ -120,14 +140,14 @@ fn owner_from_env() -> Result<Option<sheepdog::os::Pid>, CliError> {
 #[derive(Debug, clap::Args)]
 pub struct StartArgs {
     /// A name, unique among running entries; every command takes it in place of the id.
-    #[arg(long, value_parser = parse_name)]
+    #[arg(long)]
     name: Option<String>,
     /// With --name: if an entry of that name is running, stop it (cleanup included), wait for
     /// its ports to be free, then start this one in its place (`restartOf` links them).
     #[arg(long, requires = "name")]
     replace: bool,
     /// The agent session (turn) this process belongs to; `stop --session` stops them all.
-    #[arg(long, value_name = "ID", env = SESSION_ENV, value_parser = parse_session)]
+    #[arg(long, value_name = "ID", env = SESSION_ENV)]
     session: Option<String>,
     /// Stop the process when this process dies (any process, identity-checked). Default:
     /// $SHEEPDOG_OWNER (unset or empty: none).
@@ -138,8 +158,8 @@ pub struct StartArgs {
     cwd: Option<PathBuf>,
     /// Extra environment for the command; repeatable. Values are kept in the entry file (0600)
     /// and never shown: `ps` and JSON show the keys only.
-    #[arg(long, value_name = "K=V", value_parser = parse_env)]
-    env: Vec<(String, String)>,
+    #[arg(long, value_name = "K=V")]
+    env: Vec<OsString>,
     /// Run the one stop after this long and record `timed out after DUR` (more than 0).
     #[arg(long, value_name = "DUR", value_parser = parse_positive_duration, allow_hyphen_values = true)]
     timeout: Option<Duration>,
@@ -277,6 +297,9 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     if let Some(d) = a.cwd.as_ref().filter(|d| !d.is_dir()) {
         return Err(CliError::usage(format!("--cwd {}: not a directory", d.display())));
     }
+    check_name(a.name.as_deref())?;
+    check_session(a.session.as_deref())?;
+    let env = a.env.iter().map(|kv| parse_env(kv)).collect::<Result<Vec<_>, _>>()?;
     let session = a.session.clone().filter(|s| !s.is_empty());
     let reg = open(dir)?;
     let req = StartRequest {
@@ -284,7 +307,7 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         session_id: session,
         owner,
         cwd: a.cwd,
-        env: a.env.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+        env,
         timeout: a.timeout,
         policy: StopPolicy { stdin_grace: Duration::ZERO, term_grace: a.term_grace, kill_wait: a.kill_wait },
         cleanup: a.cleanup.map(|command| Cleanup {
@@ -298,17 +321,7 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         restart_of: None,
         argv: a.command,
     };
-    let running = match (&a.name, a.replace) {
-        (Some(n), true) => reg.find(n).ok().filter(|e| manager::live_status(e, &Default::default()).is_live()),
-        _ => None,
-    };
-    let started = match running {
-        Some(old) => {
-            let r = manager::replace(&reg, &old, req, None)?;
-            manager::Started { entry: r.entry, ready: r.ready, nudges: r.nudges }
-        }
-        None => manager::start_ready(&reg, req)?,
-    };
+    let started = if a.replace { manager::start_replacing(&reg, req)? } else { manager::start_ready(&reg, req)? };
     for w in &started.nudges {
         eprintln!("sheepdog: warning: {w}");
     }
@@ -664,7 +677,14 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     } else if a.targets.is_empty() {
         return Err(CliError::usage("stop: name an id or name, --session ID or --all"));
     } else {
-        resolve(&reg, &a.targets)?
+        let mut out: Vec<Entry> = Vec::new();
+        for k in &a.targets {
+            let e = manager::find_for_stop(&reg, k)?;
+            if !out.iter().any(|x| x.id == e.id) {
+                out.push(e);
+            }
+        }
+        out
     };
     let results = manager::stop_many(&reg, &targets, a.term_grace);
     let mut code = 0;
@@ -736,11 +756,12 @@ pub struct UpdateArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     cleanup_timeout: Option<Duration>,
     /// Rename (unique among running entries).
-    #[arg(long, value_parser = parse_name)]
+    #[arg(long)]
     name: Option<String>,
 }
 
 pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
+    check_name(a.name.as_deref())?;
     let changes_cleanup = a.cleanup.is_some() || a.no_cleanup || a.cleanup_timeout.is_some();
     if !changes_cleanup && a.name.is_none() {
         return Err(CliError::usage(format!(
@@ -971,7 +992,7 @@ pub struct ClearArgs {
 pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let reg = open(dir)?;
     let targets: Vec<Entry> = if a.finished {
-        let (entries, aside) = reg.list();
+        let (entries, aside) = reg.list_sweeping();
         warn_set_aside(&aside);
         let census = std::cell::OnceCell::new();
         entries.into_iter().filter(|e| !manager::live_status(e, &census).is_live()).collect()

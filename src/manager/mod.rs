@@ -185,15 +185,15 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         });
     }
     let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);
-    let argv: Vec<String> = req.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let argv: Vec<registry::OsText> = req.argv.iter().map(|a| a.as_os_str().into()).collect();
     let me = process::getpid();
     let entry = Entry {
         name: req.name.clone(),
         session_id: req.session_id.clone(),
         started_at: registry::now_ms(),
-        command_preview: preview(&argv),
+        command_preview: preview(&argv.iter().map(|a| a.escaped()).collect::<Vec<_>>()),
         argv,
-        cwd: cwd.to_string_lossy().into_owned(),
+        cwd: cwd.as_os_str().into(),
         owner_pid: req.owner.map(|p| p.as_raw()),
         owner_start_time: req.owner.and_then(procfs::start_time),
         // Until the supervisor records itself, the entry is `starting` and this process is its
@@ -213,7 +213,16 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         pids_max: req.limits.pids_max,
         ready: req.ready.clone(),
         restart_of: req.restart_of.clone(),
-        env: req.env.iter().map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy())).collect(),
+        env: req
+            .env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = k.clone();
+                kv.push("=");
+                kv.push(v);
+                kv.into()
+            })
+            .collect(),
         ..Entry::default()
     };
     let entry = reg.create(entry)?;
@@ -291,13 +300,32 @@ pub fn stoppable(e: &Entry) -> bool {
 /// The entries a stop of a selection takes ([`stoppable`]): those of `session`, or every entry
 /// with `None`, oldest first; and the entries the listing set aside as unreadable (for the
 /// caller to report). The CLI's `stop --session`/`--all` and the MCP `stop` tool select here.
+///
+/// An unreadable entry whose supervisor lives is taken too with `None` (every entry), as a
+/// stand-in ([`Registry::stand_in`]): its supervisor still holds a tree.
 pub fn stop_selection(reg: &Registry, session: Option<&str>) -> (Vec<Entry>, Vec<registry::SetAside>) {
-    let (entries, aside) = reg.list();
-    let targets = entries
+    let (entries, aside) = reg.list_sweeping();
+    let mut targets: Vec<Entry> = entries
         .into_iter()
         .filter(|e| session.is_none_or(|s| e.session_id.as_deref() == Some(s)) && stoppable(e))
         .collect();
+    if session.is_none() {
+        let ids = aside.iter().filter(|a| a.supervisor_alive && a.moved_to.is_none()).filter_map(|a| {
+            a.path.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned())
+        });
+        targets.extend(ids.filter_map(|id| reg.stand_in(&id)));
+    }
     (targets, aside)
+}
+
+/// The entry `key` (an id or a name) names, for a stop: [`Registry::find`], except that an
+/// entry that cannot be read but whose supervisor lives gives its stand-in
+/// ([`Registry::stand_in`]), so its tree can still be stopped. Errors: `find`'s.
+pub fn find_for_stop(reg: &Registry, key: &str) -> Result<Entry, RegistryError> {
+    match reg.find(key) {
+        Err(err @ RegistryError::Corrupt { .. }) => reg.stand_in(key).ok_or(err),
+        other => other,
+    }
 }
 
 /// Stops each of `targets` with [`stop()`], each on its own thread, so a whole turn stops within
@@ -674,7 +702,7 @@ pub struct ReapAction {
 /// but whose tree is alive (identity verified) gets the one stop and is recorded as `reaped`;
 /// nothing alive and no result: recorded as `lost`.
 pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::SetAside>) {
-    let (entries, aside) = reg.list();
+    let (entries, aside) = if dry_run { reg.list() } else { reg.list_sweeping() };
     let census = OnceCell::new();
     let mut actions = Vec::new();
     // Cgroups a supervisor could not remove once its tree was gone, and those of supervisors
@@ -977,6 +1005,23 @@ pub fn start_ready(reg: &Registry, req: StartRequest) -> Result<Started, Manager
     Ok(Started { entry, ready, nudges })
 }
 
+/// `start --name N --replace`: under N's lock ([`Registry::name_lock`]), so that concurrent
+/// replaces serialize and each replaces the one before it, stops the running entry named N (if
+/// any: [`replace`]) and starts `req` in its place, else just starts it ([`start_ready`]).
+/// Errors: those of `replace` and `start_ready`; the lock's.
+pub fn start_replacing(reg: &Registry, req: StartRequest) -> Result<Started, ManagerError> {
+    let Some(name) = req.name.clone() else { return start_ready(reg, req) };
+    let _serial = reg.name_lock(&name)?;
+    let running = reg.find(&name).ok().filter(|e| live_status(e, &OnceCell::new()).is_live());
+    match running {
+        Some(old) => {
+            let r = replace(reg, &old, req, None)?;
+            Ok(Started { entry: r.entry, ready: r.ready, nudges: r.nudges })
+        }
+        None => start_ready(reg, req),
+    }
+}
+
 /// The start request that repeats `e`: same argv, cwd, env, name, session, owner, timeout,
 /// stop timings, cleanup, log cap and readiness options.
 pub fn request_of(e: &Entry) -> StartRequest {
@@ -984,15 +1029,8 @@ pub fn request_of(e: &Entry) -> StartRequest {
         name: e.name.clone(),
         session_id: e.session_id.clone(),
         owner: e.owner_pid.and_then(Pid::new),
-        cwd: Some(PathBuf::from(&e.cwd)),
-        env: e
-            .env
-            .iter()
-            .map(|kv| {
-                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                (OsString::from(k), OsString::from(v))
-            })
-            .collect(),
+        cwd: Some(PathBuf::from(e.cwd.as_os_str())),
+        env: e.env.iter().map(|kv| kv.split_env()).collect(),
         timeout: e.timeout_ms.map(Duration::from_millis),
         policy: StopPolicy { stdin_grace: Duration::ZERO, ..StopPolicy::from_timings(&e.stop) },
         cleanup: e.cleanup.clone(),
@@ -1001,7 +1039,7 @@ pub fn request_of(e: &Entry) -> StartRequest {
         restart_of: None,
         containment: e.containment_asked.as_deref().and_then(cgroup::Mode::parse).unwrap_or_default(),
         limits: cgroup::Limits { memory_max: e.memory_max, pids_max: e.pids_max },
-        argv: e.argv.iter().map(OsString::from).collect(),
+        argv: e.argv.iter().map(|a| a.as_os_str().to_os_string()).collect(),
     }
 }
 
