@@ -1157,8 +1157,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RegistryError> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let written = (|| {
-        let mut f =
-            OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp).map_err(write_at(&tmp))?;
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(write_at(&tmp))?;
         f.write_all(bytes).map_err(write_at(&tmp))?;
         f.sync_all().map_err(write_at(&tmp))?;
         fs::rename(&tmp, path).map_err(write_at(path))

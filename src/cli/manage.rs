@@ -72,14 +72,14 @@ fn parse_env(raw: &std::ffi::OsStr) -> Result<(OsString, OsString), CliError> {
     use std::os::unix::ffi::OsStrExt;
     let b = raw.as_bytes();
     let Some(at) = b.iter().position(|&c| c == b'=') else {
-        return Err(CliError::usage(format!(
-            "--env {:?}: expected KEY=VALUE",
-            sheepdog::registry::escape_bytes(b)
-        )));
+        return Err(CliError::usage(format!("--env {:?}: expected KEY=VALUE", sheepdog::registry::escape_bytes(b))));
     };
     let (k, v) = (&b[..at], &b[at + 1..]);
     let key = std::str::from_utf8(k).map_err(|_| {
-        CliError::usage(format!("--env: invalid environment variable {:?}: the key is not UTF-8", sheepdog::registry::escape_bytes(k)))
+        CliError::usage(format!(
+            "--env: invalid environment variable {:?}: the key is not UTF-8",
+            sheepdog::registry::escape_bytes(k)
+        ))
     })?;
     sheepdog::registry::check_env_key(key).map_err(|why| CliError::usage(format!("--env: {why}")))?;
     Ok((OsString::from(key), std::ffi::OsStr::from_bytes(v).to_os_string()))
@@ -413,10 +413,14 @@ fn entry_json(reg: &Registry, e: &Entry, status: Status) -> Value {
     serde_json::to_value(view::view_with_status(reg, e, status, false)).unwrap_or(Value::Null)
 }
 
-/// Cuts `s` to `w` characters, with `…` when cut.
+/// Cuts or pads `s` to `w` terminal columns (display width), with `…` when cut.
 fn fit(s: &str, w: usize) -> String {
-    let s = printable(s);
-    if s.chars().count() <= w { s } else { s.chars().take(w.saturating_sub(1)).collect::<String>() + "…" }
+    view::fit_width(&printable(s), w, false)
+}
+
+/// Display width of `s` as printed (control characters escaped).
+fn cols(s: &str) -> usize {
+    view::display_width(&printable(s))
 }
 
 /// `s` with control characters escaped (`\n`, `\u{1b}`): a command's own arguments or a forged
@@ -460,13 +464,17 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
         let _ = out.flush();
         return Ok(0);
     }
+    if rows.is_empty() && hidden == 0 {
+        let _ = writeln!(out, "No managed processes.");
+        return Ok(0);
+    }
     let width = |f: &dyn Fn(&view::EntryView) -> usize, min: usize, max: usize| {
         rows.iter().map(f).max().unwrap_or(0).clamp(min, max)
     };
-    let wid = width(&|v| v.id.len(), 2, 16);
-    let wname = width(&|v| v.name.chars().count(), 4, 24);
-    let wsess = width(&|v| v.session_id.as_deref().unwrap_or("-").chars().count(), 7, 20);
-    let wstat = width(&|v| v.status_text.chars().count(), 6, 40);
+    let wid = width(&|v| cols(&v.id), 2, 16);
+    let wname = width(&|v| cols(&v.name), 4, 24);
+    let wsess = width(&|v| cols(v.session_id.as_deref().unwrap_or("-")), 7, 20);
+    let wstat = width(&|v| cols(&v.status_text), 6, 40);
     let ports = |v: &view::EntryView| {
         if v.ports.is_empty() {
             "-".to_string()
@@ -486,11 +494,11 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
         let u = v.usage;
         let _ = writeln!(
             out,
-            "{:<wid$} {:<wname$} {:<wsess$} {:<wstat$} {:>7} {:<wports$} {:>5} {:>7} {:>7} {:>5}  {}",
+            "{} {} {} {} {:>7} {} {:>5} {:>7} {:>7} {:>5}  {}",
             fit(&v.id, wid),
             fit(&v.name, wname),
             fit(v.session_id.as_deref().unwrap_or("-"), wsess),
-            fit(&v.status_text, wstat),
+            view::fit_status(&printable(&v.status_text), wstat),
             v.pid.map(|p| p.to_string()).unwrap_or_else(dash),
             fit(&ports(v), wports),
             age(v.started_at),
@@ -720,8 +728,13 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                 code = code.max(err.exit_code());
                 if let ManagerError::NotRecorded { entry, source, .. } = &err {
                     if json {
-                        let v = view::StopView::new(view::view_with_status(&reg, entry, entry.status, false), false, true, None)
-                            .not_recorded(source.to_string());
+                        let v = view::StopView::new(
+                            view::view_with_status(&reg, entry, entry.status, false),
+                            false,
+                            true,
+                            None,
+                        )
+                        .not_recorded(source.to_string());
                         list.push(serde_json::to_value(v).unwrap_or(Value::Null));
                     } else {
                         outln!("Stopped {} (not recorded).", entry.label());

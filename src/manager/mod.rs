@@ -310,9 +310,10 @@ pub fn stop_selection(reg: &Registry, session: Option<&str>) -> (Vec<Entry>, Vec
         .filter(|e| session.is_none_or(|s| e.session_id.as_deref() == Some(s)) && stoppable(e))
         .collect();
     if session.is_none() {
-        let ids = aside.iter().filter(|a| a.supervisor_alive && a.moved_to.is_none()).filter_map(|a| {
-            a.path.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned())
-        });
+        let ids = aside
+            .iter()
+            .filter(|a| a.supervisor_alive && a.moved_to.is_none())
+            .filter_map(|a| a.path.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned()));
         targets.extend(ids.filter_map(|id| reg.stand_in(&id)));
     }
     (targets, aside)

@@ -115,18 +115,9 @@ fn columns(width: usize) -> Vec<Col> {
     cols
 }
 
-/// Cuts or pads `s` to exactly `w` columns (char-based; an ellipsis marks a cut).
+/// Cuts or pads `s` to exactly `w` columns, by display width (`view::fit_width`).
 fn fit(s: &str, w: usize, right: bool) -> String {
-    let n = s.chars().count();
-    if n > w {
-        if w == 0 {
-            return String::new();
-        }
-        let mut out: String = s.chars().take(w - 1).collect();
-        out.push('…');
-        return out;
-    }
-    if right { format!("{s:>w$}") } else { format!("{s:<w$}") }
+    crate::view::fit_width(s, w, right)
 }
 
 /// `42s`, `5m`, `3h`, `2d`.
@@ -209,7 +200,11 @@ fn list_lines(app: &App, width: usize, height: usize) -> Vec<Line<'static>> {
             if k > 0 {
                 spans.push(Span::raw(" "));
             }
-            let text = fit(&cell(app, row, *c), c.width(), c.right_aligned());
+            let text = match c {
+                // A status cut to fit keeps its hint (`orphaned: run sheepdog reap`).
+                Col::Status => crate::view::fit_status(&cell(app, row, *c), c.width()),
+                _ => fit(&cell(app, row, *c), c.width(), c.right_aligned()),
+            };
             let style = match c {
                 Col::Status => status_style(app, row),
                 Col::Nudge if app.color => Style::default().fg(Color::Yellow),
