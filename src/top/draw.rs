@@ -472,6 +472,25 @@ mod tests {
     }
 
     #[test]
+    fn issue18_a_wide_name_keeps_the_columns_aligned_at_60_columns() {
+        let mut a = app(true);
+        a.rows[0].entry.name = Some("naïve-日本語🐑".into());
+        let text = lines(&render(&a, 60, 20));
+        let header = &text[1];
+        let wide = text.iter().find(|l| l.starts_with("naïve")).unwrap();
+        // MEM is the last column at this width: whole, and right-aligned under its title.
+        assert!(wide.trim_end().ends_with("3.0M"), "{wide:?}");
+        // One symbol per cell (a wide character's second cell is blank): cells, by chars.
+        let end = |l: &str| l.trim_end().chars().count();
+        assert_eq!(end(wide), end(header), "{header:?}\n{wide:?}");
+        // A status cut to fit keeps its hint, where it fits; else it is cut.
+        assert_eq!(
+            crate::view::fit_status("orphaned (the supervisor is gone; run 'sheepdog reap')", 27),
+            "orphaned: run sheepdog reap"
+        );
+    }
+
+    #[test]
     fn statuses_are_coloured_unless_no_color() {
         let buf = render(&app(true), 140, 30);
         for (text, color) in [
