@@ -262,7 +262,6 @@ impl Managed<'_> {
             pause = (pause * 2).min(RESULT_RETRY_MAX);
             recorded = self.write(&mut apply);
         }
-        drop(apply);
         self.logs.marker(&format!("exited: {text}"));
         if let (true, Ok(entry)) = (claimed, recorded) {
             crate::cleanup::run_claimed(self.reg, &entry, CleanupRunner::Supervisor);
