@@ -138,7 +138,8 @@ try:
     state = os.path.join(d, "state")
     v = json.loads(subprocess.run([S, "--state-dir", state, "start", "--json", "--", "sleep", "100"],
                                   stdout=subprocess.PIPE, check=True).stdout)
-    print("pids", v["pid"], v["supervisorPid"], flush=True)
+    keeper = json.load(open(os.path.join(state, "procs", v["id"], "entry.json"))).get("keeperPid") or ""
+    print("pids", v["pid"], v["supervisorPid"], keeper, flush=True)
     fill = os.path.join(d, "fill")
     with open(fill, "wb", buffering=0) as f:
         for size in (65536, 4096, 512, 1):
@@ -433,9 +434,12 @@ fn issue18_ps_pads_by_display_width_says_no_processes_and_keeps_the_reap_hint() 
         guard.track(v["pid"].as_i64().unwrap() as i32);
         guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
     }
-    // Orphan `plain`: its supervisor is killed, its tree lives.
+    // Orphan `plain`: its supervisor and keeper are killed at once, its tree lives.
     let sup = plain["supervisorPid"].as_i64().unwrap() as i32;
-    signal(sup, libc::SIGKILL);
+    if let Some(k) = keeper_of(sup) {
+        guard.track(k);
+    }
+    kill_supervisor_and_keeper(sup);
     assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
     let ps = st.ok(&["ps"]);
     let lines: Vec<&str> = ps.lines().collect();

@@ -732,6 +732,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
                 tree_gone: true,
                 reason: "its runner was killed; stopped past its bound".into(),
                 cleanup_error: crate::cleanup::failure_line(&x),
+                not_recorded: None,
             });
         }
     }

@@ -147,9 +147,14 @@ pub const MAX_RECORDED_MEMBERS: usize = 4096;
 /// How long a supervisor whose result could not be written waits before the next try: from
 /// 100 ms, doubling, to at most 2 s. A full or read-only state dir may be fixed at any time; the
 /// supervisor holds the only true account of the outcome until then, so it stays and retries
-/// (idle, its tree gone) until the write goes in or the entry is removed.
+/// (idle, its tree gone) until the write goes in, the entry is removed, or
+/// [`RESULT_RETRY_FOR`] has passed.
 const RESULT_RETRY_FIRST: Duration = Duration::from_millis(100);
 const RESULT_RETRY_MAX: Duration = Duration::from_secs(2);
+/// How long a supervisor keeps retrying a result it could not write: 10 minutes. Long enough
+/// for a person to free space or remount; bounded, so a state dir that stays full does not keep
+/// an idle process forever (the entry then reads `lost`).
+const RESULT_RETRY_FOR: Duration = Duration::from_secs(600);
 
 impl Managed<'_> {
     /// One locked change of the entry ([`Registry::update`]); an entry found corrupt is
@@ -252,8 +257,10 @@ impl Managed<'_> {
         };
         let mut recorded = self.write(&mut apply);
         let mut pause = RESULT_RETRY_FIRST;
+        let give_up = Instant::now() + RESULT_RETRY_FOR;
         while let Err(err) = &recorded
             && err.is_not_written()
+            && Instant::now() < give_up
         {
             if pause == RESULT_RETRY_FIRST {
                 self.logs.marker(&format!("unable to record the result yet ({err}); retrying"));
