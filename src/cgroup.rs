@@ -891,6 +891,10 @@ pub struct Doctor {
     pub pids_max: bool,
     /// Ways to get the cgroup tier when it is refused (empty when it is available).
     pub hints: Vec<String>,
+    /// True when `run` and `start` would refuse to start here (status 125): the tier the mode
+    /// demands (`SHEEPDOG_CONTAINMENT=cgroup`) cannot be given; `containment` is `none` then and
+    /// `containmentReason` is their refusal.
+    pub refused: bool,
 }
 
 /// The ways to get the cgroup tier, for a refused one.
@@ -904,14 +908,15 @@ pub const HINTS: [&str; 2] = [
 /// `name` names the settings in a refusal, as the caller's front end does.
 pub fn doctor(mode: Mode, name: &dyn Fn(Setting) -> String) -> Doctor {
     let req = Request { mode, limits: Limits::default(), label: "doctor".into(), name: None };
-    let (containment, reason) = match probe(&req) {
+    let (containment, reason, refused) = match probe(&req) {
         Ok(c) => {
             if let Some(cg) = &c.cgroup {
                 let _ = cg.remove();
             }
-            (c.tier.name(), c.reason)
+            (c.tier.name(), c.reason, false)
         }
-        Err(r) => (Tier::fallback().name(), Some(r.render(name))),
+        // What `run` and `start` do with this mode: refuse, not fall back.
+        Err(r) => ("none", Some(r.render(name)), true),
     };
     let own = own_dir().ok();
     let controllers = own.as_deref().map(controllers).unwrap_or_default();
@@ -924,6 +929,7 @@ pub fn doctor(mode: Mode, name: &dyn Fn(Setting) -> String) -> Doctor {
         cgroup_mount: mount_point().ok().map(|p| p.to_string_lossy().into_owned()),
         own_cgroup: own_cgroup().ok(),
         kernel: fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
+        refused,
         memory_max: tier_ok && controllers.iter().any(|c| c == "memory"),
         pids_max: tier_ok && controllers.iter().any(|c| c == "pids"),
         controllers,

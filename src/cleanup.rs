@@ -202,7 +202,8 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
         let mut cmd = Command::new("sh");
         cmd.arg("-c").arg(&c.command).current_dir(if cwd.is_dir() { cwd } else { std::path::Path::new("/") });
         for kv in &e.env {
-            if let Some((k, v)) = kv.split_once('=') {
+            let (k, v) = kv.split_env();
+            if !k.is_empty() {
                 cmd.env(k, v);
             }
         }

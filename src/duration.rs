@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+/// The longest duration accepted: 365 days (8760h). A year is far past any grace or timeout a
+/// host means; a larger value is a typo.
+pub const MAX: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Parses a duration with a unit: `ms`, `s`, `m` or `h`, with an optional decimal fraction
 /// (`1.5s`). A bare `0` is accepted; any other number needs a unit, so `5` is never guessed to be
 /// seconds or milliseconds.
@@ -52,8 +56,8 @@ pub fn parse(text: &str) -> Result<Duration, String> {
         rest = next;
     }
     // A year is far past any grace or timeout a host means; larger is a typo.
-    if !ms.is_finite() || ms > 365.0 * 24.0 * 3_600_000.0 {
-        return Err(bad());
+    if !ms.is_finite() || ms > MAX.as_millis() as f64 {
+        return Err(format!("invalid duration '{text}': at most 8760h (365 days)"));
     }
     Ok(Duration::from_micros((ms * 1000.0).round() as u64))
 }

@@ -13,8 +13,9 @@ pub const OK: i32 = 0;
 /// reports "no match".
 pub const REFUSED: i32 = 1;
 
-/// The state dir's disk is full: the tree was stopped but the result (or the cleanup) could not
-/// be recorded. 74, `EX_IOERR` from sysexits.h.
+/// The state dir could not be written (its disk is full, or it is read-only): what the command
+/// did (a stopped tree, a reaped or lost entry, a change) is true but not recorded. 74,
+/// `EX_IOERR` from sysexits.h.
 pub const NOT_RECORDED: i32 = 74;
 
 /// A time bound passed first: the kernel did not finish the kill within the kill wait, a

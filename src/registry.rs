@@ -5,9 +5,12 @@
 //!
 //! ```text
 //! lock                 global lock: id allocation and name uniqueness
+//! names/<hash>.lock    one lock per name: concurrent `start --replace` of a name serialize
 //! seq                  the last id number handed out (ids are never reused)
 //! procs/<id>/entry.json    the entry: what was started, its identity, its result
 //! procs/<id>/lock          per-entry lock for read-modify-write
+//! procs/<id>/supervisor.json   the supervisor's identity, apart from the entry: a corrupt
+//!                      entry whose supervisor lives is left in place and still reachable
 //! procs/<id>/stdout.log, stderr.log, combined.log (+ .1 after rotation), supervisor.log
 //! corrupt/<id>-<ms>/   entries that could not be read, set aside whole (logs kept)
 //! ```
@@ -44,10 +47,20 @@ pub enum RegistryError {
         #[source]
         source: io::Error,
     },
+    /// A write into the state dir failed (a full disk, a read-only mount): what was to be
+    /// recorded was not. Status 74 where a command's result is at stake.
+    #[error("unable to write {path}: {source}")]
+    NotWritten {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("state dir {path} is writable by other users (mode {mode:04o}); refusing to use it (chmod 700 it)")]
     Insecure { path: PathBuf, mode: u32 },
     #[error("state dir {path} is owned by uid {owner}, not {me}; refusing to use it")]
     NotOwner { path: PathBuf, owner: u32, me: u32 },
+    #[error("state dir {0} is not a directory")]
+    NotADirectory(PathBuf),
     #[error("no entry with id or name '{0}'")]
     NotFound(String),
     #[error("the name '{name}' is ambiguous: {candidates}; use an id")]
@@ -60,6 +73,158 @@ pub enum RegistryError {
 
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> RegistryError + '_ {
     move |source| RegistryError::Io { path: path.to_path_buf(), source }
+}
+
+fn write_at(path: &Path) -> impl FnOnce(io::Error) -> RegistryError + '_ {
+    move |source| RegistryError::NotWritten { path: path.to_path_buf(), source }
+}
+
+impl RegistryError {
+    /// True when a write failed (`NotWritten`): the state was not recorded, and a command whose
+    /// result was to be recorded reports status 74 ([`crate::exit::NOT_RECORDED`]).
+    pub fn is_not_written(&self) -> bool {
+        matches!(self, RegistryError::NotWritten { .. })
+    }
+}
+
+/// An argument, a path or an environment entry exactly as the OS gave it: bytes, usually UTF-8.
+/// On disk it is a JSON string when the bytes are UTF-8 (every entry written so far), else an
+/// object `{"hex": "fffe41"}`: it round-trips byte for byte, and an older sheepdog, which
+/// expects a string, refuses such an entry (as corrupt) instead of running other bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct OsText(std::ffi::OsString);
+
+impl OsText {
+    /// The bytes, for a command line, a `current_dir` or an environment.
+    pub fn as_os_str(&self) -> &std::ffi::OsStr {
+        &self.0
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        std::os::unix::ffi::OsStrExt::as_bytes(self.0.as_os_str())
+    }
+
+    /// The text when it is UTF-8.
+    pub fn to_str(&self) -> Option<&str> {
+        self.0.to_str()
+    }
+
+    /// For people and JSON views: the text, with every byte that is not UTF-8 written `\xFF`
+    /// (escaped, never replaced by U+FFFD).
+    pub fn escaped(&self) -> String {
+        escape_bytes(self.as_bytes())
+    }
+}
+
+/// `bytes` as text: valid UTF-8 kept (a backslash too), each other byte written `\xFF`.
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+impl OsText {
+    /// An environment entry `K=V` split at its first `=` (no `=`: the whole is the key).
+    pub fn split_env(&self) -> (std::ffi::OsString, std::ffi::OsString) {
+        use std::os::unix::ffi::OsStrExt;
+        let b = self.as_bytes();
+        match b.iter().position(|&c| c == b'=') {
+            Some(at) => (
+                std::ffi::OsStr::from_bytes(&b[..at]).to_os_string(),
+                std::ffi::OsStr::from_bytes(&b[at + 1..]).to_os_string(),
+            ),
+            None => (self.0.clone(), std::ffi::OsString::new()),
+        }
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for OsText {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        &self.0
+    }
+}
+
+impl From<std::ffi::OsString> for OsText {
+    fn from(s: std::ffi::OsString) -> Self {
+        OsText(s)
+    }
+}
+
+impl From<&std::ffi::OsStr> for OsText {
+    fn from(s: &std::ffi::OsStr) -> Self {
+        OsText(s.to_os_string())
+    }
+}
+
+impl From<&str> for OsText {
+    fn from(s: &str) -> Self {
+        OsText(s.into())
+    }
+}
+
+impl From<String> for OsText {
+    fn from(s: String) -> Self {
+        OsText(s.into())
+    }
+}
+
+impl PartialEq<str> for OsText {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for OsText {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl Serialize for OsText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.to_str() {
+            Some(t) => s.serialize_str(t),
+            None => {
+                use serde::ser::SerializeMap;
+                let hex: String = self.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("hex", &hex)?;
+                m.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for OsText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Text(String),
+            Hex { hex: String },
+        }
+        match Form::deserialize(d)? {
+            Form::Text(t) => Ok(OsText(t.into())),
+            Form::Hex { hex } => {
+                let bad = || serde::de::Error::custom(format!("invalid hex bytes {hex:?}"));
+                if hex.len() % 2 != 0 || !hex.is_ascii() {
+                    return Err(bad());
+                }
+                let bytes = (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+                    .collect::<Result<Vec<u8>, _>>()
+                    .map_err(|_| bad())?;
+                Ok(OsText(std::os::unix::ffi::OsStringExt::from_vec(bytes)))
+            }
+        }
+    }
 }
 
 /// The stop timings recorded in an entry, in milliseconds.
@@ -145,8 +310,9 @@ pub struct Entry {
     pub started_at: u64,
     /// The command as one short line for listings.
     pub command_preview: String,
-    pub argv: Vec<String>,
-    pub cwd: String,
+    /// Byte-exact (see [`OsText`]).
+    pub argv: Vec<OsText>,
+    pub cwd: OsText,
     pub owner_pid: Option<i32>,
     /// The owner's start time (clock ticks) when the entry was made: with the pid, its identity,
     /// so `reap` can tell that the owner died even after its pid was reused.
@@ -201,8 +367,8 @@ pub struct Entry {
     pub cleanup_start_time: Option<u64>,
     /// How the cleanup ended, once it has.
     pub cleanup_result: Option<CleanupResult>,
-    /// The extra environment given with `--env`, as `K=V` (the cleanup gets it too).
-    pub env: Vec<String>,
+    /// The extra environment given with `--env`, as `K=V`, byte-exact (the cleanup gets it too).
+    pub env: Vec<OsText>,
     pub stop: StopTimings,
     pub timeout_ms: Option<u64>,
     /// Per-file log cap in bytes; `None`: the default (64 MiB).
@@ -276,7 +442,10 @@ impl Entry {
         }
         self.argv
             .first()
-            .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+            .map(|a| {
+                let a = a.escaped();
+                a.rsplit('/').next().unwrap_or(&a).to_string()
+            })
             .filter(|a| !a.is_empty())
             .unwrap_or_else(|| self.id.clone())
     }
@@ -454,16 +623,49 @@ pub fn identity_alive(pid: Option<i32>, start_time: Option<u64>) -> bool {
     procfs::start_time(pid) == Some(t) && procfs::uid(pid) == Some(process::getuid())
 }
 
+/// The longest name (and session id) an entry may carry: 128 bytes. Names are echoed in every
+/// later reply and listing; a longer one is a mistake (or an attack on the replies' size).
+pub const MAX_NAME_BYTES: usize = 128;
+
 /// Names are free text, except the shape of ids (`proc_12`): a name equal to another entry's id
-/// would make `stop proc_12` ambiguous. Also not empty and without control characters. The error
-/// is one sentence naming the problem.
+/// would make `stop proc_12` ambiguous. Also not blank, without control characters, and at most
+/// [`MAX_NAME_BYTES`]. The error is one sentence naming the problem (a long name is not echoed).
 pub fn check_name(s: &str) -> Result<(), String> {
+    check_label("name", s)?;
     let id_like = s.strip_prefix("proc_").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    if s.is_empty() || s.chars().any(char::is_control) {
-        return Err(format!("invalid name {s:?}: empty or with control characters"));
-    }
     if id_like {
         return Err(format!("invalid name '{s}': names of the form proc_N are reserved for ids"));
+    }
+    Ok(())
+}
+
+/// A session id: not blank, no control characters, at most [`MAX_NAME_BYTES`] (as a name).
+/// Errors: one sentence.
+pub fn check_session(s: &str) -> Result<(), String> {
+    check_label("session id", s)
+}
+
+fn check_label(what: &str, s: &str) -> Result<(), String> {
+    if s.len() > MAX_NAME_BYTES {
+        return Err(format!("invalid {what}: {} bytes long, at most {MAX_NAME_BYTES}", s.len()));
+    }
+    if s.trim().is_empty() {
+        return Err(format!("invalid {what} {s:?}: empty or blank"));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(format!("invalid {what} {s:?}: it has control characters"));
+    }
+    Ok(())
+}
+
+/// A key of `--env K=V`: not empty, and without `=`, a newline or NUL (the environment could
+/// not hold it, or would read it back as another variable). Errors: one sentence.
+pub fn check_env_key(k: &str) -> Result<(), String> {
+    if k.is_empty() {
+        return Err("invalid environment variable: the key is empty".into());
+    }
+    if k.contains(['=', '\n', '\0']) {
+        return Err(format!("invalid environment variable {k:?}: a key cannot hold '=', a newline or NUL"));
     }
     Ok(())
 }
@@ -484,12 +686,31 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// An entry that could not be read, and where it was moved.
+/// An entry that could not be read, and where it was moved (`None`: left in place, by a
+/// read-only listing, or because its supervisor is alive and will rewrite it).
 #[derive(Debug)]
 pub struct SetAside {
     pub path: PathBuf,
     pub reason: String,
     pub moved_to: Option<PathBuf>,
+    /// The entry's supervisor is alive (by `supervisor.json`): it rewrites the entry from what
+    /// it holds at its next write, and `stop` still reaches it.
+    pub supervisor_alive: bool,
+}
+
+/// `procs/<id>/supervisor.json`: who supervises the entry, written by the supervisor when it
+/// starts, apart from `entry.json`, so that a corrupt entry whose supervisor lives is neither
+/// set aside nor out of `stop`'s reach. Only a hint: nothing is signalled unless the identity
+/// (boot, pid, start time, uid) still matches.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupervisorFile {
+    pub pid: i32,
+    /// Clock ticks.
+    pub start_time: u64,
+    pub boot_id: String,
+    /// The entry's `maxStopMs`: how long `stop` waits for it.
+    pub max_stop_ms: u64,
 }
 
 /// The state dir.
@@ -499,23 +720,30 @@ pub struct Registry {
 }
 
 /// Resolves the state dir: `explicit`, else `$SHEEPDOG_STATE_DIR`, else
-/// `$XDG_STATE_HOME/sheepdog`, else `~/.local/state/sheepdog` (never /tmp).
+/// `$XDG_STATE_HOME/sheepdog`, else `~/.local/state/sheepdog` (never /tmp), made absolute
+/// against the current directory. Absolute once, here: every process sheepdog starts (the
+/// detached supervisor runs in `/`) is handed this path, so a relative one would name another
+/// directory there. Errors: `NoStateDir`; `Io` when the current directory cannot be read.
 pub fn state_dir(explicit: Option<PathBuf>) -> Result<PathBuf, RegistryError> {
-    if let Some(p) = explicit {
-        return Ok(p);
-    }
     let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(p) = env(STATE_DIR_ENV) {
-        return Ok(p);
-    }
-    if let Some(p) = env("XDG_STATE_HOME") {
-        return Ok(p.join("sheepdog"));
-    }
-    env("HOME").map(|h| h.join(".local/state/sheepdog")).ok_or(RegistryError::NoStateDir)
+    let dir = match explicit {
+        Some(p) => p,
+        None => match (env(STATE_DIR_ENV), env("XDG_STATE_HOME"), env("HOME")) {
+            (Some(p), _, _) => p,
+            (None, Some(x), _) => x.join("sheepdog"),
+            (None, None, Some(h)) => h.join(".local/state/sheepdog"),
+            (None, None, None) => return Err(RegistryError::NoStateDir),
+        },
+    };
+    std::path::absolute(&dir).map_err(io_at(&dir))
 }
 
-/// Refuses a state dir that belongs to another user or that others can write.
+/// Refuses a state dir that is not a directory, belongs to another user or that others can
+/// write.
 fn check_private(root: &Path, meta: &fs::Metadata) -> Result<(), RegistryError> {
+    if !meta.is_dir() {
+        return Err(RegistryError::NotADirectory(root.to_path_buf()));
+    }
     let me = process::getuid();
     if meta.uid() != me {
         return Err(RegistryError::NotOwner { path: root.to_path_buf(), owner: meta.uid(), me });
@@ -593,6 +821,26 @@ impl Registry {
 
     fn global_lock(&self) -> Result<File, RegistryError> {
         let path = self.root.join("lock");
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_at(&path))?;
+        f.lock().map_err(io_at(&path))?;
+        Ok(f)
+    }
+
+    /// A lock serializing everything done under one name (`start --name N --replace`: find the
+    /// running N, stop it, start the new one), held until dropped: `names/<hash>.lock`, the
+    /// name hashed (FNV-1a, 64 bits) so any name makes a valid file name. Two names sharing a
+    /// hash only wait for each other. Errors: `Io` (the lock file cannot be made).
+    pub fn name_lock(&self, name: &str) -> Result<File, RegistryError> {
+        let dir = self.root.join("names");
+        mkdir_private(&dir)?;
+        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+        let path = dir.join(format!("{hash:016x}.lock"));
         let f = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -690,8 +938,8 @@ impl Registry {
         serde_json::from_slice(&bytes).map_err(|e| RegistryError::Corrupt { path, reason: e.to_string() })
     }
 
-    /// Every readable entry, oldest first, and the ones that were set aside because they could
-    /// not be read (moved whole to `corrupt/`, so nothing is lost and they stop hiding others).
+    /// Every readable entry, oldest first, and the ones that could not be read (reported, left
+    /// in place: a listing never moves files; [`Registry::list_sweeping`] does, for writers).
     pub fn list(&self) -> (Vec<Entry>, Vec<SetAside>) {
         let mut entries = Vec::new();
         let mut aside = Vec::new();
@@ -703,24 +951,106 @@ impl Registry {
             if name.starts_with('.') {
                 continue;
             }
+            let unreadable = |path: PathBuf, reason: String| SetAside {
+                path,
+                reason,
+                moved_to: None,
+                supervisor_alive: self.live_supervisor(&name).is_some(),
+            };
             match self.read(&name) {
                 Ok(e) => entries.push(e),
-                Err(RegistryError::Corrupt { path, reason }) => aside.push(self.set_aside(&name, path, reason)),
+                Err(RegistryError::Corrupt { path, reason }) => aside.push(unreadable(path, reason)),
+                // Removed meanwhile (a `clear`), or a directory being made: not an entry.
+                Err(RegistryError::NotFound(_)) if !d.path().is_dir() => {}
                 Err(RegistryError::NotFound(_)) => {
-                    aside.push(self.set_aside(&name, self.file(&name, "entry.json"), "entry.json is missing".into()))
+                    aside.push(unreadable(self.file(&name, "entry.json"), "entry.json is missing".into()))
                 }
-                Err(e) => aside.push(SetAside { path: d.path(), reason: e.to_string(), moved_to: None }),
+                Err(e) => aside.push(unreadable(d.path(), e.to_string())),
             }
         }
         entries.sort_by_key(|e| (e.started_at, id_number(&e.id)));
         (entries, aside)
     }
 
-    fn set_aside(&self, id: &str, path: PathBuf, reason: String) -> SetAside {
+    /// [`Registry::list`] for commands that write (`stop`, `reap`, `clear`): unreadable entries
+    /// are moved whole to `corrupt/`, so nothing is lost and they stop hiding others, except
+    /// one whose supervisor is alive (it rewrites its entry from what it holds).
+    pub fn list_sweeping(&self) -> (Vec<Entry>, Vec<SetAside>) {
+        let (entries, aside) = self.list();
+        let aside = aside
+            .into_iter()
+            .map(|a| {
+                let id = a.path.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned());
+                match id {
+                    Some(id) if !a.supervisor_alive && a.moved_to.is_none() => self.set_aside(&id, a),
+                    _ => a,
+                }
+            })
+            .collect();
+        (entries, aside)
+    }
+
+    fn set_aside(&self, id: &str, mut a: SetAside) -> SetAside {
         let corrupt = self.root.join("corrupt");
         let dest = corrupt.join(format!("{id}-{}", now_ms()));
         let moved = mkdir_private(&corrupt).is_ok() && fs::rename(self.dir(id), &dest).is_ok();
-        SetAside { path, reason, moved_to: moved.then_some(dest) }
+        a.moved_to = moved.then_some(dest);
+        a
+    }
+
+    /// Records the entry's supervisor in `supervisor.json` (this process). Not synced: a hint,
+    /// checked against the kernel before use. Errors: the write's.
+    pub fn record_supervisor(&self, id: &str, max_stop_ms: u64) -> Result<(), RegistryError> {
+        let me = process::getpid();
+        let f = SupervisorFile {
+            pid: me.as_raw(),
+            start_time: procfs::start_time(me).unwrap_or(0),
+            boot_id: procfs::boot_id(),
+            max_stop_ms,
+        };
+        let path = self.file(id, "supervisor.json");
+        let tmp = self.file(id, &format!(".supervisor.json.tmp-{}", me.as_raw()));
+        let bytes = serde_json::to_vec(&f).unwrap_or_default();
+        let written = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, &path));
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        written.map_err(write_at(&path))
+    }
+
+    /// The entry's supervisor by `supervisor.json`, if it is still that process (this boot,
+    /// pid, start time, uid).
+    pub fn live_supervisor(&self, id: &str) -> Option<SupervisorFile> {
+        let bytes = fs::read(self.file(id, "supervisor.json")).ok()?;
+        let f: SupervisorFile = serde_json::from_slice(&bytes).ok()?;
+        (f.boot_id == procfs::boot_id() && identity_alive(Some(f.pid), Some(f.start_time))).then_some(f)
+    }
+
+    /// What a `stop` needs of an entry that cannot be read but whose supervisor lives: its id
+    /// and the supervisor's identity (the supervisor rewrites the entry when it acts on the
+    /// stop). `None` when the supervisor is not alive.
+    pub fn stand_in(&self, id: &str) -> Option<Entry> {
+        let f = self.live_supervisor(id)?;
+        Some(Entry {
+            id: id.to_string(),
+            supervisor_pid: Some(f.pid),
+            supervisor_start_time: Some(f.start_time),
+            boot_id: f.boot_id,
+            uid: process::getuid(),
+            status: Status::Running,
+            stop: StopTimings { max_stop_ms: f.max_stop_ms, ..StopTimings::default() },
+            ..Entry::default()
+        })
+    }
+
+    /// Writes `entry` as the entry's whole file, under its lock, without reading what is there:
+    /// how a live supervisor repairs its own entry found corrupt. Errors: `NotFound`, the write's.
+    pub fn rewrite(&self, entry: &Entry) -> Result<(), RegistryError> {
+        if !self.dir(&entry.id).is_dir() {
+            return Err(RegistryError::NotFound(entry.id.clone()));
+        }
+        let _lock = self.entry_lock(&entry.id)?;
+        write_atomic(&self.file(&entry.id, "entry.json"), &to_json(entry))
     }
 
     /// Finds an entry by id, or by name. A name means the live entry with that name (running,
@@ -748,6 +1078,22 @@ impl Registry {
         named.pop().ok_or_else(|| RegistryError::NotFound(key.to_string()))
     }
 
+    /// The entry's lock (`procs/<id>/lock`), held until dropped. A lock file that cannot be
+    /// created (a read-only state dir) is opened for reading: `flock` works on either.
+    fn entry_lock(&self, id: &str) -> Result<File, RegistryError> {
+        let lock_path = self.file(id, "lock");
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&lock_path)
+            .or_else(|e| File::open(&lock_path).map_err(|_| e))
+            .map_err(io_at(&lock_path))?;
+        f.lock().map_err(io_at(&lock_path))?;
+        Ok(f)
+    }
+
     /// Read-modify-write of one entry under its lock. `f` sees the latest version on disk.
     pub fn update<F: FnOnce(&mut Entry)>(&self, id: &str, f: F) -> Result<Entry, RegistryError> {
         self.update_if(id, |e| {
@@ -760,24 +1106,26 @@ impl Registry {
     /// [`Registry::update`], written only if `f` returns true (else nothing of its changes is);
     /// returns the entry as written or as read, and whether it was written.
     pub fn update_if<F: FnOnce(&mut Entry) -> bool>(&self, id: &str, f: F) -> Result<(Entry, bool), RegistryError> {
-        let lock_path = self.file(id, "lock");
         if !self.dir(id).is_dir() {
             return Err(RegistryError::NotFound(id.to_string()));
         }
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&lock_path)
-            .map_err(io_at(&lock_path))?;
-        lock.lock().map_err(io_at(&lock_path))?;
+        // Removed meanwhile (`clear` renames the directory away): not found, as if a moment later.
+        let gone = |e: RegistryError| match e {
+            RegistryError::Io { source, .. } | RegistryError::NotWritten { source, .. }
+                if source.kind() == io::ErrorKind::NotFound =>
+            {
+                RegistryError::NotFound(id.to_string())
+            }
+            e => e,
+        };
+        let lock = self.entry_lock(id).map_err(gone)?;
         let entry = self.read(id)?;
         let mut changed = entry.clone();
         if !f(&mut changed) {
             return Ok((entry, false));
         }
-        write_atomic(&self.file(id, "entry.json"), &to_json(&changed))?;
+        write_atomic(&self.file(id, "entry.json"), &to_json(&changed)).map_err(gone)?;
+        drop(lock);
         Ok((changed, true))
     }
 
@@ -808,11 +1156,23 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RegistryError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let mut f =
-        OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp).map_err(io_at(&tmp))?;
-    f.write_all(bytes).map_err(io_at(&tmp))?;
-    f.sync_all().map_err(io_at(&tmp))?;
-    fs::rename(&tmp, path).map_err(io_at(path))?;
+    let written = (|| {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(write_at(&tmp))?;
+        f.write_all(bytes).map_err(write_at(&tmp))?;
+        f.sync_all().map_err(write_at(&tmp))?;
+        fs::rename(&tmp, path).map_err(write_at(path))
+    })();
+    if written.is_err() {
+        // A full disk leaves an empty temp file: never leave it behind.
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
     sync_dir(dir)
 }
 

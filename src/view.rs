@@ -230,6 +230,10 @@ pub struct StopView {
     pub already_finished: bool,
     pub ok: bool,
     pub cleanup_error: Option<String>,
+    /// Why this stop's result is not in the registry (a full disk, a read-only state dir);
+    /// absent when it is. `ok` is false then, and the entry's fields are what the stop knows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_recorded: Option<String>,
 }
 
 impl StopView {
@@ -241,7 +245,20 @@ impl StopView {
         cleanup_error: Option<String>,
     ) -> StopView {
         entry.tree_gone = Some(tree_gone);
-        StopView { entry, already_finished, ok: tree_gone && cleanup_error.is_none(), cleanup_error }
+        StopView {
+            entry,
+            already_finished,
+            ok: tree_gone && cleanup_error.is_none(),
+            cleanup_error,
+            not_recorded: None,
+        }
+    }
+
+    /// The same view, for a stop whose result could not be written (`why`).
+    pub fn not_recorded(mut self, why: String) -> StopView {
+        self.ok = false;
+        self.not_recorded = Some(why);
+        self
     }
 }
 
@@ -336,8 +353,8 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
         started_at: e.started_at,
         ended_at: e.ended_at,
         command_preview: e.command_preview.clone(),
-        argv: e.argv.clone(),
-        cwd: e.cwd.clone(),
+        argv: e.argv.iter().map(|a| a.escaped()).collect(),
+        cwd: e.cwd.escaped(),
         env_keys: env_keys(e),
         ports,
         cleanup: e.cleanup.clone(),
@@ -367,7 +384,56 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
 
 /// The keys of an entry's `--env` (`K=V` stored), in order.
 pub fn env_keys(e: &Entry) -> Vec<String> {
-    e.env.iter().map(|kv| kv.split_once('=').map(|(k, _)| k).unwrap_or(kv).to_string()).collect()
+    e.env
+        .iter()
+        .map(|kv| crate::registry::escape_bytes(std::os::unix::ffi::OsStrExt::as_bytes(kv.split_env().0.as_os_str())))
+        .collect()
+}
+
+/// Display width of `s` in terminal columns (`unicode-width`: a CJK character or an emoji takes
+/// two, a combining mark none).
+pub fn display_width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
+}
+
+/// Cuts or pads `s` to exactly `w` terminal columns (by display width, so a table stays aligned
+/// whatever a name holds); an ellipsis marks a cut. `right`: right-aligned.
+pub fn fit_width(s: &str, w: usize, right: bool) -> String {
+    use unicode_width::UnicodeWidthChar;
+    let n = display_width(s);
+    if n > w {
+        if w == 0 {
+            return String::new();
+        }
+        let mut out = String::new();
+        let mut used = 0;
+        for c in s.chars() {
+            let cw = c.width().unwrap_or(0);
+            if used + cw > w - 1 {
+                break;
+            }
+            out.push(c);
+            used += cw;
+        }
+        out.push('…');
+        return out + &" ".repeat(w - 1 - used);
+    }
+    let pad = " ".repeat(w - n);
+    if right { pad + s } else { s.to_string() + &pad }
+}
+
+/// A status line cut to `w` columns that keeps what to do: a status whose text ends in a hint
+/// (`orphaned (...: run 'sheepdog reap')`) becomes `orphaned: run sheepdog reap` when the whole
+/// does not fit; else [`fit_width`].
+pub fn fit_status(text: &str, w: usize) -> String {
+    if display_width(text) > w && text.contains("sheepdog reap") {
+        let head = text.split(" (").next().unwrap_or(text);
+        let short = format!("{head}: run sheepdog reap");
+        if display_width(&short) <= w {
+            return fit_width(&short, w, false);
+        }
+    }
+    fit_width(text, w, false)
 }
 
 #[cfg(test)]

@@ -422,7 +422,7 @@ fn bad_inputs_get_one_line_and_a_documented_code() {
 }
 
 #[test]
-fn a_corrupt_entry_is_reported_by_path_and_set_aside_and_hides_nothing() {
+fn a_corrupt_entry_is_reported_by_path_and_set_aside_by_a_writer_and_hides_nothing() {
     let st = State::new();
     let good = id_of(&st.start(&["--name", "good", "--", "sleep", "100"]));
     let bad_dir = st.path().join("procs").join("proc_99");
@@ -437,7 +437,12 @@ fn a_corrupt_entry_is_reported_by_path_and_set_aside_and_hides_nothing() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["entries"].as_array().unwrap().len(), 1);
     assert_eq!(v["entries"][0]["id"], good);
-    // Set aside whole, logs kept; listing is clean afterwards.
+    // A listing only reports it (issue 18: read-only commands never move files); a writer
+    // (`reap`) sets it aside whole, logs kept, as no supervisor of it lives; listing is clean
+    // afterwards.
+    assert!(bad_dir.join("entry.json").is_file() && !st.path().join("corrupt").exists());
+    let reap = st.run(&["reap"]);
+    assert!(stderr(&reap).contains("set aside to"), "{}", stderr(&reap));
     let aside: Vec<_> = std::fs::read_dir(st.path().join("corrupt")).unwrap().flatten().collect();
     assert_eq!(aside.len(), 1);
     assert_eq!(std::fs::read(aside[0].path().join("stdout.log")).unwrap(), b"keep me");
@@ -620,7 +625,9 @@ fn a_status_word_from_a_newer_sheepdog_survives_a_rewrite_and_claims_nothing() {
         let file = st.path().join("procs").join(id).join("entry.json");
         let mut v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
         v["status"] = "paused".into();
-        std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+        // Atomically, as any sheepdog writes: a torn file would read as corrupt, and a live
+        // supervisor rewrites a corrupt entry from what it holds.
+        sheepdog::registry::write_atomic(&file, &serde_json::to_vec(&v).unwrap()).unwrap();
         file
     };
     // A running entry with a word this version does not know: shown as written, and not taken

@@ -11,12 +11,21 @@ pub struct DoctorArgs {}
 pub(super) fn doctor(_a: DoctorArgs, json: bool) -> Result<i32, CliError> {
     let mode = cgroup::Mode::from_env().map_err(CliError::usage)?;
     let d = cgroup::doctor(mode, &super::flag);
+    // Where `run` and `start` refuse (125), so does doctor: the same line and status.
+    let code = if d.refused { super::EXIT_USAGE } else { 0 };
+    let refusal = || {
+        if let (true, Some(r)) = (d.refused, &d.containment_reason) {
+            eprintln!("sheepdog: {r}");
+        }
+    };
     if json {
         outln!("{}", serde_json::to_string(&d).unwrap_or_default());
-        return Ok(0);
+        refusal();
+        return Ok(code);
     }
     match &d.containment_reason {
         None => outln!("containment: {} (run and start keep each tree in its own cgroup)", d.containment),
+        Some(r) if d.refused => outln!("containment: {} (run and start refuse with status 125: {r})", d.containment),
         Some(r) => outln!("containment: {} (the cgroup tier is refused: {r})", d.containment),
     }
     if d.mode != "auto" {
@@ -35,5 +44,6 @@ pub(super) fn doctor(_a: DoctorArgs, json: bool) -> Result<i32, CliError> {
             outln!("  - {h}");
         }
     }
-    Ok(0)
+    refusal();
+    Ok(code)
 }

@@ -22,7 +22,9 @@ use super::{CliError, parse_duration, parse_positive_duration, pid_arg};
 
 impl From<RegistryError> for CliError {
     fn from(e: RegistryError) -> Self {
-        CliError::usage(e.to_string())
+        // A write that failed (full disk, read-only state dir): nothing was recorded, 74.
+        let code = if e.is_not_written() { exit::NOT_RECORDED } else { exit::USAGE };
+        CliError::new(code, e.to_string())
     }
 }
 
@@ -43,21 +45,52 @@ fn warn_set_aside(aside: &[sheepdog::registry::SetAside]) {
             Some(to) => {
                 eprintln!("sheepdog: corrupt entry {}: {}; set aside to {}", a.path.display(), a.reason, to.display())
             }
-            None => eprintln!("sheepdog: unreadable entry {}: {}", a.path.display(), a.reason),
+            None if a.supervisor_alive => eprintln!(
+                "sheepdog: corrupt entry {}: {}; left in place (its supervisor runs and rewrites it)",
+                a.path.display(),
+                a.reason
+            ),
+            None => eprintln!("sheepdog: corrupt entry {}: {}", a.path.display(), a.reason),
         }
     }
 }
 
 /// Names are free text, except the shape of ids (`proc_12`): a name equal to another entry's id
-/// would make `stop proc_12` ambiguous. Also not empty and without control characters.
-fn parse_name(s: &str) -> Result<String, String> {
-    sheepdog::registry::check_name(s).map(|()| s.to_string())
+/// would make `stop proc_12` ambiguous. Also not blank, without control characters, at most
+/// 128 bytes (`registry::check_name`). Checked here, not by clap, whose message would repeat
+/// the whole value (a 100 KB name, an escape sequence) on the terminal.
+fn check_name(name: Option<&str>) -> Result<(), CliError> {
+    match name {
+        Some(n) => sheepdog::registry::check_name(n).map_err(|why| CliError::usage(format!("--name: {why}"))),
+        None => Ok(()),
+    }
 }
 
-fn parse_env(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-        _ => Err(format!("invalid --env '{s}': expected KEY=VALUE")),
+/// `--env K=V`, byte for byte: split at the first `=`; the key must be a variable name
+/// (`registry::check_env_key`). Errors: one line, the key escaped.
+fn parse_env(raw: &std::ffi::OsStr) -> Result<(OsString, OsString), CliError> {
+    use std::os::unix::ffi::OsStrExt;
+    let b = raw.as_bytes();
+    let Some(at) = b.iter().position(|&c| c == b'=') else {
+        return Err(CliError::usage(format!("--env {:?}: expected KEY=VALUE", sheepdog::registry::escape_bytes(b))));
+    };
+    let (k, v) = (&b[..at], &b[at + 1..]);
+    let key = std::str::from_utf8(k).map_err(|_| {
+        CliError::usage(format!(
+            "--env: invalid environment variable {:?}: the key is not UTF-8",
+            sheepdog::registry::escape_bytes(k)
+        ))
+    })?;
+    sheepdog::registry::check_env_key(key).map_err(|why| CliError::usage(format!("--env: {why}")))?;
+    Ok((OsString::from(key), std::ffi::OsStr::from_bytes(v).to_os_string()))
+}
+
+/// A session id (`--session`, `$SHEEPDOG_SESSION`): as a name, no control characters and at most
+/// 128 bytes; empty means none.
+fn check_session(s: Option<&str>) -> Result<(), CliError> {
+    match s.filter(|s| !s.is_empty()) {
+        Some(s) => sheepdog::registry::check_session(s).map_err(|why| CliError::usage(format!("--session: {why}"))),
+        None => Ok(()),
     }
 }
 
@@ -107,7 +140,7 @@ fn owner_from_env() -> Result<Option<sheepdog::os::Pid>, CliError> {
 #[derive(Debug, clap::Args)]
 pub struct StartArgs {
     /// A name, unique among running entries; every command takes it in place of the id.
-    #[arg(long, value_parser = parse_name)]
+    #[arg(long)]
     name: Option<String>,
     /// With --name: if an entry of that name is running, stop it (cleanup included), wait for
     /// its ports to be free, then start this one in its place (`restartOf` links them).
@@ -125,8 +158,8 @@ pub struct StartArgs {
     cwd: Option<PathBuf>,
     /// Extra environment for the command; repeatable. Values are kept in the entry file (0600)
     /// and never shown: `ps` and JSON show the keys only.
-    #[arg(long, value_name = "K=V", value_parser = parse_env)]
-    env: Vec<(String, String)>,
+    #[arg(long, value_name = "K=V")]
+    env: Vec<OsString>,
     /// Run the one stop after this long and record `timed out after DUR` (more than 0).
     #[arg(long, value_name = "DUR", value_parser = parse_positive_duration, allow_hyphen_values = true)]
     timeout: Option<Duration>,
@@ -140,9 +173,9 @@ pub struct StartArgs {
     /// after every stop.
     #[arg(long, value_name = "CMD")]
     cleanup: Option<String>,
-    /// Bound on the cleanup command.
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
-    cleanup_timeout: Duration,
+    /// Bound on the cleanup command (default 10s; needs --cleanup).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    cleanup_timeout: Option<Duration>,
     /// Cap per log file; at the cap it rotates to one `.1`.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     log_max: Option<u64>,
@@ -150,7 +183,7 @@ pub struct StartArgs {
     containment: super::ContainmentArgs,
     /// Return once a process of the tree listens on this TCP port (status 1 if the command exits
     /// first, 124 if --ready-timeout passes: the process keeps running).
-    #[arg(long, value_name = "PORT", conflicts_with_all = ["ready_log", "ready_listen"])]
+    #[arg(long, value_name = "PORT", conflicts_with_all = ["ready_log", "ready_listen"], value_parser = clap::value_parser!(u16).range(1..))]
     ready_port: Option<u16>,
     /// Return once a line of stdout or stderr matches this regex.
     #[arg(long, value_name = "REGEX", conflicts_with = "ready_listen")]
@@ -258,9 +291,15 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     };
     let (containment, limits) = a.containment.resolve()?;
     let ready = a.ready_spec()?;
+    if a.cleanup_timeout.is_some() && a.cleanup.is_none() {
+        return Err(CliError::usage("--cleanup-timeout needs --cleanup"));
+    }
     if let Some(d) = a.cwd.as_ref().filter(|d| !d.is_dir()) {
         return Err(CliError::usage(format!("--cwd {}: not a directory", d.display())));
     }
+    check_name(a.name.as_deref())?;
+    check_session(a.session.as_deref())?;
+    let env = a.env.iter().map(|kv| parse_env(kv)).collect::<Result<Vec<_>, _>>()?;
     let session = a.session.clone().filter(|s| !s.is_empty());
     let reg = open(dir)?;
     let req = StartRequest {
@@ -268,10 +307,13 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         session_id: session,
         owner,
         cwd: a.cwd,
-        env: a.env.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+        env,
         timeout: a.timeout,
         policy: StopPolicy { stdin_grace: Duration::ZERO, term_grace: a.term_grace, kill_wait: a.kill_wait },
-        cleanup: a.cleanup.map(|command| Cleanup { command, timeout_ms: a.cleanup_timeout.as_millis() as u64 }),
+        cleanup: a.cleanup.map(|command| Cleanup {
+            command,
+            timeout_ms: a.cleanup_timeout.map_or(manager::CLEANUP_TIMEOUT_MS, |d| d.as_millis() as u64),
+        }),
         log_max: a.log_max,
         containment,
         limits,
@@ -279,17 +321,7 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         restart_of: None,
         argv: a.command,
     };
-    let running = match (&a.name, a.replace) {
-        (Some(n), true) => reg.find(n).ok().filter(|e| manager::live_status(e, &Default::default()).is_live()),
-        _ => None,
-    };
-    let started = match running {
-        Some(old) => {
-            let r = manager::replace(&reg, &old, req, None)?;
-            manager::Started { entry: r.entry, ready: r.ready, nudges: r.nudges }
-        }
-        None => manager::start_ready(&reg, req)?,
-    };
+    let started = if a.replace { manager::start_replacing(&reg, req)? } else { manager::start_ready(&reg, req)? };
     for w in &started.nudges {
         eprintln!("sheepdog: warning: {w}");
     }
@@ -381,10 +413,14 @@ fn entry_json(reg: &Registry, e: &Entry, status: Status) -> Value {
     serde_json::to_value(view::view_with_status(reg, e, status, false)).unwrap_or(Value::Null)
 }
 
-/// Cuts `s` to `w` characters, with `…` when cut.
+/// Cuts or pads `s` to `w` terminal columns (display width), with `…` when cut.
 fn fit(s: &str, w: usize) -> String {
-    let s = printable(s);
-    if s.chars().count() <= w { s } else { s.chars().take(w.saturating_sub(1)).collect::<String>() + "…" }
+    view::fit_width(&printable(s), w, false)
+}
+
+/// Display width of `s` as printed (control characters escaped).
+fn cols(s: &str) -> usize {
+    view::display_width(&printable(s))
 }
 
 /// `s` with control characters escaped (`\n`, `\u{1b}`): a command's own arguments or a forged
@@ -428,13 +464,17 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
         let _ = out.flush();
         return Ok(0);
     }
+    if rows.is_empty() && hidden == 0 {
+        let _ = writeln!(out, "No managed processes.");
+        return Ok(0);
+    }
     let width = |f: &dyn Fn(&view::EntryView) -> usize, min: usize, max: usize| {
         rows.iter().map(f).max().unwrap_or(0).clamp(min, max)
     };
-    let wid = width(&|v| v.id.len(), 2, 16);
-    let wname = width(&|v| v.name.chars().count(), 4, 24);
-    let wsess = width(&|v| v.session_id.as_deref().unwrap_or("-").chars().count(), 7, 20);
-    let wstat = width(&|v| v.status_text.chars().count(), 6, 40);
+    let wid = width(&|v| cols(&v.id), 2, 16);
+    let wname = width(&|v| cols(&v.name), 4, 24);
+    let wsess = width(&|v| cols(v.session_id.as_deref().unwrap_or("-")), 7, 20);
+    let wstat = width(&|v| cols(&v.status_text), 6, 40);
     let ports = |v: &view::EntryView| {
         if v.ports.is_empty() {
             "-".to_string()
@@ -454,11 +494,11 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
         let u = v.usage;
         let _ = writeln!(
             out,
-            "{:<wid$} {:<wname$} {:<wsess$} {:<wstat$} {:>7} {:<wports$} {:>5} {:>7} {:>7} {:>5}  {}",
+            "{} {} {} {} {:>7} {} {:>5} {:>7} {:>7} {:>5}  {}",
             fit(&v.id, wid),
             fit(&v.name, wname),
             fit(v.session_id.as_deref().unwrap_or("-"), wsess),
-            fit(&v.status_text, wstat),
+            view::fit_status(&printable(&v.status_text), wstat),
             v.pid.map(|p| p.to_string()).unwrap_or_else(dash),
             fit(&ports(v), wports),
             age(v.started_at),
@@ -645,7 +685,14 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     } else if a.targets.is_empty() {
         return Err(CliError::usage("stop: name an id or name, --session ID or --all"));
     } else {
-        resolve(&reg, &a.targets)?
+        let mut out: Vec<Entry> = Vec::new();
+        for k in &a.targets {
+            let e = manager::find_for_stop(&reg, k)?;
+            if !out.iter().any(|x| x.id == e.id) {
+                out.push(e);
+            }
+        }
+        out
     };
     let results = manager::stop_many(&reg, &targets, a.term_grace);
     let mut code = 0;
@@ -675,8 +722,24 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                 }
             }
             Err(err @ ManagerError::NotRecorded { .. }) => {
+                // The tree is gone: said on stdout too (the one document a host reads), with
+                // why nothing of it is on disk.
                 eprintln!("sheepdog: {err}");
                 code = code.max(err.exit_code());
+                if let ManagerError::NotRecorded { entry, source, .. } = &err {
+                    if json {
+                        let v = view::StopView::new(
+                            view::view_with_status(&reg, entry, entry.status, false),
+                            false,
+                            true,
+                            None,
+                        )
+                        .not_recorded(source.to_string());
+                        list.push(serde_json::to_value(v).unwrap_or(Value::Null));
+                    } else {
+                        outln!("Stopped {} (not recorded).", entry.label());
+                    }
+                }
             }
             Err(err) => {
                 eprintln!("sheepdog: unable to stop {}: {err}", e.label());
@@ -706,11 +769,12 @@ pub struct UpdateArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     cleanup_timeout: Option<Duration>,
     /// Rename (unique among running entries).
-    #[arg(long, value_parser = parse_name)]
+    #[arg(long)]
     name: Option<String>,
 }
 
 pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
+    check_name(a.name.as_deref())?;
     let changes_cleanup = a.cleanup.is_some() || a.no_cleanup || a.cleanup_timeout.is_some();
     if !changes_cleanup && a.name.is_none() {
         return Err(CliError::usage(format!(
@@ -878,7 +942,17 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let reg = open(dir)?;
     let (actions, aside) = manager::reap(&reg, a.dry_run);
     warn_set_aside(&aside);
-    let code = if actions.iter().any(|x| x.cleanup_error.is_some()) { 1 } else { 0 };
+    let mut code = if actions.iter().any(|x| x.cleanup_error.is_some()) { exit::REFUSED } else { exit::OK };
+    // What was done (or found) but could not be written: said, and status 74.
+    for x in actions.iter().filter(|x| x.not_recorded.is_some()) {
+        eprintln!(
+            "sheepdog: the result for {} ({}) was not recorded: {}",
+            x.name.as_deref().unwrap_or(&x.id),
+            x.id,
+            x.not_recorded.as_deref().unwrap_or_default()
+        );
+        code = exit::NOT_RECORDED;
+    }
     if json {
         let list: Vec<Value> = actions
             .iter()
@@ -931,7 +1005,7 @@ pub struct ClearArgs {
 pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let reg = open(dir)?;
     let targets: Vec<Entry> = if a.finished {
-        let (entries, aside) = reg.list();
+        let (entries, aside) = reg.list_sweeping();
         warn_set_aside(&aside);
         let census = std::cell::OnceCell::new();
         entries.into_iter().filter(|e| !manager::live_status(e, &census).is_live()).collect()

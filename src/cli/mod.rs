@@ -61,9 +61,7 @@ fn parse_positive_duration(s: &str) -> Result<Duration, String> {
 #[command(
     name = "sheepdog",
     version,
-    about = "A process supervisor for AI coding agents: when sheepdog is gone, so is everything the agent started.",
-    after_help = "Also: sheepdog mcp [--owner PID]  Serve the Model Context Protocol on stdin/stdout: background \
-                  processes as tools for an agent (runs sheepdog-mcp, installed next to sheepdog; see 'sheepdog mcp --help')."
+    about = "A process supervisor for AI coding agents: when sheepdog is gone, so is everything the agent started."
 )]
 struct Cli {
     /// Print errors (and results, where a command has them) as JSON on stdout.
@@ -104,6 +102,18 @@ enum Command {
     /// Which containment tier `run` and `start` get here, and why; the cgroup2 mount, kernel
     /// and controllers.
     Doctor(doctor::DoctorArgs),
+    /// Serve the Model Context Protocol on stdin/stdout: background processes as tools for an
+    /// agent (runs sheepdog-mcp, installed next to sheepdog; see 'sheepdog mcp --help').
+    Mcp(McpArgs),
+}
+
+/// `sheepdog mcp ARGS...`: listed here for `--help`; the arguments are `sheepdog-mcp`'s own
+/// (normally recognised before clap, see [`mcp_invocation`]).
+#[derive(Debug, clap::Args)]
+#[command(disable_help_flag = true)]
+struct McpArgs {
+    #[arg(value_name = "ARGS", trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
 }
 
 /// `sheepdog run`.
@@ -172,7 +182,10 @@ fn mcp(args: Vec<OsString>, dir: Option<PathBuf>) -> Result<i32, CliError> {
     }
     cmd.args(&args);
     let err = cmd.exec();
-    Err(CliError::usage(format!("unable to run {}: {err}", server.display())))
+    Err(CliError::usage(format!(
+        "unable to run {}: {err} (sheepdog mcp is the {MCP_BINARY} binary, installed next to sheepdog)",
+        server.display()
+    )))
 }
 
 /// Parses the process's arguments, runs the subcommand, and returns the exit status (or does
@@ -205,6 +218,7 @@ pub fn main() -> i32 {
         Command::Clear(a) => manage::clear(a, dir, json),
         Command::Top(a) => top::top(a, dir),
         Command::Doctor(a) => doctor::doctor(a, json),
+        Command::Mcp(a) => mcp(a.args, dir),
     };
     match result {
         Ok(code) => code,

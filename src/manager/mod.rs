@@ -76,6 +76,8 @@ pub enum ManagerError {
     #[error("the tree of {label} is gone, but its result could not be recorded: {source}")]
     NotRecorded {
         label: String,
+        /// The entry as this stop knows it: its result applied in memory only.
+        entry: Box<Entry>,
         #[source]
         source: RegistryError,
     },
@@ -93,6 +95,7 @@ impl ManagerError {
             ManagerError::Start { code, .. } => *code,
             ManagerError::Refused(_) => exit::REFUSED,
             ManagerError::NotRecorded { .. } => exit::NOT_RECORDED,
+            ManagerError::Registry(e) if e.is_not_written() => exit::NOT_RECORDED,
             _ => exit::USAGE,
         }
     }
@@ -182,15 +185,15 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         });
     }
     let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);
-    let argv: Vec<String> = req.argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let argv: Vec<registry::OsText> = req.argv.iter().map(|a| a.as_os_str().into()).collect();
     let me = process::getpid();
     let entry = Entry {
         name: req.name.clone(),
         session_id: req.session_id.clone(),
         started_at: registry::now_ms(),
-        command_preview: preview(&argv),
+        command_preview: preview(&argv.iter().map(|a| a.escaped()).collect::<Vec<_>>()),
         argv,
-        cwd: cwd.to_string_lossy().into_owned(),
+        cwd: cwd.as_os_str().into(),
         owner_pid: req.owner.map(|p| p.as_raw()),
         owner_start_time: req.owner.and_then(procfs::start_time),
         // Until the supervisor records itself, the entry is `starting` and this process is its
@@ -210,7 +213,16 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         pids_max: req.limits.pids_max,
         ready: req.ready.clone(),
         restart_of: req.restart_of.clone(),
-        env: req.env.iter().map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy())).collect(),
+        env: req
+            .env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = k.clone();
+                kv.push("=");
+                kv.push(v);
+                kv.into()
+            })
+            .collect(),
         ..Entry::default()
     };
     let entry = reg.create(entry)?;
@@ -288,13 +300,33 @@ pub fn stoppable(e: &Entry) -> bool {
 /// The entries a stop of a selection takes ([`stoppable`]): those of `session`, or every entry
 /// with `None`, oldest first; and the entries the listing set aside as unreadable (for the
 /// caller to report). The CLI's `stop --session`/`--all` and the MCP `stop` tool select here.
+///
+/// An unreadable entry whose supervisor lives is taken too with `None` (every entry), as a
+/// stand-in ([`Registry::stand_in`]): its supervisor still holds a tree.
 pub fn stop_selection(reg: &Registry, session: Option<&str>) -> (Vec<Entry>, Vec<registry::SetAside>) {
-    let (entries, aside) = reg.list();
-    let targets = entries
+    let (entries, aside) = reg.list_sweeping();
+    let mut targets: Vec<Entry> = entries
         .into_iter()
         .filter(|e| session.is_none_or(|s| e.session_id.as_deref() == Some(s)) && stoppable(e))
         .collect();
+    if session.is_none() {
+        let ids = aside
+            .iter()
+            .filter(|a| a.supervisor_alive && a.moved_to.is_none())
+            .filter_map(|a| a.path.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned()));
+        targets.extend(ids.filter_map(|id| reg.stand_in(&id)));
+    }
     (targets, aside)
+}
+
+/// The entry `key` (an id or a name) names, for a stop: [`Registry::find`], except that an
+/// entry that cannot be read but whose supervisor lives gives its stand-in
+/// ([`Registry::stand_in`]), so its tree can still be stopped. Errors: `find`'s.
+pub fn find_for_stop(reg: &Registry, key: &str) -> Result<Entry, RegistryError> {
+    match reg.find(key) {
+        Err(err @ RegistryError::Corrupt { .. }) => reg.stand_in(key).ok_or(err),
+        other => other,
+    }
 }
 
 /// Stops each of `targets` with [`stop()`], each on its own thread, so a whole turn stops within
@@ -346,8 +378,29 @@ impl StopOutcome {
 /// verified), waits up to the entry's `maxStopMs` plus [`STOP_MARGIN`], and if the supervisor is
 /// gone or does not finish, stops the recorded tree itself with the same sequence.
 pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<StopOutcome, ManagerError> {
+    let settled = settle_start(reg, entry)?;
+    match stop_settled(reg, &settled, term_grace) {
+        // Cleared meanwhile (`clear --finished` in another caller): `clear` removes only entries
+        // that nothing of runs any more, so the entry is finished, and this stop is not an error.
+        Err(ManagerError::Registry(RegistryError::NotFound(_))) => Ok(cleared_meanwhile(settled)),
+        other => other,
+    }
+}
+
+/// The outcome of a stop whose entry was cleared while the stop ran: finished, the tree gone.
+fn cleared_meanwhile(mut e: Entry) -> StopOutcome {
+    let already_finished = e.is_finished();
+    if !already_finished {
+        e.status = Status::Stopped;
+        e.status_text = Some("stopped (its entry was cleared meanwhile)".into());
+        e.tree_gone = Some(true);
+    }
+    StopOutcome { entry: e, already_finished, tree_gone: true }
+}
+
+/// [`stop`] of an entry past `starting`.
+fn stop_settled(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<StopOutcome, ManagerError> {
     let id = entry.id.clone();
-    let entry = &settle_start(reg, entry)?;
     if entry.is_finished() {
         // The wrapper may have exited while its work goes on: the cleanup is still due. A
         // supervisor that stayed to watch for it is told to re-read its entry and leave.
@@ -386,6 +439,20 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
             crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
             let now = reg.read(&id)?;
             return Ok(StopOutcome { tree_gone: now.tree_gone.unwrap_or(true), entry: now, already_finished: false });
+        }
+        // The tree is gone but nothing says so: the supervisor could not record its result (a
+        // full disk) and waits to retry, holding the real outcome. Record ours first; if that
+        // cannot be written either, leave the supervisor alive: its next write tells the truth.
+        if recorded_tree(&now).is_none_or(|t| t.is_gone()) {
+            let why = "the supervisor did not finish in time and was killed";
+            let mut known = now.clone();
+            known.finish_from_outside(OutsideResult::StoppedPast(why), true);
+            if let Err(source) = reg.update(&id, |e| {
+                e.finish_from_outside(OutsideResult::StoppedPast(why), true);
+            }) && source.is_not_written()
+            {
+                return Err(ManagerError::NotRecorded { label: now.label(), entry: Box::new(known), source });
+            }
         }
         // The supervisor did not finish: it is stuck or died mid-stop. Act past it. Orphans were
         // re-parented to it (it is their subreaper) and it may not have recorded them yet: take
@@ -428,7 +495,11 @@ pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Resu
     });
     let e = match recorded {
         Ok(e) => e,
-        Err(source) if report.gone => return Err(ManagerError::NotRecorded { label: entry.label(), source }),
+        Err(source) if report.gone && source.is_not_written() => {
+            let mut known = entry.clone();
+            known.finish_from_outside(OutsideResult::StoppedPast(why), true);
+            return Err(ManagerError::NotRecorded { label: entry.label(), entry: Box::new(known), source });
+        }
         Err(source) => return Err(source.into()),
     };
     let e = settle_cgroup(reg, e);
@@ -621,6 +692,10 @@ pub struct ReapAction {
     /// The cleanup's failure line when it ran and failed (`Cleanup command failed with exit
     /// code 1.`), else null.
     pub cleanup_error: Option<String>,
+    /// Why the result could not be written to the registry (a full disk, a read-only state
+    /// dir), else null: the action happened (or, for `lost`, is true) but nothing says so on
+    /// disk. `reap` exits 74 then. Always null with `--dry-run`.
+    pub not_recorded: Option<String>,
 }
 
 /// Recovery after a crash of anything: entries from a previous boot are dead and never
@@ -628,7 +703,7 @@ pub struct ReapAction {
 /// but whose tree is alive (identity verified) gets the one stop and is recorded as `reaped`;
 /// nothing alive and no result: recorded as `lost`.
 pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::SetAside>) {
-    let (entries, aside) = reg.list();
+    let (entries, aside) = if dry_run { reg.list() } else { reg.list_sweeping() };
     let census = OnceCell::new();
     let mut actions = Vec::new();
     // Cgroups a supervisor could not remove once its tree was gone, and those of supervisors
@@ -657,6 +732,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
                 tree_gone: true,
                 reason: "its runner was killed; stopped past its bound".into(),
                 cleanup_error: crate::cleanup::failure_line(&x),
+                not_recorded: None,
             });
         }
     }
@@ -669,12 +745,19 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             tree_gone,
             reason: reason.into(),
             cleanup_error: None,
+            not_recorded: None,
         };
+        let unrecorded = |r: Result<Entry, ManagerError>| r.err().map(|err| err.to_string());
         if !e.this_boot() {
+            let mut a = action(ReapKind::Lost, 0, true, "previous boot");
             if !dry_run {
-                let _ = record_lost(reg, &e.id, "lost (recorded during a previous boot; nothing was signalled)");
+                a.not_recorded = unrecorded(record_lost(
+                    reg,
+                    &e.id,
+                    "lost (recorded during a previous boot; nothing was signalled)",
+                ));
             }
-            actions.push(action(ReapKind::Lost, 0, true, "previous boot"));
+            actions.push(a);
             continue;
         }
         if e.supervisor_alive() || e.starter_alive() {
@@ -695,14 +778,17 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
                 }
                 continue;
             }
+            let mut a = action(ReapKind::Lost, 0, true, "supervisor gone, nothing alive");
             if !dry_run {
-                if let Ok(x) = record_lost(reg, &e.id, "lost (the supervisor is gone and nothing of the tree is alive)")
-                {
-                    settle_cgroup(reg, x);
+                match record_lost(reg, &e.id, "lost (the supervisor is gone and nothing of the tree is alive)") {
+                    Ok(x) => {
+                        settle_cgroup(reg, x);
+                    }
+                    Err(err) => a.not_recorded = Some(err.to_string()),
                 }
                 crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
             }
-            actions.push(action(ReapKind::Lost, 0, true, "supervisor gone, nothing alive"));
+            actions.push(a);
             continue;
         };
         if dry_run {
@@ -723,7 +809,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
                 if report.gone { "gone" } else { "NOT confirmed gone" }
             ),
         );
-        let _ = reg.update(&e.id, |x| {
+        let recorded = reg.update(&e.id, |x| {
             x.finish_from_outside(OutsideResult::Reaped, report.gone);
         });
         drop(tree);
@@ -731,12 +817,14 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             settle_cgroup(reg, x);
         }
         crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
-        actions.push(action(
+        let mut a = action(
             ReapKind::Reaped,
             report.signalled,
             report.gone,
             &format!("supervisor gone, {}", plural(live, "process", "processes")),
-        ));
+        );
+        a.not_recorded = recorded.err().map(|err| err.to_string());
+        actions.push(a);
     }
     // Finished entries whose cleanup is still pending and due: their owner died or their turn
     // timeout passed while no supervisor was watching (it was killed while it waited).
@@ -761,6 +849,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             tree_gone: true,
             reason: reason.into(),
             cleanup_error,
+            not_recorded: None,
         });
     }
     (actions, aside)
@@ -918,6 +1007,23 @@ pub fn start_ready(reg: &Registry, req: StartRequest) -> Result<Started, Manager
     Ok(Started { entry, ready, nudges })
 }
 
+/// `start --name N --replace`: under N's lock ([`Registry::name_lock`]), so that concurrent
+/// replaces serialize and each replaces the one before it, stops the running entry named N (if
+/// any: [`replace`]) and starts `req` in its place, else just starts it ([`start_ready`]).
+/// Errors: those of `replace` and `start_ready`; the lock's.
+pub fn start_replacing(reg: &Registry, req: StartRequest) -> Result<Started, ManagerError> {
+    let Some(name) = req.name.clone() else { return start_ready(reg, req) };
+    let _serial = reg.name_lock(&name)?;
+    let running = reg.find(&name).ok().filter(|e| live_status(e, &OnceCell::new()).is_live());
+    match running {
+        Some(old) => {
+            let r = replace(reg, &old, req, None)?;
+            Ok(Started { entry: r.entry, ready: r.ready, nudges: r.nudges })
+        }
+        None => start_ready(reg, req),
+    }
+}
+
 /// The start request that repeats `e`: same argv, cwd, env, name, session, owner, timeout,
 /// stop timings, cleanup, log cap and readiness options.
 pub fn request_of(e: &Entry) -> StartRequest {
@@ -925,15 +1031,8 @@ pub fn request_of(e: &Entry) -> StartRequest {
         name: e.name.clone(),
         session_id: e.session_id.clone(),
         owner: e.owner_pid.and_then(Pid::new),
-        cwd: Some(PathBuf::from(&e.cwd)),
-        env: e
-            .env
-            .iter()
-            .map(|kv| {
-                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                (OsString::from(k), OsString::from(v))
-            })
-            .collect(),
+        cwd: Some(PathBuf::from(e.cwd.as_os_str())),
+        env: e.env.iter().map(|kv| kv.split_env()).collect(),
         timeout: e.timeout_ms.map(Duration::from_millis),
         policy: StopPolicy { stdin_grace: Duration::ZERO, ..StopPolicy::from_timings(&e.stop) },
         cleanup: e.cleanup.clone(),
@@ -942,7 +1041,7 @@ pub fn request_of(e: &Entry) -> StartRequest {
         restart_of: None,
         containment: e.containment_asked.as_deref().and_then(cgroup::Mode::parse).unwrap_or_default(),
         limits: cgroup::Limits { memory_max: e.memory_max, pids_max: e.pids_max },
-        argv: e.argv.iter().map(OsString::from).collect(),
+        argv: e.argv.iter().map(|a| a.as_os_str().to_os_string()).collect(),
     }
 }
 

@@ -51,6 +51,10 @@ pub fn run_supervisor(
     };
     let me = process::getpid();
     let mut cgroup_name = None;
+    if let Ok(e) = reg.read(id) {
+        // Apart from the entry: a corrupt entry.json does not hide who supervises it.
+        let _ = reg.record_supervisor(id, e.stop.max_stop_ms);
+    }
     let entry = match reg.update(id, |e| {
         e.supervisor_pid = Some(me.as_raw());
         e.supervisor_start_time = procfs::start_time(me);
@@ -96,6 +100,7 @@ pub fn run_supervisor(
     let mut managed = Managed {
         reg,
         id: id.to_string(),
+        known: entry.clone(),
         logs,
         pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
         seen: Default::default(),
@@ -124,6 +129,9 @@ pub fn run_supervisor(
 struct Managed<'a> {
     reg: &'a Registry,
     id: String,
+    /// The entry as this supervisor last wrote or read it: what it rewrites the entry from if
+    /// it finds it corrupt, so `stop` and `reap` keep working.
+    known: Entry,
     logs: LogSet,
     /// Open read ends of the provider's stdout and stderr.
     pipes: Vec<(File, Stream)>,
@@ -136,7 +144,39 @@ struct Managed<'a> {
 /// SIGKILL relies on the record, and then also on the tag and the group.
 pub const MAX_RECORDED_MEMBERS: usize = 4096;
 
+/// How long a supervisor whose result could not be written waits before the next try: from
+/// 100 ms, doubling, to at most 2 s. A full or read-only state dir may be fixed at any time; the
+/// supervisor holds the only true account of the outcome until then, so it stays and retries
+/// (idle, its tree gone) until the write goes in, the entry is removed, or
+/// [`RESULT_RETRY_FOR`] has passed.
+const RESULT_RETRY_FIRST: Duration = Duration::from_millis(100);
+const RESULT_RETRY_MAX: Duration = Duration::from_secs(2);
+/// How long a supervisor keeps retrying a result it could not write: 10 minutes. Long enough
+/// for a person to free space or remount; bounded, so a state dir that stays full does not keep
+/// an idle process forever (the entry then reads `lost`).
+const RESULT_RETRY_FOR: Duration = Duration::from_secs(600);
+
 impl Managed<'_> {
+    /// One locked change of the entry ([`Registry::update`]); an entry found corrupt is
+    /// rewritten from [`Managed::known`] with the change. Returns the entry as written.
+    fn write(&mut self, f: &mut dyn FnMut(&mut Entry)) -> Result<Entry, RegistryError> {
+        let written = match self.reg.update(&self.id, |e| f(e)) {
+            Err(RegistryError::Corrupt { .. }) => self.repair(f),
+            other => other,
+        }?;
+        self.known = written.clone();
+        Ok(written)
+    }
+
+    /// Rewrites the corrupt entry from what this supervisor holds, with `f` applied.
+    fn repair(&mut self, f: &mut dyn FnMut(&mut Entry)) -> Result<Entry, RegistryError> {
+        let mut e = self.known.clone();
+        f(&mut e);
+        self.reg.rewrite(&e)?;
+        self.logs.marker("entry.json was corrupt; rewritten from the supervisor's own record");
+        Ok(e)
+    }
+
     /// Reads what is available on `fd`; closes it at EOF.
     fn read_fd(&mut self, fd: RawFd) {
         let Some(i) = self.pipes.iter().position(|(p, _)| p.as_raw_fd() == fd) else { return };
@@ -182,7 +222,7 @@ impl Managed<'_> {
     fn finish(&mut self, outcome: &Outcome) {
         let mut text = String::new();
         let mut claimed = false;
-        let recorded = self.reg.update(&self.id, |e| {
+        let mut apply = |e: &mut Entry| {
             if e.is_finished() && outcome.trigger == Some(Trigger::SupervisorKilled) {
                 // The keeper recorded the result and was killed afterwards (during the cleanup
                 // or while it waited for a trigger): its death is a stop, so only a cleanup
@@ -214,7 +254,21 @@ impl Managed<'_> {
             if outcome.trigger.is_some() {
                 claimed = crate::cleanup::claim(e);
             }
-        });
+        };
+        let mut recorded = self.write(&mut apply);
+        let mut pause = RESULT_RETRY_FIRST;
+        let give_up = Instant::now() + RESULT_RETRY_FOR;
+        while let Err(err) = &recorded
+            && err.is_not_written()
+            && Instant::now() < give_up
+        {
+            if pause == RESULT_RETRY_FIRST {
+                self.logs.marker(&format!("unable to record the result yet ({err}); retrying"));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(RESULT_RETRY_MAX);
+            recorded = self.write(&mut apply);
+        }
         self.logs.marker(&format!("exited: {text}"));
         if let (true, Ok(entry)) = (claimed, recorded) {
             crate::cleanup::run_claimed(self.reg, &entry, CleanupRunner::Supervisor);
@@ -268,14 +322,14 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (Status, String)
 
 impl Observer for Managed<'_> {
     fn contained(&mut self, record: &cgroup::Record) {
-        let _ = self.reg.update(&self.id, |e| record_containment(e, record));
+        let _ = self.write(&mut |e| record_containment(e, record));
     }
 
     fn spawned(&mut self, spawned: &Spawned, _policy: &StopPolicy) {
         let stat = procfs::stat(spawned.pid).ok();
         let start_time = stat.as_ref().map(|s| s.start_time);
         let mut stopped_meanwhile = false;
-        let entry = self.reg.update(&self.id, |e| {
+        let entry = self.write(&mut |e| {
             let sid = stat.as_ref().map(|s| s.session);
             stopped_meanwhile = e.record_spawned(spawned.pid.as_raw(), spawned.pgid.as_raw(), start_time, sid);
             if crate::keeper::is_keeper() {
@@ -296,7 +350,15 @@ impl Observer for Managed<'_> {
     }
 
     fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
-        self.reg.read(&self.id).ok().map(|e| StopPolicy::from_timings(&e.stop))
+        match self.reg.read(&self.id) {
+            Ok(e) => Some(StopPolicy::from_timings(&e.stop)),
+            // Found corrupt as the stop begins: rewritten now, so the stop's result (and the
+            // next `stop` or `reap`) can be recorded.
+            Err(RegistryError::Corrupt { .. }) => {
+                self.repair(&mut |_| {}).ok().map(|e| StopPolicy::from_timings(&e.stop))
+            }
+            Err(_) => None,
+        }
     }
 
     fn stopping(&mut self, trigger: Trigger) {
@@ -329,7 +391,7 @@ impl Observer for Managed<'_> {
             .iter()
             .map(|(pid, start_time)| registry::RecordedMember { pid: *pid, start_time: *start_time })
             .collect();
-        let _ = self.reg.update(&self.id, |e| e.record_members(list, MAX_RECORDED_MEMBERS));
+        let _ = self.write(&mut |e| e.record_members(list.clone(), MAX_RECORDED_MEMBERS));
         true
     }
 

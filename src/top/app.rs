@@ -524,7 +524,7 @@ fn started_with_warnings(e: &Entry) -> bool {
     if let Some(w) = e.extra.get("warnings").and_then(|w| w.as_array()) {
         return !w.is_empty();
     }
-    let argv: Vec<OsString> = e.argv.iter().map(OsString::from).collect();
+    let argv: Vec<OsString> = e.argv.iter().map(|a| a.as_os_str().to_os_string()).collect();
     !crate::nudge::check(&argv, e.cleanup.is_some()).is_empty()
 }
 

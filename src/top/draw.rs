@@ -115,18 +115,9 @@ fn columns(width: usize) -> Vec<Col> {
     cols
 }
 
-/// Cuts or pads `s` to exactly `w` columns (char-based; an ellipsis marks a cut).
+/// Cuts or pads `s` to exactly `w` columns, by display width (`view::fit_width`).
 fn fit(s: &str, w: usize, right: bool) -> String {
-    let n = s.chars().count();
-    if n > w {
-        if w == 0 {
-            return String::new();
-        }
-        let mut out: String = s.chars().take(w - 1).collect();
-        out.push('…');
-        return out;
-    }
-    if right { format!("{s:>w$}") } else { format!("{s:<w$}") }
+    crate::view::fit_width(s, w, right)
 }
 
 /// `42s`, `5m`, `3h`, `2d`.
@@ -209,7 +200,11 @@ fn list_lines(app: &App, width: usize, height: usize) -> Vec<Line<'static>> {
             if k > 0 {
                 spans.push(Span::raw(" "));
             }
-            let text = fit(&cell(app, row, *c), c.width(), c.right_aligned());
+            let text = match c {
+                // A status cut to fit keeps its hint (`orphaned: run sheepdog reap`).
+                Col::Status => crate::view::fit_status(&cell(app, row, *c), c.width()),
+                _ => fit(&cell(app, row, *c), c.width(), c.right_aligned()),
+            };
             let style = match c {
                 Col::Status => status_style(app, row),
                 Col::Nudge if app.color => Style::default().fg(Color::Yellow),
@@ -474,6 +469,25 @@ mod tests {
         // And a width in between keeps more than the narrow one.
         let mid = lines(&render(&app(true), 80, 20));
         assert!(mid[1].contains("CPU%") && mid[1].contains("MEM") && !mid[1].contains("SESSION"), "{:?}", mid[1]);
+    }
+
+    #[test]
+    fn issue18_a_wide_name_keeps_the_columns_aligned_at_60_columns() {
+        let mut a = app(true);
+        a.rows[0].entry.name = Some("naïve-日本語🐑".into());
+        let text = lines(&render(&a, 60, 20));
+        let header = &text[1];
+        let wide = text.iter().find(|l| l.starts_with("naïve")).unwrap();
+        // MEM is the last column at this width: whole, and right-aligned under its title.
+        assert!(wide.trim_end().ends_with("3.0M"), "{wide:?}");
+        // One symbol per cell (a wide character's second cell is blank): cells, by chars.
+        let end = |l: &str| l.trim_end().chars().count();
+        assert_eq!(end(wide), end(header), "{header:?}\n{wide:?}");
+        // A status cut to fit keeps its hint, where it fits; else it is cut.
+        assert_eq!(
+            crate::view::fit_status("orphaned (the supervisor is gone; run 'sheepdog reap')", 27),
+            "orphaned: run sheepdog reap"
+        );
     }
 
     #[test]

@@ -285,15 +285,20 @@ fn run_action(action: Action, reg: &Registry, tx: Sender<Event>) {
 pub fn stop_lines(reg: &Registry, e: &crate::registry::Entry) -> Vec<String> {
     match manager::stop(reg, e, None) {
         Ok(o) => {
-            let mut lines = vec![o.headline()];
-            if !o.tree_gone {
-                lines.push("The process tree was NOT confirmed gone.".into());
-            }
+            let mut lines = vec![o.headline(), tree_line(o.tree_gone).into()];
             lines.extend(cleanup_lines(&o.entry));
             lines
         }
+        Err(err @ manager::ManagerError::NotRecorded { .. }) => {
+            vec![format!("Stopped {}.", e.label()), tree_line(true).into(), format!("Not recorded: {err}")]
+        }
         Err(err) => vec![format!("unable to stop {}: {err}", e.label())],
     }
+}
+
+/// Whether the stop confirmed the tree gone, as the dialog says it (README: `top`'s keys).
+pub fn tree_line(gone: bool) -> &'static str {
+    if gone { "The process tree is confirmed gone." } else { "The process tree was NOT confirmed gone." }
 }
 
 /// What the cleanup did, for a stop's result: the command, how it ended (or the exact failure
@@ -316,7 +321,8 @@ pub fn cleanup_lines(e: &crate::registry::Entry) -> Vec<String> {
 pub fn restart_lines(reg: &Registry, e: &crate::registry::Entry) -> (Vec<String>, Option<String>) {
     match manager::restart(reg, e, None) {
         Ok(r) => {
-            let mut lines = vec![format!("Stopped {}.", r.stopped.entry.label())];
+            let mut lines =
+                vec![format!("Stopped {}.", r.stopped.entry.label()), tree_line(r.stopped.tree_gone).into()];
             lines.extend(cleanup_lines(&r.stopped.entry));
             lines.push(format!(
                 "Started {}{}.",

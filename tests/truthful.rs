@@ -1,0 +1,482 @@
+//! Issue 18 ("truthful state under bad input, races and failing disks"): relative state dirs,
+//! non-UTF-8 bytes, a full and a read-only state dir, corrupt entries, racing callers, `doctor`,
+//! refused input and what people read. Real processes, real files, real (tmpfs, read-only bind)
+//! mounts in private mount namespaces; each test has its own state dir, and its `State` and
+//! `Guard` kill what it started, by recorded identity.
+// Linux only: these tests read /proc and use mount namespaces; macOS is checked by clippy alone.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn id_of(v: &serde_json::Value) -> String {
+    v["id"].as_str().expect("id").to_string()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Polls `cond` every 10 ms until it holds; panics with `what` after `timeout`.
+fn until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < end, "{what} did not happen within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `script` with python3 in a private mount namespace (`unshare -m`), `SHEEPDOG` and
+/// `STATE` in its environment; its stdout lines as they come. `None` (after `SKIPPED`) where
+/// unshare is refused.
+fn in_mount_namespace(st: &State, script: &str, guard: &Guard) -> Option<(std::process::Child, Lines)> {
+    if unshare_refused(&["-m"]) {
+        return None;
+    }
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-m", "python3", "-c", script]).env("SHEEPDOG", bin()).env("STATE", st.path()).stdin(Stdio::null());
+    Some(spawn_lines(cmd, guard))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Paths and bytes
+
+#[test]
+fn issue18_a_relative_state_dir_is_made_absolute_for_every_process_sheepdog_starts() {
+    let guard = Guard::new();
+    let cwd = tempfile::tempdir().unwrap();
+    // A name no earlier run can have left at the root, so its absence there says something.
+    let rel = format!("rel-{}", sheepdog::registry::new_tag());
+    for flag in [true, false] {
+        let mut c = sheepdog();
+        c.current_dir(cwd.path()).env_remove("SHEEPDOG_STATE_DIR");
+        if flag {
+            c.args(["--state-dir", &format!("./{rel}")]);
+        } else {
+            c.env("SHEEPDOG_STATE_DIR", &rel);
+        }
+        let out = c.args(["start", "--json", "--", "sleep", "100"]).stdin(Stdio::null()).output().unwrap();
+        assert!(out.status.success(), "start with a relative state dir: {}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
+        guard.track(v["pid"].as_i64().unwrap() as i32);
+        assert_eq!(v["status"], "running", "{v}");
+        let here = cwd.path().join(&rel);
+        assert!(here.join("procs").join(id_of(&v)).join("entry.json").is_file(), "the entry is in ./{rel}");
+        assert!(!std::path::Path::new("/").join(&rel).exists(), "/{rel} must not be created");
+        let stop = sheepdog().arg("--state-dir").arg(&here).args(["stop", &id_of(&v)]).output().unwrap();
+        assert!(stop.status.success(), "{}", text(&stop.stderr));
+        assert_eq!(wait_gone(&[v["pid"].as_i64().unwrap() as i32], SECS(5)), Vec::<i32>::new());
+    }
+}
+
+#[test]
+fn issue18_non_utf8_argv_cwd_and_env_reach_restart_and_the_cleanup_byte_for_byte() {
+    let st = State::new();
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join(OsStr::from_bytes(b"d\xff"));
+    std::fs::create_dir(&dir).unwrap();
+    let arg = OsStr::from_bytes(b"\xff\xfeARG");
+    let env = OsStr::from_bytes(b"K=v\xfe");
+    // The command writes its argument, cwd and variable to files named by its pid.
+    let script = "printf %s \"$1\" > arg.$$; pwd > cwd.$$; printf %s \"$K\" > env.$$; exec sleep 100";
+    let cleanup = "printf %s \"$K\" > cleanup.env; pwd > cleanup.cwd";
+    let mut c = st.cmd(&["start", "--json", "--term-grace", "200ms"]);
+    c.arg("--cwd")
+        .arg(&dir)
+        .arg("--env")
+        .arg(env)
+        .args(["--cleanup", cleanup, "--", "sh", "-c", script, "sh"])
+        .arg(arg);
+    let out = c.stdin(Stdio::null()).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["argv"][4], "\\xff\\xfeARG", "shown escaped, never lossily: {v}");
+    assert_eq!(v["cwd"].as_str().unwrap(), format!("{}/d\\xff", work.path().display()));
+    let out = st.run(&["--json", "restart", &id_of(&v)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let new = &r["restarted"][0];
+    let pid = new["pid"].as_i64().unwrap();
+    let read = |name: &str| {
+        let p = dir.join(name);
+        until(SECS(10), &format!("{name} written"), || std::fs::metadata(&p).is_ok_and(|m| m.len() > 0));
+        std::fs::read(&p).unwrap()
+    };
+    assert_eq!(read(&format!("arg.{pid}")), b"\xff\xfeARG", "restart runs the same argument bytes");
+    let mut cwd = dir.as_os_str().as_bytes().to_vec();
+    cwd.push(b'\n');
+    assert_eq!(read(&format!("cwd.{pid}")), cwd, "restart runs in the same directory");
+    assert_eq!(read(&format!("env.{pid}")), b"v\xfe", "restart gets the same environment");
+    // The old entry's cleanup ran (on the restart's stop) in the same cwd with the same bytes.
+    assert_eq!(read("cleanup.env"), b"v\xfe");
+    assert_eq!(read("cleanup.cwd"), cwd, "the cleanup runs in the entry's cwd, not in /");
+    let ps = st.ok(&["ps", "--json"]);
+    assert!(ps.contains(r#""\\xff\\xfeARG""#), "{ps}");
+    assert!(!ps.contains('\u{fffd}'), "nothing is replaced: {ps}");
+    st.ok(&["stop", &id_of(new)]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. The record tells what happened
+
+#[test]
+fn issue18_on_a_full_disk_stop_json_says_the_tree_is_gone_unrecorded_and_the_supervisor_records_it_later() {
+    let src = r#"
+import json, os, subprocess, tempfile, time
+S = os.environ["SHEEPDOG"]
+d = tempfile.mkdtemp()
+subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", d], check=True)
+try:
+    state = os.path.join(d, "state")
+    v = json.loads(subprocess.run([S, "--state-dir", state, "start", "--json", "--", "sleep", "100"],
+                                  stdout=subprocess.PIPE, check=True).stdout)
+    keeper = json.load(open(os.path.join(state, "procs", v["id"], "entry.json"))).get("keeperPid") or ""
+    print("pids", v["pid"], v["supervisorPid"], keeper, flush=True)
+    fill = os.path.join(d, "fill")
+    with open(fill, "wb", buffering=0) as f:
+        for size in (65536, 4096, 512, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError:
+                pass
+    r = subprocess.run([S, "--state-dir", state, "--json", "stop", "--term-grace", "300ms", v["id"]],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    print("rc", r.returncode, flush=True)
+    print("out", r.stdout.decode().strip(), flush=True)
+    print("err", r.stderr.decode().strip().replace("\n", " | "), flush=True)
+    tmp = [n for _, _, files in os.walk(state) for n in files if ".tmp-" in n]
+    print("tmp", len(tmp), " ".join(tmp), flush=True)
+    os.remove(fill)
+    status = "none"
+    for _ in range(500):
+        ps = json.loads(subprocess.run([S, "--state-dir", state, "ps", "--all", "--json"],
+                                       stdout=subprocess.PIPE, check=True).stdout)
+        status = ps["entries"][0]["status"]
+        if status != "running":
+            break
+        time.sleep(0.02)
+    print("after", status, ps["entries"][0]["statusText"], flush=True)
+finally:
+    subprocess.run(["umount", "-l", d])
+"#;
+    let st = State::new();
+    let guard = Guard::new();
+    let Some((mut child, lines)) = in_mount_namespace(&st, src, &guard) else { return };
+    let pids = lines.pids("pids", SECS(10));
+    pids.iter().for_each(|p| guard.track(*p));
+    let rc = lines.expect("rc", SECS(30));
+    let out = lines.expect("out", SECS(5)).join(" ");
+    let err = lines.expect("err", SECS(5)).join(" ");
+    let tmp = lines.expect("tmp", SECS(5));
+    let after = lines.expect("after", SECS(30)).join(" ");
+    wait_child(&mut child, SECS(10));
+    assert_eq!(wait_gone(&pids[..1], SECS(5)), Vec::<i32>::new(), "the tree must be stopped on a full disk too");
+    assert_eq!(rc, ["74"], "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+    let s = &v["stopped"][0];
+    assert_eq!(s["treeGone"], true, "the document says the tree is gone: {out}");
+    assert_eq!(s["ok"], false, "{out}");
+    assert!(s["notRecorded"].as_str().is_some_and(|m| m.contains("No space left")), "and why not recorded: {out}");
+    assert_eq!(err.matches("sheepdog:").count(), 1, "one line: {err}");
+    assert_eq!(tmp, ["0"], "no temp file is left behind");
+    assert!(after.starts_with("stopped"), "once space is freed the supervisor records the real outcome: {after}");
+    assert_eq!(wait_gone(&pids, SECS(5)), Vec::<i32>::new(), "the supervisor leaves once it recorded");
+}
+
+#[test]
+fn issue18_on_a_read_only_state_dir_reap_says_it_recorded_nothing_and_records_once_writable() {
+    let st = State::new();
+    let guard = Guard::new();
+    // An entry whose supervisor and tree are gone (past the leeway a start in progress gets).
+    let id = forge_entry(&st, 60_000, |e| {
+        e.pid = Some(i32::MAX - 1);
+        e.start_time = Some(1);
+        e.pgid = Some(i32::MAX - 1);
+    });
+    let src = r#"
+import json, os, subprocess
+S, state = os.environ["SHEEPDOG"], os.environ["STATE"]
+subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+subprocess.run(["mount", "--bind", state, state], check=True)
+subprocess.run(["mount", "-o", "remount,bind,ro", state], check=True)
+def reap(*a):
+    r = subprocess.run([S, "--state-dir", state, *a, "reap"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return r.returncode, r.stdout.decode().strip().replace("\n", " | "), r.stderr.decode().strip().replace("\n", " | ")
+for tag, args in (("ro", ()), ("rojson", ("--json",))):
+    rc, out, err = reap(*args)
+    print(tag, rc, "|", out, "|", err, flush=True)
+subprocess.run(["mount", "-o", "remount,bind,rw", state], check=True)
+for tag in ("rw", "again"):
+    rc, out, err = reap()
+    print(tag, rc, "|", out, "|", err, flush=True)
+"#;
+    let Some((mut child, lines)) = in_mount_namespace(&st, src, &guard) else { return };
+    let ro = lines.expect("ro", SECS(20)).join(" ");
+    let rojson = lines.expect("rojson", SECS(20)).join(" ");
+    let rw = lines.expect("rw", SECS(20)).join(" ");
+    let again = lines.expect("again", SECS(20)).join(" ");
+    wait_child(&mut child, SECS(10));
+    assert!(ro.starts_with("74 |"), "a reap that recorded nothing says so with 74: {ro}");
+    assert!(ro.contains("was not recorded") && ro.contains("Read-only file system"), "{ro}");
+    assert!(rojson.starts_with("74 |") && rojson.contains("\"notRecorded\":\"unable to write"), "{rojson}");
+    assert!(rw.starts_with("0 |") && rw.contains(&format!("Lost sleep ({id})")), "{rw}");
+    assert_eq!(again, "0 | |", "recorded once: the next reap has nothing to do");
+    assert_eq!(st.entry(&id)["status"], "lost");
+}
+
+#[test]
+fn issue18_ps_only_reports_a_corrupt_entry_and_its_live_supervisor_rewrites_it_so_stop_works() {
+    let st = State::new();
+    let guard = Guard::new();
+    let v = st.start(&["--term-grace", "300ms", "--", "sleep", "100"]);
+    let (id, pid) = (id_of(&v), v["pid"].as_i64().unwrap() as i32);
+    guard.track(pid);
+    guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
+    let entry = st.path().join("procs").join(&id).join("entry.json");
+    // After the supervisor's first look at the tree's members (10 ms after the start), so that
+    // nothing makes it write (and so repair) its entry before the stop.
+    st.wait_log(&id, "combined.log", "started pid");
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&entry, b"{ not json").unwrap();
+    for args in [&["ps"][..], &["ps", "--json"], &["logs", &id]] {
+        let out = st.run(args);
+        let err = text(&out.stderr);
+        assert!(err.contains(&entry.display().to_string()), "{args:?} names the file: {err}");
+        assert!(entry.is_file(), "{args:?} must not move the entry");
+    }
+    assert!(!st.path().join("corrupt").exists(), "nothing set aside by a reader");
+    let out = st.run(&["reap"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(entry.is_file(), "a writer never sets aside an entry whose supervisor is alive");
+    assert!(alive(pid), "reap leaves a live supervisor's tree alone");
+    let out = st.run(&["stop", "--all"]);
+    assert!(out.status.success(), "stop --all reaches the tree: {}", text(&out.stderr));
+    assert_eq!(wait_gone(&[pid], SECS(5)), Vec::<i32>::new(), "the tree is stopped");
+    let e = st.entry(&id);
+    assert_eq!(e["status"], "stopped", "the supervisor rewrote its entry and recorded the stop: {e}");
+    let log = std::fs::read_to_string(st.path().join("procs").join(&id).join("combined.log")).unwrap();
+    assert!(log.contains("[sheepdog] exited: stopped"), "{log}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Races
+
+#[test]
+fn issue18_stop_all_while_another_caller_clears_finished_entries_reports_every_stop_as_done() {
+    let st = State::new();
+    let guard = Guard::new();
+    let mut pids = Vec::new();
+    for _ in 0..12 {
+        let v = st.start(&["--term-grace", "200ms", "--", "sleep", "100"]);
+        pids.push(v["pid"].as_i64().unwrap() as i32);
+        guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
+    }
+    pids.iter().for_each(|p| guard.track(*p));
+    let stop = st.cmd(&["stop", "--all"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    guard.track_child(&stop);
+    // Clear finished entries as fast as they appear, until the stop is done.
+    let path = st.path().to_path_buf();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = done.clone();
+    let clearer = std::thread::spawn(move || {
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = sheepdog().arg("--state-dir").arg(&path).args(["clear", "--finished"]).output();
+        }
+    });
+    let out = stop.wait_with_output().unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    clearer.join().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("no entry"), "{err}");
+    assert_eq!(text(&out.stdout).matches("Stopped ").count(), 12, "{}", text(&out.stdout));
+    assert_eq!(wait_gone(&pids, SECS(5)), Vec::<i32>::new());
+}
+
+#[test]
+fn issue18_concurrent_replaces_of_one_name_serialize_and_exactly_one_runs_at_the_end() {
+    let st = State::new();
+    let guard = Guard::new();
+    let children: Vec<_> = (0..6)
+        .map(|_| {
+            let c = st
+                .cmd(&["start", "--json", "--name", "same", "--replace", "--term-grace", "200ms", "--", "sleep", "61"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            guard.track_child(&c);
+            c
+        })
+        .collect();
+    let mut codes = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        codes.push((out.status.code(), text(&out.stderr)));
+    }
+    for e in st.entries() {
+        for k in ["pid", "supervisorPid"] {
+            if let Some(p) = e[k].as_i64() {
+                guard.track(p as i32);
+            }
+        }
+    }
+    assert!(codes.iter().all(|(c, _)| *c == Some(0)), "every replace succeeds: {codes:?}");
+    let entries = st.entries();
+    let running: Vec<_> = entries.iter().filter(|e| e["status"] == "running").collect();
+    assert_eq!(running.len(), 1, "exactly one runs: {entries:?}");
+    assert_eq!(entries.len(), 6);
+    // Each replaced the one before it: a chain through all six.
+    let mut at = running[0].clone();
+    let mut seen = 1;
+    while let Some(prev) = at["restartOf"].as_str() {
+        at = entries.iter().find(|e| e["id"] == prev).cloned().unwrap();
+        assert_eq!(at["status"], "stopped", "{at}");
+        seen += 1;
+    }
+    assert_eq!(seen, 6, "{entries:?}");
+    st.ok(&["stop", "same"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. doctor
+
+#[test]
+fn issue18_doctor_reports_the_refusal_run_would_give_when_the_cgroup_tier_is_demanded_and_unavailable() {
+    let not_cgroup = tempfile::tempdir().unwrap();
+    let env = [("SHEEPDOG_CONTAINMENT", "cgroup"), ("SHEEPDOG_CGROUP_MOUNT", not_cgroup.path().to_str().unwrap())];
+    let run = sheepdog().envs(env).args(["run", "--", "true"]).output().unwrap();
+    assert_eq!(run.status.code(), Some(125));
+    let line = text(&run.stderr);
+    let doctor = sheepdog().envs(env).arg("doctor").output().unwrap();
+    assert_eq!(doctor.status.code(), Some(125), "doctor exits as run does");
+    assert_eq!(text(&doctor.stderr), line, "with the same line");
+    assert!(text(&doctor.stdout).starts_with("containment: none (run and start refuse with status 125: "));
+    let json = sheepdog().envs(env).args(["doctor", "--json"]).output().unwrap();
+    assert_eq!(json.status.code(), Some(125));
+    let d: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!((d["refused"].clone(), d["containment"].clone()), (serde_json::json!(true), serde_json::json!("none")));
+    assert!(line.contains(d["containmentReason"].as_str().unwrap()), "{d} / {line}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Input refused in one line (125), nothing changed
+
+#[test]
+fn issue18_bad_input_is_refused_in_one_line_with_125_and_nothing_is_registered() {
+    let st = State::new();
+    let long = "n".repeat(100_000);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["start", "--ready-port", "0", "--", "true"], "--ready-port"),
+        (vec!["start", "--cleanup-timeout", "1s", "--", "true"], "--cleanup-timeout needs --cleanup"),
+        (vec!["start", "--name", "", "--", "true"], "blank"),
+        (vec!["start", "--name", "   ", "--", "true"], "blank"),
+        (vec!["start", "--name", "a\u{1b}[2Jb", "--", "true"], "control characters"),
+        (vec!["start", "--name", &long, "--", "true"], "100000 bytes long, at most 128"),
+        (vec!["start", "--env", "=x", "--", "true"], "the key is empty"),
+        (vec!["start", "--env", "A\nB=1", "--", "true"], "cannot hold '=', a newline or NUL"),
+        (vec!["start", "--session", "s\u{7}", "--", "true"], "control characters"),
+        (vec!["start", "--timeout", "10000h", "--", "true"], "at most 8760h"),
+        (vec!["run", "--term-grace", "9000h", "--", "true"], "at most 8760h"),
+    ];
+    for (full, says) in &cases {
+        let out = st.run(full);
+        // Named in messages cut short: one case is 100 KB.
+        let args: Vec<String> = full.iter().map(|a| a.chars().take(24).collect()).collect();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?} should say {says:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+        assert!(err.starts_with("sheepdog: ") && err.len() < 400, "short, never the whole value: {err:?}");
+        assert!(!err.contains('\u{1b}') && !err.contains('\u{7}'), "no control character reaches the terminal");
+    }
+    let procs = st.path().join("procs");
+    assert_eq!(std::fs::read_dir(&procs).map(|d| d.count()).unwrap_or(0), 0, "nothing was registered");
+    // A state dir that is a regular file.
+    let file = st.path().join("plain-file");
+    std::fs::write(&file, b"").unwrap();
+    for args in [&["ps"][..], &["start", "--", "true"], &["reap"]] {
+        let out = sheepdog().arg("--state-dir").arg(&file).args(args).output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        assert_eq!(err.trim_end(), format!("sheepdog: state dir {} is not a directory", file.display()));
+        assert!(out.stdout.is_empty(), "no header, nothing else");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. What people read
+
+/// The display column where `needle` starts in `line`.
+fn column_of(line: &str, needle: &str) -> usize {
+    sheepdog::view::display_width(&line[..line.find(needle).unwrap()])
+}
+
+#[test]
+fn issue18_ps_pads_by_display_width_says_no_processes_and_keeps_the_reap_hint() {
+    let st = State::new();
+    let guard = Guard::new();
+    std::fs::create_dir_all(st.path().join("procs")).unwrap();
+    assert_eq!(st.ok(&["ps"]), "No managed processes.\n", "an empty registry says so");
+    let wide = st.start(&["--name", "naïve-日本語🐑", "--", "sleep", "100"]);
+    let plain = st.start(&["--name", "plain", "--", "sleep", "101"]);
+    for v in [&wide, &plain] {
+        guard.track(v["pid"].as_i64().unwrap() as i32);
+        guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
+    }
+    // Orphan `plain`: its supervisor and keeper are killed at once, its tree lives.
+    let sup = plain["supervisorPid"].as_i64().unwrap() as i32;
+    if let Some(k) = keeper_of(sup) {
+        guard.track(k);
+    }
+    kill_supervisor_and_keeper(sup);
+    assert_eq!(wait_gone(&[sup], SECS(5)), Vec::<i32>::new());
+    let ps = st.ok(&["ps"]);
+    let lines: Vec<&str> = ps.lines().collect();
+    let (a, b) =
+        (lines.iter().find(|l| l.contains("naïve")).unwrap(), lines.iter().find(|l| l.contains("plain")).unwrap());
+    assert_eq!(column_of(a, "sleep 100"), column_of(b, "sleep 101"), "aligned by display width:\n{ps}");
+    assert_eq!(column_of(lines[0], "COMMAND"), column_of(a, "sleep 100"), "{ps}");
+    assert!(b.contains("orphaned: run sheepdog reap"), "a cut status keeps its hint:\n{ps}");
+    st.ok(&["reap"]);
+    st.ok(&["stop", "--all"]);
+}
+
+#[test]
+fn issue18_mcp_is_listed_and_a_missing_sheepdog_mcp_gets_the_install_hint() {
+    let help = text(&sheepdog().arg("--help").output().unwrap().stdout);
+    assert!(help.lines().any(|l| l.trim_start().starts_with("mcp ")), "mcp in the commands list:\n{help}");
+    let alone = tempfile::tempdir().unwrap();
+    let copy = alone.path().join("sheepdog");
+    std::fs::copy(bin(), &copy).unwrap();
+    let out = std::process::Command::new(&copy).arg("mcp").stdin(Stdio::null()).output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("sheepdog-mcp binary, installed next to sheepdog"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn issue18_tops_stop_dialog_says_whether_the_tree_was_confirmed_gone() {
+    let st = State::new();
+    let guard = Guard::new();
+    let v = st.start(&["--term-grace", "200ms", "--", "sleep", "100"]);
+    guard.track(v["pid"].as_i64().unwrap() as i32);
+    guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
+    let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
+    let e = reg.read(&id_of(&v)).unwrap();
+    let lines = sheepdog::top::stop_lines(&reg, &e);
+    assert_eq!(lines[0], format!("Stopped sleep ({}).", id_of(&v)));
+    assert!(lines.iter().any(|l| l == "The process tree is confirmed gone."), "{lines:?}");
+    assert!(lines.iter().any(|l| l == "No cleanup command."), "{lines:?}");
+}
