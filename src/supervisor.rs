@@ -153,8 +153,10 @@ pub const EXIT_UNFINISHED: i32 = crate::exit::TIMED_OUT;
 impl Outcome {
     /// - tree not confirmed gone: 124;
     /// - a signal S stopped the supervisor: die by S;
-    /// - owner death, stdin EOF or the timeout stopped it: the provider's code, or 128 + the
-    ///   signal that ended it;
+    /// - the turn timeout stopped it: 124 ([`crate::exit::TIMED_OUT`], as `timeout(1)` and
+    ///   `sheepdog wait` for a timed-out entry);
+    /// - owner death or stdin EOF stopped it: the provider's code, or 128 + the signal that
+    ///   ended it;
     /// - the provider exited on its own: its code, or die by its signal.
     ///
     /// As PID 1 of a PID namespace a process cannot die by a signal it raises at itself (the
@@ -167,12 +169,18 @@ impl Outcome {
         }
     }
 
+    /// The turn timeout ran the stop and the tree is confirmed gone (status 124 by [`Outcome::exit`]).
+    pub fn timed_out(&self) -> bool {
+        self.tree_gone && self.provider.is_some() && self.trigger == Some(Trigger::Timeout)
+    }
+
     fn exit_by_signal(&self) -> Exit {
         let Some(status) = self.provider.filter(|_| self.tree_gone) else {
             return Exit::Code(EXIT_UNFINISHED);
         };
         match (self.trigger, status) {
             (Some(Trigger::Signal(s)), _) => Exit::Signal(s),
+            (Some(Trigger::Timeout), _) => Exit::Code(crate::exit::TIMED_OUT),
             (_, WaitStatus::Exited(code)) => Exit::Code(code),
             (None | Some(Trigger::ProviderExited), WaitStatus::Signaled(s)) => Exit::Signal(s),
             (Some(_), WaitStatus::Signaled(s)) => Exit::Code(crate::exit::by_signal(s.as_raw())),

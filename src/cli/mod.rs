@@ -134,6 +134,10 @@ struct RunArgs {
     /// After SIGKILL, how long to wait for the kernel before giving up with status 124.
     #[arg(long, value_name = "DUR", default_value = "1.5s", value_parser = parse_duration, allow_hyphen_values = true)]
     kill_wait: Duration,
+    /// Run the one stop after this long (more than 0); sheepdog then exits 124 with one line
+    /// `sheepdog: timed out after DUR`, as `start --timeout` records it.
+    #[arg(long, value_name = "DUR", value_parser = parse_positive_duration, allow_hyphen_values = true)]
+    timeout: Option<Duration>,
     /// Write one JSON line per event (spawned, stopping, escalated, exited) to this inherited fd.
     #[arg(long, value_name = "FD")]
     events_fd: Option<i32>,

@@ -21,11 +21,13 @@ pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
     };
     let (mode, limits) = a.containment.resolve()?;
     let kill_wait = a.kill_wait;
+    let a_timeout = a.timeout;
     let opts = Options {
         argv: a.command,
         owner,
         on_stdin_eof: if a.on_stdin_eof == "stop" { OnStdinEof::Stop } else { OnStdinEof::Ignore },
         policy: StopPolicy { stdin_grace: a.stdin_grace, term_grace: a.term_grace, kill_wait: a.kill_wait },
+        timeout: a.timeout,
         containment: sheepdog::cgroup::Request { mode, limits, label: "run".into(), name: None },
         ..Options::default()
     };
@@ -43,6 +45,9 @@ pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
     // Only worth a line when the tree is gone: otherwise the 124 line below says why.
     if outcome.cgroup_left && outcome.tree_gone {
         eprintln!("sheepdog: the cgroup of the process tree of {} could not be removed", outcome.spawned.pid);
+    }
+    if let (Some(t), true) = (a_timeout, outcome.timed_out()) {
+        eprintln!("sheepdog: timed out after {}", sheepdog::duration::format(t));
     }
     if !outcome.tree_gone {
         eprintln!(

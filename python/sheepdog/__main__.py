@@ -1,0 +1,3 @@
+from . import _main
+
+_main()
