@@ -4,8 +4,8 @@
 //! Peers: bare exec (the floor), tini and dumb-init (Debian packages; installed here with
 //! apt-get when missing and possible, else reported missing), a minimal Node.js supervisor
 //! (`bench/node-supervisor.js`, standing for the inline scripts agent hosts use), sheepdog as
-//! `cargo build --release` makes it, and sheepdog linked statically (glibc `crt-static`), the
-//! build for deployments that want the smallest footprint.
+//! `cargo build --release` makes it, and the static musl build the npm and PyPI packages ship
+//! (`x86_64-unknown-linux-musl`, non-PIE by `.cargo/config.toml`), the smallest footprint.
 //!
 //! Every figure is the median over repeated runs with its p10–p90 spread; peers are interleaved
 //! round by round so that machine noise falls on all of them alike. Ratios compare medians from
@@ -105,21 +105,22 @@ fn ensure_packages() -> Vec<String> {
     ["tini", "dumb-init", "node"].into_iter().filter(|b| which(b).is_none()).map(String::from).collect()
 }
 
-/// Builds the static sheepdog (glibc crt-static) into target/static; `None` if that fails.
+/// Builds the static sheepdog the packages ship (x86_64-unknown-linux-musl, the target's flags
+/// from `.cargo/config.toml`, so no RUSTFLAGS here: they would replace them); `None` if that
+/// fails (the target is not installed: `rustup target add x86_64-unknown-linux-musl`).
 fn build_static(root: &Path) -> Option<PathBuf> {
-    let target = "x86_64-unknown-linux-gnu";
-    if !cfg!(all(target_os = "linux", target_arch = "x86_64", target_env = "gnu")) {
+    let target = "x86_64-unknown-linux-musl";
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
         return None;
     }
     let ok = Command::new("cargo")
-        .args(["build", "--release", "--quiet", "--target", target, "--target-dir"])
-        .arg(root.join("target/static"))
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .args(["build", "--release", "--quiet", "--bin", "sheepdog", "--target", target])
+        .env_remove("RUSTFLAGS")
         .current_dir(root)
         .status()
         .map(|s| s.success())
         .unwrap_or(false);
-    let bin = root.join("target/static").join(target).join("release/sheepdog");
+    let bin = root.join("target").join(target).join("release/sheepdog");
     (ok && bin.is_file()).then_some(bin)
 }
 
@@ -493,7 +494,7 @@ fn main() {
         md,
         "- sheepdog {} (release profile: lto, opt-level s, panic abort){}",
         env!("CARGO_PKG_VERSION"),
-        if static_bin.is_some() { "; static build: glibc crt-static" } else { "; static build unavailable" }
+        if static_bin.is_some() { "; static build: x86_64-unknown-linux-musl, non-PIE" } else { "; static build unavailable" }
     );
     let _ = writeln!(
         md,

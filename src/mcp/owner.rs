@@ -62,6 +62,7 @@ pub const LAUNCHER_SCRIPTS: &[&str] = &[
     "pipx",
     "uvx",
     "uv",
+    "sheepdog", // the npm package's launcher (`node .../bin/sheepdog mcp`), never the agent
 ];
 
 const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ash", "ksh", "mksh", "fish"];
@@ -160,6 +161,10 @@ mod tests {
         assert!(!is_launcher(&v("bash"), "bash"));
         assert!(is_launcher(&v("npm exec sheepdog"), "npm exec"));
         assert!(is_launcher(&v("node /usr/lib/node_modules/npm/bin/npx-cli.js -y sheepdog"), "node"));
+        // Issue 21: `npx -y sheepdog mcp` runs the npm package's Node launcher between npx and
+        // sheepdog-mcp.
+        assert!(is_launcher(&v("node /p/node_modules/.bin/sheepdog mcp"), "node"));
+        assert!(is_launcher(&v("node /p/node_modules/sheepdog/bin/sheepdog mcp"), "node"));
         assert!(!is_launcher(&v("node /usr/local/bin/claude"), "node"));
         assert!(!is_launcher(&v("node /usr/local/bin/gemini"), "node"));
         assert!(is_launcher(&v("uvx sheepdog"), "uvx"));

@@ -1,0 +1,168 @@
+// Shared by the npm package tests: a fresh project with the packed tarballs installed offline,
+// a temp state dir per test, and processes checked (and, on failure, killed) by recorded
+// identity (pid + start time), never by name. Zombies count as dead.
+
+import { execFileSync, spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+
+export const here = path.dirname(fileURLToPath(import.meta.url));
+export const repo = path.resolve(here, "../..");
+/** Where scripts/package wrote the tarballs: $SHEEPDOG_PACKAGES, default target/package. */
+export const packages = path.resolve(process.env.SHEEPDOG_PACKAGES || path.join(repo, "target/package"));
+
+/** /proc/PID/stat's state and start time, or null when the pid is gone. */
+export function stat(pid) {
+  let s;
+  try {
+    s = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return null;
+  }
+  const rest = s.slice(s.lastIndexOf(")") + 2).split(" ");
+  return { state: rest[0], startTime: rest[19] };
+}
+
+/** Alive and not a zombie. */
+export function alive(pid) {
+  const s = stat(pid);
+  return s !== null && s.state !== "Z" && s.state !== "X";
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Waits until none of `pids` is alive; returns the ones still alive after `ms`. */
+export async function waitGone(pids, ms) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const left = pids.filter(alive);
+    if (left.length === 0 || Date.now() >= end) return left;
+    await sleep(10);
+  }
+}
+
+/** Processes a test made, killed on cleanup only while their start time still matches. */
+export class Guard {
+  constructor() {
+    this.procs = [];
+  }
+  track(pid) {
+    const s = stat(pid);
+    if (s) this.procs.push({ pid, startTime: s.startTime });
+  }
+  killAll() {
+    for (const { pid, startTime } of this.procs) {
+      const s = stat(pid);
+      if (s && s.startTime === startTime) {
+        try {
+          process.kill(pid, "SIGKILL");
+        } catch {
+          // gone meanwhile
+        }
+      }
+    }
+  }
+}
+
+let project;
+/** A fresh npm project with the packed tarballs installed offline (once per test file). */
+export function installProject() {
+  if (project) return project;
+  const tarballs = fs.readdirSync(packages).filter((f) => f.endsWith(".tgz"));
+  if (!tarballs.some((f) => /^sheepdog-\d/.test(f))) {
+    throw new Error(`no sheepdog-*.tgz in ${packages}: run scripts/package ${packages} first`);
+  }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sheepdog-npm-"));
+  fs.writeFileSync(path.join(dir, "package.json"), JSON.stringify({ name: "host", version: "1.0.0", private: true }));
+  execFileSync(
+    "npm",
+    ["install", "--offline", "--no-audit", "--no-fund", "--loglevel=error", ...tarballs.map((t) => path.join(packages, t))],
+    { cwd: dir, stdio: ["ignore", "ignore", "inherit"] },
+  );
+  project = dir;
+  process.on("exit", () => fs.rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** The installed package, as a host in the project would require it. */
+export function api() {
+  return createRequire(path.join(installProject(), "package.json"))("sheepdog");
+}
+
+/** A temp state dir, removed by `done()` after a stop of whatever is left in it. */
+export function stateDir(t) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sheepdog-state-"));
+  const guard = new Guard();
+  t.after(async () => {
+    try {
+      await api().stop({ all: true, stateDir: dir, termGrace: "200ms" });
+    } catch {
+      // nothing was running
+    }
+    guard.killAll();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  return { dir, guard };
+}
+
+/** Spawns `node SCRIPT ARGS` in the project; stdout lines as they come. */
+export function host(script, args, env = {}) {
+  const dir = installProject();
+  const file = path.join(dir, `host-${Math.random().toString(36).slice(2)}.js`);
+  fs.writeFileSync(file, script);
+  const child = spawn(process.execPath, [file, ...args], {
+    cwd: dir,
+    stdio: ["pipe", "pipe", "inherit"],
+    env: { ...process.env, ...env },
+  });
+  child.lines = lines(child.stdout);
+  return child;
+}
+
+/** A line reader: `next(prefix, ms)` resolves to the first line starting with `prefix`. */
+export function lines(stream) {
+  const seen = [];
+  const waiters = [];
+  let buf = "";
+  stream.setEncoding("utf8");
+  stream.on("data", (d) => {
+    buf += d;
+    let i;
+    while ((i = buf.indexOf("\n")) >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      seen.push(line);
+      for (const w of [...waiters]) w();
+    }
+  });
+  return {
+    seen,
+    next(prefix, ms = 10000) {
+      return new Promise((resolve, reject) => {
+        const check = () => {
+          const idx = seen.findIndex((l) => l.startsWith(prefix));
+          if (idx >= 0) {
+            const [line] = seen.splice(idx, 1);
+            waiters.splice(waiters.indexOf(check), 1);
+            clearTimeout(timer);
+            resolve(line);
+          }
+        };
+        const timer = setTimeout(() => {
+          waiters.splice(waiters.indexOf(check), 1);
+          reject(new Error(`no line starting with '${prefix}' within ${ms} ms (seen: ${JSON.stringify(seen)})`));
+        }, ms);
+        waiters.push(check);
+        check();
+      });
+    },
+  };
+}
+
+/** Resolves with [code, signal] when `child` closes. */
+export function closed(child) {
+  return new Promise((resolve) => child.on("close", (code, signal) => resolve([code, signal])));
+}

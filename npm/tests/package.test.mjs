@@ -1,0 +1,233 @@
+// The packed npm artifacts themselves: an offline install into a fresh project, the launcher
+// (`npx sheepdog ps`, `npx -y sheepdog mcp`), both module systems, static binaries, the types
+// (tsc --strict on an example host), events() and send() where the binary has them, and the
+// schema-to-types generator.
+
+import test from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { api, closed, here, installProject, lines, repo, stateDir } from "./helpers.mjs";
+
+const npx = (args, opts = {}) =>
+  spawnSync("npx", ["--offline", ...args], { cwd: installProject(), encoding: "utf8", ...opts });
+
+test("the tarballs install offline and the platform package carries static binaries", () => {
+  const dir = installProject();
+  const bin = path.join(dir, "node_modules/@sheepdog/linux-x64/bin");
+  for (const b of ["sheepdog", "sheepdog-mcp", "sheepdog-top"]) {
+    const f = path.join(bin, b);
+    assert.ok(fs.statSync(f).mode & 0o111, `${b} is not executable`);
+    // Static: no program interpreter (PT_INTERP) in the ELF header's program table.
+    const elf = fs.readFileSync(f);
+    const phoff = Number(elf.readBigUInt64LE(0x20));
+    const phnum = elf.readUInt16LE(0x38);
+    const types = Array.from({ length: phnum }, (_, i) => elf.readUInt32LE(phoff + i * 56));
+    assert.ok(!types.includes(3), `${b} has a dynamic loader`);
+  }
+  const pkg = JSON.parse(fs.readFileSync(path.join(dir, "node_modules/sheepdog/package.json"), "utf8"));
+  assert.equal(pkg.dependencies, undefined, "the main package must have no runtime dependencies");
+  assert.deepEqual(pkg.bin, { sheepdog: "bin/sheepdog" });
+});
+
+test("npx sheepdog ps and --version run the binary and pass its status on", (t) => {
+  const { dir } = stateDir(t);
+  const ps = npx(["sheepdog", "--state-dir", dir, "ps"]);
+  assert.equal(ps.status, 0, ps.stderr);
+  assert.equal(ps.stdout.trim(), "No managed processes.");
+  const bad = npx(["sheepdog", "--state-dir", dir, "logs", "nope"]);
+  assert.equal(bad.status, 125);
+  assert.equal(bad.stderr.trim(), "sheepdog: no entry with id or name 'nope'");
+  const v = npx(["sheepdog", "--version"]);
+  assert.equal(v.status, 0, v.stderr);
+  assert.match(v.stdout, /^sheepdog \d+\.\d+\.\d+/);
+});
+
+test("npx -y sheepdog mcp speaks MCP on stdio and ends when stdin does", async (t) => {
+  const { dir } = stateDir(t);
+  const child = spawn("npx", ["--offline", "-y", "sheepdog", "--state-dir", dir, "mcp"], {
+    cwd: installProject(),
+    stdio: ["pipe", "pipe", "inherit"],
+  });
+  const out = lines(child.stdout);
+  child.stdin.write(
+    JSON.stringify({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "initialize",
+      params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "t", version: "1" } },
+    }) + "\n",
+  );
+  const reply = JSON.parse(await out.next("{", 20000));
+  assert.equal(reply.id, 1);
+  assert.ok(reply.result.serverInfo.name, JSON.stringify(reply));
+  child.stdin.end();
+  const [code] = await closed(child);
+  assert.equal(code, 0);
+});
+
+test("require() and import give the same API with every function of the contract", () => {
+  const names = ["supervise", "start", "list", "logs", "stop", "restart", "update", "wait", "reap", "clear", "send", "events"];
+  const cjs = spawnSync(
+    process.execPath,
+    ["-e", `const s = require("sheepdog"); console.log(JSON.stringify(${JSON.stringify(names)}.map((n) => typeof s[n])), s.SheepdogError.name)`],
+    { cwd: installProject(), encoding: "utf8" },
+  );
+  assert.equal(cjs.status, 0, cjs.stderr);
+  assert.equal(cjs.stdout.trim(), `${JSON.stringify(names.map(() => "function"))} SheepdogError`);
+  const esm = spawnSync(
+    process.execPath,
+    [
+      "--input-type=module",
+      "-e",
+      `import * as s from "sheepdog"; import d, { SheepdogError, list } from "sheepdog";
+       console.log(JSON.stringify(${JSON.stringify(names)}.map((n) => typeof s[n])), d.list === list, SheepdogError.name)`,
+    ],
+    { cwd: installProject(), encoding: "utf8" },
+  );
+  assert.equal(esm.status, 0, esm.stderr);
+  assert.equal(esm.stdout.trim(), `${JSON.stringify(names.map(() => "function"))} true SheepdogError`);
+});
+
+test("list() resolves to entry views with id and pid", async (t) => {
+  const { dir, guard } = stateDir(t);
+  const sd = api();
+  assert.deepEqual(await sd.list({ stateDir: dir }), []);
+  const e = await sd.start("sleep", ["100"], { stateDir: dir, name: "web" });
+  guard.track(e.supervisorPid);
+  const [v] = await sd.list({ stateDir: dir });
+  assert.equal(v.id, e.id);
+  assert.equal(v.pid, e.pid);
+});
+
+test("the types check an example host (tsc --noEmit --strict)", (t) => {
+  const tsc = findTsc();
+  if (!tsc) {
+    t.skip("SKIPPED: no typescript (npm i -g typescript @types/node)");
+    return;
+  }
+  const dir = installProject();
+  fs.copyFileSync(path.join(here, "example-host.ts"), path.join(dir, "example-host.ts"));
+  fs.copyFileSync(path.join(here, "example-host.mts"), path.join(dir, "example-host.mts"));
+  fs.writeFileSync(
+    path.join(dir, "tsconfig.json"),
+    JSON.stringify({
+      compilerOptions: {
+        strict: true,
+        noEmit: true,
+        module: "nodenext",
+        moduleResolution: "nodenext",
+        target: "es2022",
+        types: ["node"],
+        typeRoots: [tsc.types],
+        skipLibCheck: false,
+      },
+      files: ["example-host.ts", "example-host.mts"],
+    }),
+  );
+  const r = spawnSync(process.execPath, [tsc.bin, "-p", "."], { cwd: dir, encoding: "utf8" });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+});
+
+function findTsc() {
+  const roots = [];
+  try {
+    roots.push(execFileSync("npm", ["root", "-g"], { encoding: "utf8" }).trim());
+  } catch {
+    // no global root
+  }
+  roots.push(path.join(repo, "node_modules"));
+  for (const r of roots) {
+    const bin = path.join(r, "typescript/bin/tsc");
+    if (fs.existsSync(bin) && fs.existsSync(path.join(r, "@types/node"))) return { bin, types: path.join(r, "@types") };
+  }
+  return null;
+}
+
+function hasSubcommand(name) {
+  const r = spawnSync(api().binaryPath(), [name, "--help"], { encoding: "utf8" });
+  return r.status === 0;
+}
+
+test("events() yields the entry stream (where the binary has `sheepdog events`)", async (t) => {
+  if (!hasSubcommand("events")) {
+    t.skip("SKIPPED: this sheepdog has no `events` subcommand yet (the schema/events issue)");
+    return;
+  }
+  const { dir, guard } = stateDir(t);
+  const sd = api();
+  const seen = [];
+  const reader = (async () => {
+    for await (const ev of sd.events({ stateDir: dir })) {
+      seen.push(ev);
+      if (ev.event === "exited" || seen.length > 20) break;
+    }
+  })();
+  await new Promise((r) => setTimeout(r, 300));
+  const e = await sd.start("sh", ["-c", "exit 3"], { stateDir: dir });
+  guard.track(e.supervisorPid);
+  await reader;
+  assert.ok(seen.some((ev) => ev.event === "exited"), JSON.stringify(seen));
+});
+
+test("send() writes to a process's stdin (where the binary has `sheepdog send`)", async (t) => {
+  if (!hasSubcommand("send")) {
+    t.skip("SKIPPED: this sheepdog has no `send` subcommand yet (the MCP round-2 issue)");
+    return;
+  }
+  const { dir, guard } = stateDir(t);
+  const sd = api();
+  const e = await sd.start("sh", ["-c", "read line; echo got $line"], { stateDir: dir, stdin: "pipe" });
+  guard.track(e.supervisorPid);
+  await sd.send(e.id, "yes\n", { stateDir: dir, eof: true });
+  const w = await sd.wait(e.id, { stateDir: dir, timeout: "10s" });
+  assert.equal(w.exitCode, 0);
+  assert.deepEqual((await sd.logs(e.id, { stateDir: dir, stream: "out" })).lines, ["got yes"]);
+});
+
+test("scripts/gen-types.mjs turns a schema into the types file (and refuses one that lacks an API type)", () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "sheepdog-gen-"));
+  try {
+    const schema = path.join(tmp, "schema");
+    fs.mkdirSync(schema);
+    const obj = (title, props, required = Object.keys(props)) => ({ title, type: "object", properties: props, required });
+    const files = {
+      "entry.json": {
+        ...obj("EntryView", { id: { type: "string" }, pid: { type: ["integer", "null"] }, status: { $ref: "#/$defs/Status" } }),
+        $defs: { Status: { type: "string", enum: ["running", "exited"] } },
+      },
+      "other.json": {
+        $defs: Object.fromEntries(
+          ["StartResult", "StopView", "RestartView", "WaitResult", "LogsResult", "ReapResult", "ErrorDocument", "SpawnedEvent", "StoppingEvent", "EscalatedEvent", "ExitedEvent", "EntryEvent"].map((n) => [
+            n,
+            obj(n, { v: { const: 1 }, note: { anyOf: [{ type: "string" }, { type: "null" }] } }, ["v"]),
+          ]),
+        ),
+        title: "SupervisorEvent",
+        oneOf: [{ $ref: "#/$defs/SpawnedEvent" }, { $ref: "#/$defs/ExitedEvent" }],
+      },
+    };
+    for (const [f, d] of Object.entries(files)) fs.writeFileSync(path.join(schema, f), JSON.stringify(d));
+    const ts = path.join(tmp, "types.d.ts");
+    const py = path.join(tmp, "_types.py");
+    const r = spawnSync(process.execPath, [path.join(repo, "scripts/gen-types.mjs"), schema, ts, py], { encoding: "utf8" });
+    assert.equal(r.status, 0, r.stderr);
+    const out = fs.readFileSync(ts, "utf8");
+    assert.match(out, /export type EntryView = \{\n  id: string;\n  pid: number \| null;\n  status: Status;\n\};/);
+    assert.match(out, /export type Status = "running" \| "exited";/);
+    assert.match(out, /export type SupervisorEvent = SpawnedEvent \| ExitedEvent;/);
+    assert.match(out, /note\?: string \| null;/);
+    const pyr = spawnSync("python3", ["-c", `import importlib.util as u; s = u.spec_from_file_location("t", ${JSON.stringify(py)}); m = u.module_from_spec(s); s.loader.exec_module(m); print(sorted(m.EntryView.__required_keys__))`], { encoding: "utf8" });
+    assert.equal(pyr.status, 0, pyr.stderr);
+    assert.equal(pyr.stdout.trim(), "['id', 'pid', 'status']");
+    fs.rmSync(path.join(schema, "other.json"));
+    const bad = spawnSync(process.execPath, [path.join(repo, "scripts/gen-types.mjs"), schema, ts, py], { encoding: "utf8" });
+    assert.equal(bad.status, 1);
+    assert.match(bad.stderr, /schema\/ has no type for StartResult/);
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+});
+

@@ -1,0 +1,277 @@
+"""The wheel, installed offline into a fresh venv, through the Python API: the Orca, Papercup and
+pi-processes flows, shorter than the npm package's. Real processes and signals; each host is a
+script run by the venv's python. Processes are killed on cleanup only while their start time
+still matches (never by name); zombies count as dead."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = Path(os.environ.get("SHEEPDOG_PACKAGES", REPO / "target" / "package")).resolve()
+
+
+def stat(pid):
+    try:
+        s = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    rest = s[s.rindex(")") + 2 :].split(" ")
+    return rest[0], rest[19]
+
+
+def alive(pid):
+    s = stat(pid)
+    return s is not None and s[0] not in ("Z", "X")
+
+
+def wait_gone(pids, secs):
+    end = time.monotonic() + secs
+    while True:
+        left = [p for p in pids if alive(p)]
+        if not left or time.monotonic() >= end:
+            return left
+        time.sleep(0.01)
+
+
+class Guard:
+    def __init__(self):
+        self.procs = []
+
+    def track(self, pid):
+        s = stat(pid)
+        if s:
+            self.procs.append((pid, s[1]))
+
+    def kill_all(self):
+        for pid, start in self.procs:
+            s = stat(pid)
+            if s and s[1] == start:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+@pytest.fixture(scope="session")
+def venv():
+    wheels = sorted(glob.glob(str(PACKAGES / "sheepdog-*.whl")))
+    if not wheels:
+        pytest.fail(f"no sheepdog-*.whl in {PACKAGES}: run scripts/package {PACKAGES} first")
+    d = Path(tempfile.mkdtemp(prefix="sheepdog-venv-"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(d)], check=True)
+        subprocess.run(
+            [str(d / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--disable-pip-version-check", wheels[-1]],
+            check=True,
+        )
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def state(venv):
+    d = tempfile.mkdtemp(prefix="sheepdog-state-")
+    guard = Guard()
+    yield d, guard
+    subprocess.run([str(venv / "bin" / "sheepdog"), "--state-dir", d, "stop", "--all", "--term-grace", "200ms"], capture_output=True)
+    guard.kill_all()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def host(venv, src, *args, **kw):
+    """Runs SRC with the venv's python (a host program); stdout piped, one JSON value per line."""
+    return subprocess.Popen(
+        [str(venv / "bin" / "python"), "-c", textwrap.dedent(src), *args],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def run_host(venv, src, *args, timeout=30):
+    p = host(venv, src, *args)
+    out, _ = p.communicate(timeout=timeout)
+    assert p.returncode == 0, out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_the_wheel_puts_the_three_binaries_on_the_venvs_path_and_import_gives_the_api(venv):
+    for b in ("sheepdog", "sheepdog-mcp", "sheepdog-top"):
+        assert os.access(venv / "bin" / b, os.X_OK), b
+    got = run_host(
+        venv,
+        """
+        import json, os, sheepdog
+        names = ["supervise", "start", "list", "logs", "stop", "restart", "update", "wait", "reap", "clear", "send", "events"]
+        print(json.dumps([sheepdog.__file__, os.path.realpath(sheepdog.binary_path()), [callable(getattr(sheepdog, n)) for n in names]]))
+        """,
+    )
+    assert got[0].startswith(str(venv))
+    assert got[1] == os.path.realpath(venv / "bin" / "sheepdog")
+    assert all(got[2])
+    v = subprocess.run([str(venv / "bin" / "sheepdog"), "--version"], capture_output=True, text=True)
+    assert v.returncode == 0 and v.stdout.startswith("sheepdog ")
+
+
+ORCA_HOST = """
+import os, sys, sheepdog
+mark = sys.argv[1]
+agent = '''
+import os, signal, sys, time
+def term(*_):
+    open(sys.argv[1], 'w').write('TERM'); os._exit(0)
+signal.signal(signal.SIGTERM, term)
+r, w = os.pipe()
+if os.fork() == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN); os.write(w, b'%d ' % os.getpid()); time.sleep(100); os._exit(0)
+if os.fork() == 0:
+    os.setsid(); os.write(w, b'%d ' % os.getpid()); time.sleep(100); os._exit(0)
+pids = b''
+while pids.count(b' ') < 2:
+    pids += os.read(r, 64)
+print('tree', os.getpid(), pids.decode().strip(), flush=True)
+time.sleep(100)
+'''
+p = sheepdog.supervise("python3", ["-c", agent, mark], term_grace="500ms", stdout=None)
+ev = next(p.events())
+print("spawned", p.pid, ev["pid"], flush=True)
+p.wait()
+"""
+
+
+def test_orca_a_sigkilled_host_leaves_nothing_and_the_agent_got_sigterm_first(venv, state):
+    d, guard = state
+    mark = os.path.join(d, "term")
+    h = host(venv, ORCA_HOST, mark)
+    guard.track(h.pid)
+    lines = {}
+    while len(lines) < 2:
+        line = h.stdout.readline()
+        assert line, "host ended early"
+        word, *rest = line.split()
+        lines[word] = [int(x) for x in rest]
+    supervisor, agent = lines["spawned"]
+    tree = lines["tree"]
+    for p in [supervisor, *tree]:
+        guard.track(p)
+    assert tree[0] == agent and len(tree) == 3
+    h.kill()
+    h.wait()
+    assert wait_gone([supervisor, *tree], 10) == []
+    assert Path(mark).read_text() == "TERM"
+
+
+def test_orca_stdin_ends_and_an_agent_that_exits_within_the_grace_keeps_its_code(venv):
+    got = run_host(
+        venv,
+        """
+        import json, subprocess, sheepdog
+        p = sheepdog.supervise("python3", ["-c", "import sys; sys.stdin.read(); sys.exit(7)"],
+                               on_stdin_eof="stop", stdin_grace="3s", stdin=subprocess.PIPE)
+        p.stdin.close()
+        code = p.wait(timeout=20)
+        print(json.dumps([code, [e["event"] for e in p.events()]]))
+        """,
+    )
+    assert got == [7, ["spawned", "stopping", "exited"]]
+
+
+def test_papercup_crash_reap_cancel_and_turn_timeout(venv, state):
+    d, guard = state
+    theirs = run_host(venv, "import json, sys, sheepdog; print(json.dumps(sheepdog.start('sleep', ['100'], state_dir=sys.argv[1], session='someone-else')))", d)
+    guard.track(theirs["supervisorPid"])
+    bot = host(
+        venv,
+        """
+        import json, sys, time, sheepdog
+        d = sys.argv[1]
+        b = sheepdog.start("sh", ["-c", "sleep 100 & wait"], state_dir=d, session="chat-1")
+        print(json.dumps(b), flush=True)
+        time.sleep(100)
+        """,
+        d,
+    )
+    guard.track(bot.pid)
+    b = json.loads(bot.stdout.readline())
+    guard.track(b["supervisorPid"])
+    bot.kill()
+    os.kill(b["supervisorPid"], signal.SIGKILL)
+    bot.wait()
+    assert wait_gone([b["supervisorPid"]], 10) == []
+    reaped = run_host(venv, "import json, sys, sheepdog; print(json.dumps(sheepdog.reap(state_dir=sys.argv[1])))", d)
+    ids = [a["id"] for a in reaped["actions"]]
+    assert b["id"] in ids and theirs["id"] not in ids, reaped
+    assert wait_gone([b["pid"]], 5) == []
+    # /cancel
+    got = run_host(
+        venv,
+        """
+        import json, sys, sheepdog
+        d = sys.argv[1]
+        t = [sheepdog.start("sleep", ["100"], state_dir=d, session="chat-2") for _ in range(2)]
+        s = sheepdog.stop(session="chat-2", state_dir=d, term_grace="1s")
+        left = [e["id"] for e in sheepdog.list(state_dir=d)]
+        print(json.dumps([sorted(e["id"] for e in t), sorted(e["id"] for e in s), all(e["ok"] for e in s), left]))
+        """,
+        d,
+    )
+    assert got[0] == got[1] and got[2] is True
+    assert got[3] == [theirs["id"]]
+    # The turn timeout.
+    got = run_host(
+        venv,
+        """
+        import json, subprocess, sheepdog
+        p = sheepdog.supervise("sh", ["-c", "sleep 100 & wait"], timeout="300ms", stderr=subprocess.PIPE)
+        err = p.stderr.read().decode()
+        print(json.dumps([p.wait(timeout=20), err, [e.get("trigger") for e in p.events()]]))
+        """,
+    )
+    assert got[0] == 124
+    assert "sheepdog: timed out after 300ms" in got[1]
+    assert "timeout" in got[2]
+
+
+def test_pi_processes_cleanup_update_failing_stop_and_a_nudge(venv, state):
+    d, guard = state
+    mark = os.path.join(d, "cleanup")
+    got = run_host(
+        venv,
+        """
+        import json, sys, sheepdog
+        d, mark = sys.argv[1], sys.argv[2]
+        s = sheepdog.start("sleep", ["100"], state_dir=d, name="dev", cleanup=f"echo first > {mark}")
+        sheepdog.update("dev", cleanup=f"echo second > {mark}; exit 3", state_dir=d)
+        [stopped] = sheepdog.stop("dev", state_dir=d, term_grace="1s")
+        nudged = sheepdog.start("sh", ["-c", "sleep 100 &"], state_dir=d)
+        try:
+            sheepdog.logs("nope", state_dir=d)
+            err = None
+        except sheepdog.SheepdogError as e:
+            err = [e.exit_status, e.document, str(e)]
+        print(json.dumps([stopped, nudged["warnings"], err]))
+        """,
+        d,
+        mark,
+    )
+    stopped, warnings, err = got
+    assert stopped["ok"] is False and stopped["cleanupError"] and stopped["cleanupResult"]["exitCode"] == 3
+    assert stopped["treeGone"] is True
+    assert Path(mark).read_text() == "second\n"
+    assert [w["kind"] for w in warnings] == ["stoppedOnExit"]
+    assert err == [125, {"error": {"message": "no entry with id or name 'nope'", "exitCode": 125}}, "sheepdog: no entry with id or name 'nope'"]
