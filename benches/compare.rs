@@ -494,7 +494,11 @@ fn main() {
         md,
         "- sheepdog {} (release profile: lto, opt-level s, panic abort){}",
         env!("CARGO_PKG_VERSION"),
-        if static_bin.is_some() { "; static build: x86_64-unknown-linux-musl, non-PIE" } else { "; static build unavailable" }
+        if static_bin.is_some() {
+            "; static build: x86_64-unknown-linux-musl, non-PIE"
+        } else {
+            "; static build unavailable"
+        }
     );
     let _ = writeln!(
         md,

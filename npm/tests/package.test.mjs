@@ -34,7 +34,7 @@ test("the tarballs install offline and the platform package carries static binar
 
 test("npx sheepdog ps and --version run the binary and pass its status on", (t) => {
   const { dir } = stateDir(t);
-  const ps = npx(["sheepdog", "--state-dir", dir, "ps"]);
+  const ps = npx(["sheepdog", "--state-dir", path.join(dir, "none"), "ps"]);
   assert.equal(ps.status, 0, ps.stderr);
   assert.equal(ps.stdout.trim(), "No managed processes.");
   const bad = npx(["sheepdog", "--state-dir", dir, "logs", "nope"]);

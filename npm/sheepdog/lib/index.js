@@ -193,8 +193,6 @@ function supervise(command, args = [], options = {}) {
       child.emit("sheepdog", ev);
       if (ev && typeof ev.event === "string") child.emit(ev.event, ev);
     });
-    // The events pipe must never keep the host's event loop alive on its own.
-    if (typeof stream.unref === "function" && opts.detached) stream.unref();
   }
   return child;
 }
