@@ -3,6 +3,7 @@
 // identity (pid + start time), never by name. Zombies count as dead.
 
 import { execFileSync, spawn } from "node:child_process";
+import { after } from "node:test";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -68,6 +69,9 @@ export class Guard {
 }
 
 let project;
+// Registered at import, so on the file's root: after all its tests (a process "exit" handler
+// does not run under the test runner).
+after(() => project && fs.rmSync(project, { recursive: true, force: true }));
 /** A fresh npm project with the packed tarballs installed offline (once per test file). */
 export function installProject() {
   if (project) return project;
@@ -83,7 +87,6 @@ export function installProject() {
     { cwd: dir, stdio: ["ignore", "ignore", "inherit"] },
   );
   project = dir;
-  process.on("exit", () => fs.rmSync(dir, { recursive: true, force: true }));
   return dir;
 }
 
