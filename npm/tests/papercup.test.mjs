@@ -3,7 +3,15 @@
 
 import test from "node:test";
 import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
 import { api, closed, host, stateDir, waitGone } from "./helpers.mjs";
+
+/** The keeper of an entry's supervisor (issue 16), from the entry file (the view omits it). */
+function keeperOf(dir, id) {
+  const e = JSON.parse(fs.readFileSync(path.join(dir, "procs", id, "entry.json"), "utf8"));
+  return e.keeperPid;
+}
 
 const BOT = `
 const sd = require("sheepdog");
@@ -35,12 +43,16 @@ test("a bot that crashed comes back and reaps what it left, and nothing of anyon
   const bTree = (await sd.list({ stateDir: dir })).find((e) => e.id === b.id);
   assert.equal(bTree.status, "running");
 
-  // The crash: the bot is SIGKILLed, and so is turn B's supervisor (as an OOM kill of the
-  // bot's whole cgroup would); turn B's tree is left behind.
+  // The crash: the bot is SIGKILLed, and so is turn B's whole supervisor chain, supervisor and
+  // keeper (as an OOM kill of the bot's whole cgroup would; either alone would still stop the
+  // tree); turn B's tree is left behind. The keeper's pid is in the entry file, not the view.
+  const keeper = keeperOf(dir, b.id);
+  guard.track(keeper);
   bot.kill("SIGKILL");
-  process.kill(b.supervisorPid, "SIGKILL");
+  const chain = [b.supervisorPid, keeper].filter(Boolean);
+  for (const p of chain) process.kill(p, "SIGKILL");
   await closed(bot);
-  assert.deepEqual(await waitGone([a.pid, a.supervisorPid, b.supervisorPid], 10000), [], "turn A outlived its owner");
+  assert.deepEqual(await waitGone([a.pid, a.supervisorPid, ...chain], 10000), [], "turn A outlived its owner");
   assert.equal((await sd.list({ stateDir: dir, all: true })).find((e) => e.id === b.id).status, "orphaned");
 
   const again = host(BOT, ["reap", dir]);

@@ -208,11 +208,17 @@ def test_papercup_crash_reap_cancel_and_turn_timeout(venv, state):
     )
     guard.track(bot.pid)
     b = json.loads(bot.stdout.readline())
-    guard.track(b["supervisorPid"])
+    # The whole chain, supervisor and keeper (either alone would still stop the tree); the
+    # keeper's pid is in the entry file, not the view.
+    keeper = json.loads(Path(d, "procs", b["id"], "entry.json").read_text()).get("keeperPid")
+    chain = [p for p in (b["supervisorPid"], keeper) if p]
+    for p in chain:
+        guard.track(p)
     bot.kill()
-    os.kill(b["supervisorPid"], signal.SIGKILL)
+    for p in chain:
+        os.kill(p, signal.SIGKILL)
     bot.wait()
-    assert wait_gone([b["supervisorPid"]], 10) == []
+    assert wait_gone(chain, 10) == []
     reaped = run_host(venv, "import json, sys, sheepdog; print(json.dumps(sheepdog.reap(state_dir=sys.argv[1])))", d)
     ids = [a["id"] for a in reaped["actions"]]
     assert b["id"] in ids and theirs["id"] not in ids, reaped
