@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Literal, Optional, TypedDict, Union
 
 Status = Literal["starting", "running", "exited", "killed", "stopped", "timedOut", "orphaned", "reaped", "lost"]
 Containment = Literal["cgroup", "subreaper", "group"]
-Trigger = Literal["signal", "owner", "stdinEof", "timeout", "providerExited"]
+Trigger = Literal["signal", "owner", "stdinEof", "timeout", "supervisorKilled", "providerExited"]
 
 
 class CleanupConfig(TypedDict):

@@ -191,7 +191,7 @@ export interface ErrorDocument {
 }
 
 /** What ended a supervisor's work (`--events-fd` `trigger`). */
-export type Trigger = "signal" | "owner" | "stdinEof" | "timeout" | "providerExited";
+export type Trigger = "signal" | "owner" | "stdinEof" | "timeout" | "supervisorKilled" | "providerExited";
 
 /** `--events-fd` `spawned`. */
 export interface SpawnedEvent {
