@@ -46,18 +46,22 @@ def main():
     sta = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "target/x86_64-unknown-linux-musl/release/sheepdog")
     tini = shutil.which("tini")
     true = shutil.which("true")
-    peers = [("bare exec", [true])]
+    off = dict(os.environ, SHEEPDOG_KEEPER="off")
+    peers = [("bare exec", [true], None)]
     if tini:
-        peers.append(("tini", [tini, "--", true]))
+        peers.append(("tini", [tini, "--", true], None))
     peers += [
-        ("sheepdog (dynamic, glibc)", [dyn, "run", "--", true]),
-        ("sheepdog (static, musl)", [sta, "run", "--", true]),
+        ("sheepdog (dynamic, glibc)", [dyn, "run", "--", true], None),
+        ("sheepdog (static, musl)", [sta, "run", "--", true], None),
+        # Without issue 16's keeper (one more fork per run): what the binary itself costs.
+        ("sheepdog (dynamic, glibc), SHEEPDOG_KEEPER=off", [dyn, "run", "--", true], off),
+        ("sheepdog (static, musl), SHEEPDOG_KEEPER=off", [sta, "run", "--", true], off),
     ]
-    start = {n: [] for n, _ in peers}
+    start = {n: [] for n, _, _ in peers}
     for _ in range(RUNS):
-        for name, argv in peers:
+        for name, argv, env in peers:
             t = time.perf_counter()
-            subprocess.run(argv, check=True)
+            subprocess.run(argv, check=True, env=env)
             start[name].append((time.perf_counter() - t) * 1000)
 
     pss = {}
@@ -65,7 +69,7 @@ def main():
         kids = []
         try:
             for _ in range(SUPERVISORS):
-                kids.append(subprocess.Popen([tini, "--", "sleep", "300"]))
+                kids.append(subprocess.Popen([tini, "--", "sleep", "300"], stderr=subprocess.DEVNULL))
             time.sleep(0.5)
             pss["tini"] = statistics.median(pss_kib(k.pid) for k in kids)
         finally:
@@ -95,7 +99,7 @@ def main():
     base = statistics.median(start["bare exec"])
     print(f"| peer | `run -- true` median ms (p10–p90) | over bare exec | PSS per extra managed process, KiB | binary size, bytes |")
     print("|---|---|---|---|---|")
-    for name, _ in peers:
+    for name, _, _ in peers:
         s = start[name]
         m = statistics.median(s)
         p = pss.get(name)
