@@ -470,9 +470,6 @@ pub struct WithNews<R> {
     /// `process_wait {"ids": ["proc_2"]}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
-    /// Set when this result was cut to stay under 16 KiB: what was left out and how to get it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub truncated: Option<String>,
     /// Processes of this agent that ended since the last reply that reported them (each once;
     /// at most 5 lines each, 4 KiB in all).
     pub finished: Vec<Finished>,
@@ -510,6 +507,9 @@ pub struct StartResult {
 pub struct ListResult {
     /// The processes, oldest first.
     pub entries: Vec<Proc>,
+    /// Set when this result was cut to stay under 16 KiB: what was left out and how to get it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<String>,
 }
 
 /// Result of `process_logs`.
@@ -552,6 +552,9 @@ pub struct WaitResult {
     pub done: bool,
     /// One per process, in the order asked.
     pub waited: Vec<WaitItem>,
+    /// Set when this result was cut to stay under 16 KiB: what was left out and how to get it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<String>,
 }
 
 /// What a cleanup did once it ran.
@@ -602,6 +605,9 @@ pub struct StopItem {
 pub struct StopResult {
     /// One per process stopped.
     pub stopped: Vec<StopItem>,
+    /// Set when this result was cut to stay under 16 KiB: what was left out and how to get it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<String>,
 }
 
 /// Result of `process_restart`.
@@ -647,6 +653,9 @@ pub struct ClearResult {
     pub cleared: Vec<Proc>,
     /// Those that were not: still running, still running their cleanup, or a cleanup pending.
     pub refused: Vec<Refusal>,
+    /// Set when this result was cut to stay under 16 KiB: what was left out and how to get it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<String>,
 }
 
 /// Result of `process_write`.
@@ -907,13 +916,8 @@ impl Sheepdog {
             Err(e) => return Err(ErrorData::internal_error(format!("the tool failed: {e}"), None)),
         };
         let mut text = done.text;
-        let envelope = WithNews {
-            result: done.result,
-            next: done.next,
-            truncated: None,
-            finished: news.items,
-            finished_omitted: news.omitted,
-        };
+        let envelope =
+            WithNews { result: done.result, next: done.next, finished: news.items, finished_omitted: news.omitted };
         let mut value = serde_json::to_value(&envelope)
             .map_err(|e| ErrorData::internal_error(format!("unable to render the result: {e}"), None))?;
         if let Some(note) = bound_value(&mut value) {
@@ -1270,7 +1274,7 @@ fn list(ctx: &Ctx, a: ListArgs) -> Result<Done<ListResult>, ToolError> {
     let entries: Vec<Proc> = listing.rows.iter().map(|v| Proc::of(v, verbose)).collect();
     let lines: Vec<String> = entries.iter().map(proc_line).collect();
     let text = if lines.is_empty() { "No processes.".to_string() } else { lines.join("\n") };
-    Ok(Done::ok(ListResult { entries }, text))
+    Ok(Done::ok(ListResult { entries, truncated: None }, text))
 }
 
 /// Default `maxBytes` of `process_logs`: 16 KiB.
@@ -1380,7 +1384,7 @@ fn wait(ctx: &Ctx, a: WaitArgs) -> Result<Done<WaitResult>, ToolError> {
     };
     if targets.is_empty() {
         let text = "No running processes to wait for (those started with `ready` are waited for only by `ids`).";
-        return Ok(Done::ok(WaitResult { done: true, waited: Vec::new() }, text.into()));
+        return Ok(Done::ok(WaitResult { done: true, waited: Vec::new(), truncated: None }, text.into()));
     }
     let busy = news::busy(targets.iter().map(|e| e.id.clone()));
     let any = a.any.unwrap_or(false);
@@ -1419,7 +1423,7 @@ fn wait(ctx: &Ctx, a: WaitArgs) -> Result<Done<WaitResult>, ToolError> {
         next = Some(format!("{} to keep waiting", call_hint("process_wait", json!({"ids": ids}))));
     }
     Ok(Done {
-        result: WaitResult { done: all_done, waited: items },
+        result: WaitResult { done: all_done, waited: items, truncated: None },
         text: lines.join("\n"),
         is_error: false,
         next,
@@ -1480,7 +1484,10 @@ fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError> {
         manager::stop_selection(&ctx.reg, Some(&session)).0
     };
     if targets.is_empty() {
-        return Ok(Done::ok(StopResult { stopped: Vec::new() }, "No running processes to stop.".into()));
+        return Ok(Done::ok(
+            StopResult { stopped: Vec::new(), truncated: None },
+            "No running processes to stop.".into(),
+        ));
     }
     let busy = news::busy(targets.iter().map(|e| e.id.clone()));
     let results = manager::stop_many(&ctx.reg, &targets, None);
@@ -1533,7 +1540,14 @@ fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError> {
             }
         }
     }
-    Ok(Done { result: StopResult { stopped }, text: text.join("\n"), is_error, next: None, told, busy: Some(busy) })
+    Ok(Done {
+        result: StopResult { stopped, truncated: None },
+        text: text.join("\n"),
+        is_error,
+        next: None,
+        told,
+        busy: Some(busy),
+    })
 }
 
 fn update(ctx: &Ctx, a: UpdateArgs) -> Result<Done<UpdateResult>, ToolError> {
@@ -1609,7 +1623,7 @@ fn clear(ctx: &Ctx, a: ClearArgs) -> Result<Done<ClearResult>, ToolError> {
     }
     let is_error = !refused.is_empty();
     Ok(Done {
-        result: ClearResult { cleared, refused },
+        result: ClearResult { cleared, refused, truncated: None },
         text: text.join("\n"),
         is_error,
         next: None,
