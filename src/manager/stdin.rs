@@ -62,6 +62,12 @@ impl StdinPipe {
         Ok((StdinPipe { _keep: keep, ctl, _ctl_keep: ctl_keep, paths: [data, ctl_path] }, reader))
     }
 
+    /// Closes this process's fds without removing the FIFOs (another process, the keeper,
+    /// holds its own copies and removes them).
+    pub(super) fn forget(mut self) {
+        self.paths = [PathBuf::new(), PathBuf::new()];
+    }
+
     /// The control FIFO, to poll for readability.
     pub(super) fn ctl_fd(&self) -> RawFd {
         self.ctl.as_raw_fd()
@@ -84,7 +90,7 @@ impl StdinPipe {
 
 impl Drop for StdinPipe {
     fn drop(&mut self) {
-        for p in &self.paths {
+        for p in self.paths.iter().filter(|p| !p.as_os_str().is_empty()) {
             let _ = std::fs::remove_file(p);
         }
     }

@@ -408,6 +408,13 @@ impl Observer for Managed<'_> {
         true
     }
 
+    fn handed_to_keeper(&mut self) {
+        // The keeper holds the stdin pipe; the FIFOs stay for it (forget, do not remove).
+        if let Some(pipe) = self.stdin.take() {
+            pipe.forget();
+        }
+    }
+
     fn fds(&self) -> Vec<RawFd> {
         self.pipes.iter().map(|(p, _)| p.as_raw_fd()).chain(self.stdin.as_ref().map(|s| s.ctl_fd())).collect()
     }
