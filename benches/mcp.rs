@@ -74,11 +74,17 @@ impl Server {
     }
 
     fn call(&mut self, tool: &str, args: Value) -> (Value, f64) {
+        let (r, ms) = self.call_raw(tool, args);
+        (r["result"]["structuredContent"].clone(), ms)
+    }
+
+    /// The whole JSON-RPC reply and its round trip in ms.
+    fn call_raw(&mut self, tool: &str, args: Value) -> (Value, f64) {
         let t = Instant::now();
         let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
         let ms = t.elapsed().as_secs_f64() * 1000.0;
         assert_ne!(r["result"]["isError"], true, "{tool}: {r}");
-        (r["result"]["structuredContent"].clone(), ms)
+        (r, ms)
     }
 
     fn close(mut self) {
@@ -125,10 +131,19 @@ fn main() {
         cli(&["start", "--session", "bench", "--", "true"]);
     }
     let mut list = Samples(Vec::new());
+    let mut sizes = (0, 0, 0);
+    let mut shown = 0;
     for _ in 0..reps(50) {
-        let (v, ms) = s.call("process_list", json!({"session": "bench", "all": true}));
-        assert_eq!(v["entries"].as_array().unwrap().len(), 100);
+        let (r, ms) = s.call_raw("process_list", json!({"session": "bench", "all": true}));
+        let v = &r["result"]["structuredContent"];
+        // Since issue 20 a reply is at most 16 KiB: the entries that fit, and `truncated`.
+        let n = v["entries"].as_array().unwrap().len();
+        assert!(n == 100 || v["truncated"].is_string(), "{n} entries and no `truncated`");
+        shown = n;
         list.0.push(ms);
+        // Bytes the model may read: the text block, the structured result, the whole reply line.
+        let text = r["result"]["content"][0]["text"].as_str().unwrap_or("").len();
+        sizes = (text, v.to_string().len(), r.to_string().len());
     }
 
     let mut start = Samples(Vec::new());
@@ -173,4 +188,8 @@ fn main() {
     println!("{}", start.row("`process_start` of `python3 -m http.server` with `ready.port` → reply (ready)"));
     println!("{}", cli_start.row("the same with `sheepdog start --ready-port` (CLI, for comparison)"));
     println!("\nThe server idle after initialize: RSS {rss} KiB, PSS {pss} KiB.");
+    println!(
+        "\n`process_list` over 100 entries: {shown} shown; text block {} bytes, `structuredContent` {} bytes, whole reply {} bytes.",
+        sizes.0, sizes.1, sizes.2
+    );
 }

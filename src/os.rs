@@ -12,6 +12,7 @@
 //! - [`die_by`]: end the calling process the way a signal would (what `run` does last).
 
 pub use crate::sys::signal::die_by;
+pub use crate::sys::sysconf::arg_max;
 pub use crate::sys::{Pgid, Pid, Signal, WaitStatus};
 pub use crate::tree::{Census, Member, signal_member};
 

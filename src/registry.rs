@@ -410,6 +410,14 @@ pub struct Entry {
     /// finished entry is reported once, also across server restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_reported_at: Option<u64>,
+    /// A name derived from what the command runs (`npm run dev` -> `npm-run-dev`), shown when
+    /// none was given; not unique, never looked up (see [`derived_name`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_name: Option<String>,
+    /// Started with `--stdin pipe`: its stdin is the FIFO `procs/<id>/stdin` its supervisor
+    /// holds open (see `manager::send`); false: `/dev/null`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stdin_pipe: bool,
     /// The readiness options it was started with (`--ready-port`, `--ready-log`,
     /// `--ready-listen`, `--ready-timeout`), kept for `restart`.
     pub ready: Option<ReadySpec>,
@@ -437,7 +445,7 @@ impl Entry {
 
     /// The name, else the basename of the program (`argv[0]`), else the id.
     pub fn display_name(&self) -> String {
-        if let Some(n) = &self.name {
+        if let Some(n) = self.name.as_ref().or(self.auto_name.as_ref()) {
             return n.clone();
         }
         self.argv
@@ -1239,5 +1247,102 @@ mod transition_tests {
         let m = |pid, start_time| RecordedMember { pid, start_time };
         e.record_members(vec![m(30, 300), m(10, 100), m(20, 200), m(5, 100)], 3);
         assert_eq!(e.members, vec![m(5, 100), m(10, 100), m(20, 200)]);
+    }
+}
+
+/// Programs whose first words say what runs (`npm run dev`, `cargo test`, `docker compose up`):
+/// the name joins them with `-`.
+const SUBCOMMAND_PROGRAMS: &[&str] = &[
+    "npm", "pnpm", "yarn", "bun", "deno", "cargo", "go", "make", "just", "docker", "podman", "kubectl", "uv", "poetry",
+    "mvn", "gradle", "gradlew", "dotnet", "mix", "rails", "bundle", "npx", "pnpx", "bunx", "uvx",
+];
+/// Interpreters whose script or module is the name (`python3 -m http.server` -> `http.server`).
+const INTERPRETERS: &[&str] = &["python", "python3", "node", "ruby", "perl", "php", "bash", "sh", "zsh", "dash"];
+
+/// A name for a command that was given none, from what it runs: `sh -c CMD` is read as CMD's
+/// words; leading `VAR=value` words, `env`, `exec`, `nohup` and `sudo` are skipped; a package
+/// manager or build tool gives its first three plain words joined with `-` (`npm run dev` ->
+/// `npm-run-dev`); an interpreter gives its module (`python3 -m http.server 8000` ->
+/// `http.server`) or script's file name (`node server.js` -> `server.js`); anything else the
+/// program's file name. At most 40 bytes; `None` when nothing usable is found (the entry then
+/// shows its program's name).
+pub fn derived_name(argv: &[String]) -> Option<String> {
+    let shell_words: Vec<String>;
+    let mut words: &[String] = argv;
+    if argv.len() >= 3 && matches!(base(&argv[0]), "sh" | "bash" | "dash" | "zsh") && argv[1] == "-c" {
+        // The shell string's first simple command, split on blanks (no quoting: a name only).
+        let first = argv[2].split(['\n', ';', '&', '|']).map(str::trim).find(|c| !c.is_empty())?;
+        shell_words = first.split_whitespace().map(|w| w.trim_matches(['\'', '"']).to_string()).collect();
+        words = &shell_words;
+    }
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i].as_str();
+        let assignment = w.split_once('=').is_some_and(|(k, _)| !k.is_empty() && !k.starts_with('-'));
+        if assignment || matches!(base(w), "env" | "exec" | "nohup" | "sudo" | "time" | "nice") {
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    let words = &words[i..];
+    let program = base(words.first()?);
+    let name = if SUBCOMMAND_PROGRAMS.contains(&program) {
+        let plain: Vec<&str> = std::iter::once(program)
+            .chain(words[1..].iter().map(|w| w.as_str()).take_while(|w| !w.starts_with('-')).map(base))
+            .take(3)
+            .collect();
+        plain.join("-")
+    } else if INTERPRETERS.contains(&program.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.')) {
+        let mut rest = words[1..].iter();
+        let mut found = None;
+        while let Some(w) = rest.next() {
+            if w == "-m" {
+                found = rest.next().map(|m| m.to_string());
+                break;
+            }
+            if w == "-c" || w == "-e" {
+                break;
+            }
+            if !w.starts_with('-') {
+                found = Some(base(w).to_string());
+                break;
+            }
+        }
+        found.unwrap_or_else(|| program.to_string())
+    } else {
+        program.to_string()
+    };
+    let mut name: String =
+        name.chars().map(|c| if c.is_alphanumeric() || "._-".contains(c) { c } else { '-' }).collect();
+    while name.len() > 40 {
+        name.pop();
+    }
+    let name = name.trim_matches('-').to_string();
+    (!name.is_empty()).then_some(name)
+}
+
+fn base(w: &str) -> &str {
+    w.rsplit('/').next().unwrap_or(w)
+}
+
+#[cfg(test)]
+mod derived_name_tests {
+    use super::derived_name;
+
+    fn name(argv: &[&str]) -> Option<String> {
+        derived_name(&argv.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_command_is_named_after_what_it_runs() {
+        assert_eq!(name(&["sh", "-c", "npm run dev"]).as_deref(), Some("npm-run-dev"));
+        assert_eq!(name(&["python3", "-m", "http.server", "8000"]).as_deref(), Some("http.server"));
+        assert_eq!(name(&["sh", "-c", "python3 -u -m http.server 8000"]).as_deref(), Some("http.server"));
+        assert_eq!(name(&["sh", "-c", "PORT=3000 node server.js"]).as_deref(), Some("server.js"));
+        assert_eq!(name(&["sh", "-c", "cargo test --release; echo done"]).as_deref(), Some("cargo-test"));
+        assert_eq!(name(&["sh", "-c", "sleep 100"]).as_deref(), Some("sleep"));
+        assert_eq!(name(&["/usr/bin/tail", "-f", "x"]).as_deref(), Some("tail"));
+        assert_eq!(name(&["sh", "-c", "   "]), None);
     }
 }

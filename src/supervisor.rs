@@ -109,6 +109,10 @@ pub trait Observer {
     fn members(&mut self, _members: &[Member]) -> bool {
         false
     }
+    /// This process handed the tree to its keeper (crate::keeper) and only relays from now on:
+    /// drop what only the process running the loop may hold (a managed entry's stdin pipe, whose
+    /// copy here would keep the command from ever reading EOF).
+    fn handed_to_keeper(&mut self) {}
     /// Extra fds to poll for readability.
     fn fds(&self) -> Vec<RawFd> {
         Vec::new()
@@ -365,6 +369,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                 // here would keep the pipes from ever reaching EOF.
                 drop(opts.spawn);
                 opts.spawn = SpawnOptions::default();
+                observer.handed_to_keeper();
                 let report = front.relay(signals);
                 if !report.keeper_killed() {
                     exit_as(report.keeper);

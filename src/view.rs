@@ -143,6 +143,9 @@ pub struct EntryView {
     /// Usage of a running cgroup-tier entry's cgroup, from [`crate::cgroup::usage`]:
     /// `{cpuMs, memoryBytes, tasks}`, absent controllers null; null otherwise.
     pub usage: Option<crate::cgroup::Usage>,
+    /// True when started with `--stdin pipe` (`sheepdog send` writes to it); absent otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stdin_pipe: bool,
     /// The live processes (`ps --tree`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tree: Option<Vec<TreeProc>>,
@@ -378,6 +381,7 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
         cgroup_inode: e.cgroup_inode,
         cgroup_leftover: e.cgroup_leftover,
         usage: if status.is_finished() { None } else { crate::cgroup::usage(e) },
+        stdin_pipe: e.stdin_pipe,
         tree,
     }
 }

@@ -121,7 +121,7 @@ fn news_ids(v: &Value) -> Vec<String> {
     v["finished"].as_array().unwrap().iter().map(|f| f["id"].as_str().unwrap().to_string()).collect()
 }
 
-const TOOLS: [&str; 8] = [
+const TOOLS: [&str; 9] = [
     "process_clear",
     "process_list",
     "process_logs",
@@ -130,6 +130,7 @@ const TOOLS: [&str; 8] = [
     "process_stop",
     "process_update",
     "process_wait",
+    "process_write",
 ];
 
 #[tokio::test]
@@ -157,7 +158,9 @@ async fn initialize_lists_the_tools_with_schemas() {
     }
     let start = tools.iter().find(|t| t.name == "process_start").unwrap();
     let props = start.input_schema["properties"].as_object().unwrap();
-    for k in ["command", "argv", "name", "cwd", "env", "session", "timeoutMs", "cleanup", "ready", "keep", "logMax"] {
+    for k in
+        ["command", "argv", "name", "cwd", "env", "session", "timeoutMs", "cleanup", "ready", "keep", "logMax", "stdin"]
+    {
         assert!(props.contains_key(k), "process_start has no `{k}`: {props:?}");
         let described = serde_json::to_string(&props[k]).unwrap().contains("description");
         assert!(described, "process_start `{k}` has no description");
@@ -312,18 +315,19 @@ async fn update_attaches_and_removes_a_cleanup_with_null() {
     let cleanup = format!("touch {}", marker.display());
     let v = s.ok("process_start", json!({"command": "sleep 100", "cleanup": {"command": cleanup}})).await;
     let id = v["id"].as_str().unwrap().to_string();
-    assert_eq!(v["cleanup"]["command"], cleanup.as_str());
+    assert_eq!(v["cleanup"], cleanup.as_str());
     let u = s.ok("process_update", json!({"id": id, "cleanup": null})).await;
-    assert_eq!(u["cleanup"], Value::Null, "{u}");
+    assert!(u.get("cleanup").is_none(), "{u}");
     let stop = s.ok("process_stop", json!({"id": id})).await;
-    assert_eq!(stop["stopped"][0]["lines"], json!([format!("Stopped sh ({id}).")]));
+    assert_eq!(stop["stopped"][0]["lines"], json!([format!("Stopped sleep ({id}).")]));
     assert!(!marker.exists(), "a removed cleanup ran");
 
     // Attached after start, it runs at the stop.
     let v = s.ok("process_start", json!({"command": "sleep 100", "name": "later"})).await;
     let id = v["id"].as_str().unwrap().to_string();
     let u = s.ok("process_update", json!({"id": "later", "cleanup": {"command": cleanup, "timeoutMs": 5000}})).await;
-    assert_eq!(u["cleanup"], json!({"command": cleanup, "timeoutMs": 5000}));
+    assert_eq!(u["cleanup"], cleanup.as_str());
+    assert_eq!(state.entry(&id)["cleanup"], json!({"command": cleanup, "timeoutMs": 5000}));
     s.ok("process_stop", json!({"id": id})).await;
     assert!(marker.exists(), "the attached cleanup did not run");
     // After the cleanup ran, a change is refused with a sentence.
@@ -379,7 +383,7 @@ async fn start_warns_like_the_cli_when_work_may_outlive_the_tree() {
     assert!(w[0]["matched"].as_str().unwrap().contains("docker run -d"), "{v}");
     assert!(text(&r).contains("Warning: "), "{}", text(&r));
     let v = s.ok("process_start", json!({"command": "sleep 100 &", "cleanup": {"command": "true"}})).await;
-    assert_eq!(v["warnings"], json!([]), "a cleanup silences the nudge: {v}");
+    assert!(v.get("warnings").is_none(), "a cleanup silences the nudge: {v}");
     s.ok("process_stop", json!({"all": true})).await;
     s.close().await;
 }
@@ -418,8 +422,8 @@ async fn the_agent_sigkilled_stops_the_tree_and_runs_the_cleanup() {
             }),
         )
         .await;
-    assert_eq!(v["ownerPid"], agent_pid, "the owner is the agent, the server's parent: {v}");
     let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(state.entry(&id)["ownerPid"], agent_pid, "the owner is the agent, the server's parent: {v}");
     // Both background jobs are forked before the echo runs.
     state.wait_log(&id, "combined.log", "[out] tree-is-up");
     let tree = state.tree_pids(&id);
@@ -451,7 +455,7 @@ async fn a_restarted_server_lists_the_processes_that_keep_running() {
     let v = a.ok("process_start", json!({"command": "sleep 100", "name": "keeper"})).await;
     let id = v["id"].as_str().unwrap().to_string();
     let pid = v["pid"].as_i64().unwrap() as i32;
-    let session = v["sessionId"].as_str().unwrap().to_string();
+    let session = v["session"].as_str().unwrap().to_string();
     let status = a.close().await;
     assert!(status.success(), "{status:?}");
     assert!(alive(pid), "the server's exit stopped a process");
@@ -459,7 +463,7 @@ async fn a_restarted_server_lists_the_processes_that_keep_running() {
     let l = b.ok("process_list", json!({})).await;
     assert_eq!(l["entries"][0]["id"], id.as_str(), "{l}");
     assert_eq!(l["entries"][0]["status"], "running");
-    assert_eq!(l["entries"][0]["sessionId"], session.as_str(), "the same agent, the same session");
+    assert_eq!(l["entries"][0]["session"], session.as_str(), "the same agent, the same session");
     b.ok("process_stop", json!({"id": "keeper"})).await;
     assert!(!alive(pid));
     b.close().await;
@@ -525,14 +529,23 @@ async fn malformed_messages_get_protocol_errors_and_the_server_keeps_serving() {
     writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).unwrap();
     let r = next();
     assert_eq!(r["id"], 2);
-    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 8);
-    // Arguments of the wrong type are a tool error (a sentence), not a protocol error.
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), TOOLS.len());
+    // Arguments of the wrong type are a tool error (a sentence naming the field), not a
+    // protocol error.
     let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
         "params": {"name": "process_logs", "arguments": {"id": "proc_1", "tail": "ten"}}});
     writeln!(stdin, "{call}").unwrap();
     let r = next();
     assert_eq!(r["result"]["isError"], true, "{r}");
-    assert!(r["result"]["content"][0]["text"].as_str().unwrap().starts_with("Invalid arguments:"), "{r}");
+    assert_eq!(r["result"]["content"][0]["text"], "`tail` must be a whole number ≥ 0.", "{r}");
+    // `arguments` that is not an object: Invalid params, not "method not found".
+    let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "process_list", "arguments": "all"}});
+    writeln!(stdin, "{call}").unwrap();
+    let r = next();
+    assert_eq!(r["id"], 4, "{r}");
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("`arguments` must be an object"), "{r}");
     drop(stdin);
     common::wait_child(&mut child, SECS(5));
 }
@@ -562,6 +575,14 @@ async fn bad_input_is_a_tool_error_with_one_sentence() {
         ("process_update", json!({"id": "nope", "name": "x"}), "No entry"),
         ("process_list", json!({"status": "sleeping"}), "Unknown status"),
         ("process_clear", json!({}), "Give `ids`"),
+        // Plain words that name the field, no Rust type names.
+        ("process_logs", json!({"id": "x", "tail": -1}), "`tail` must be a whole number ≥ 0."),
+        ("process_start", json!({"command": "true", "cleanup": {}}), "`cleanup.command` is required."),
+        ("process_start", json!({"command": "true", "env": {"A": 1}}), "`env.A` must be a string."),
+        ("process_start", json!({"command": "true", "keep": "yes"}), "`keep` must be true or false."),
+        ("process_start", json!({"command": "true", "stdin": "tty"}), "`stdin` must be one of null, pipe"),
+        ("process_start", json!({"command": "x".repeat(200_000)}), "command too long: 200000 bytes (at most 131071)."),
+        ("process_write", json!({"id": "nope", "input": "y\n"}), "No entry"),
     ];
     for (tool, args, needle) in cases {
         let r = s.call(tool, args.clone()).await;
@@ -569,6 +590,9 @@ async fn bad_input_is_a_tool_error_with_one_sentence() {
         let t = text(&r);
         assert!(t.contains(needle), "{tool} {args}: {t:?} lacks {needle:?}");
         assert_eq!(t.lines().count(), 1, "one sentence: {t:?}");
+        for rust in ["usize", "u64", "u16", "struct ", "a map", "a sequence", "os error"] {
+            assert!(!t.contains(rust), "{tool} {args}: a Rust word {rust:?} in {t:?}");
+        }
     }
     // Still serving.
     s.ok("process_list", json!({})).await;
@@ -581,7 +605,7 @@ async fn managed_processes_never_hold_the_servers_stdio() {
     let s = Server::spawn(&state, &guard, &[]).await;
     let v = s.ok("process_start", json!({"command": "sleep 100"})).await;
     let pid = v["pid"].as_i64().unwrap() as i32;
-    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    let sup = state.entry(v["id"].as_str().unwrap())["supervisorPid"].as_i64().unwrap() as i32;
     // Supervisors are the small `sheepdog` binary, never the server with its runtime.
     let exe = std::fs::read_link(format!("/proc/{sup}/exe")).unwrap();
     assert_eq!(exe.file_name().unwrap(), "sheepdog", "{exe:?}");
@@ -607,21 +631,21 @@ async fn the_owner_is_found_through_a_launcher_and_keep_means_none() {
     let script = format!("'{}' mcp; true", common::bin());
     let s = Server::spawn_via(&state, &guard, "sh", &["-c", &script], ClientLifecycleMode::Initialize).await;
     track_children(&guard, s.pid);
-    let v = s.ok("process_start", json!({"command": "sleep 100"})).await;
-    assert_eq!(v["ownerPid"], std::process::id(), "{v}");
-    let session = v["sessionId"].as_str().unwrap().to_string();
-    let k = s.ok("process_start", json!({"command": "sleep 100", "keep": true})).await;
-    assert_eq!(k["ownerPid"], Value::Null, "{k}");
-    assert_eq!(k["sessionId"], session.as_str());
+    let v = s.ok("process_start", json!({"command": "sleep 100", "verbose": true})).await;
+    assert_eq!(v["details"]["ownerPid"], std::process::id(), "{v}");
+    let session = v["session"].as_str().unwrap().to_string();
+    let k = s.ok("process_start", json!({"command": "sleep 100", "keep": true, "verbose": true})).await;
+    assert_eq!(k["details"]["ownerPid"], Value::Null, "{k}");
+    assert_eq!(k["session"], session.as_str());
     s.ok("process_stop", json!({"all": true})).await;
     s.close().await;
 
     // --owner overrides.
     let mut owner = guard.sleeper();
     let s = Server::spawn(&state, &guard, &["--owner", &owner.id().to_string()]).await;
-    let v = s.ok("process_start", json!({"command": "sleep 100"})).await;
-    assert_eq!(v["ownerPid"], owner.id(), "{v}");
-    assert_ne!(v["sessionId"].as_str().unwrap(), session);
+    let v = s.ok("process_start", json!({"command": "sleep 100", "verbose": true})).await;
+    assert_eq!(v["details"]["ownerPid"], owner.id(), "{v}");
+    assert_ne!(v["session"].as_str().unwrap(), session);
     s.ok("process_stop", json!({"all": true})).await;
     s.close().await;
     let _ = owner.kill();
@@ -731,8 +755,8 @@ async fn a_ready_wait_is_capped_at_45_seconds() {
     assert_eq!(v["ready"]["ok"], true, "{v}");
     assert_eq!(v["ready"]["matched"], "up");
     // The options as recorded (for a restart): the list shows them.
-    let l = s.ok("process_list", json!({})).await;
-    assert_eq!(l["entries"][0]["ready"]["timeoutMs"], 45000, "{l}");
+    let l = s.ok("process_list", json!({"verbose": true})).await;
+    assert_eq!(l["entries"][0]["details"]["ready"]["timeoutMs"], 45000, "{l}");
     s.ok("process_stop", json!({"all": true})).await;
     s.close().await;
 }
@@ -775,7 +799,7 @@ async fn stop_by_session_stops_that_session_only() {
     assert_eq!(
         lines,
         vec![
-            json!(format!("Stopped sh ({}).", a["id"].as_str().unwrap())),
+            json!(format!("Stopped sleep ({}).", a["id"].as_str().unwrap())),
             json!(format!("Stopped sleep ({}).", b["id"].as_str().unwrap()))
         ]
     );
@@ -783,5 +807,319 @@ async fn stop_by_session_stops_that_session_only() {
     assert!(alive(mine["pid"].as_i64().unwrap() as i32), "another session's process was stopped");
     s.ok("process_stop", json!({"all": true})).await;
     assert!(!alive(mine["pid"].as_i64().unwrap() as i32));
+    s.close().await;
+}
+
+/// Every schema the server lists, as checked in under `schema/mcp/` (`SHEEPDOG_BLESS=1`
+/// rewrites them): one file per tool, `{"inputSchema", "outputSchema"}`. And portable: no
+/// `format` JSON Schema does not define, no `null` in a `type`, no `{type: null}` branch in an
+/// `anyOf` (the one `oneOf` of `process_update`'s `cleanup` is the documented exception).
+#[tokio::test]
+async fn the_schemas_are_portable_and_match_the_checked_in_files() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let tools = s.client().list_all_tools().await.unwrap();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema").join("mcp");
+    let bless = std::env::var_os("SHEEPDOG_BLESS").is_some();
+    fn walk(v: &Value, at: &str, bad: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(f) = m.get("format") {
+                    bad.push(format!("{at}: format {f}"));
+                }
+                if m.get("type").is_some_and(|t| t.is_array()) {
+                    bad.push(format!("{at}: type union {}", m["type"]));
+                }
+                if let Some(Value::Array(b)) = m.get("anyOf")
+                    && b.iter().any(|x| x["type"] == "null")
+                {
+                    bad.push(format!("{at}: anyOf with null"));
+                }
+                if m.get("type") == Some(&json!("integer"))
+                    && !m.contains_key("minimum")
+                    && !["exitCode", "pid", "code"].iter().any(|k| at.ends_with(k))
+                {
+                    bad.push(format!("{at}: an integer with no minimum"));
+                }
+                for (k, x) in m {
+                    walk(x, &format!("{at}/{k}"), bad);
+                }
+            }
+            Value::Array(a) => a.iter().enumerate().for_each(|(i, x)| walk(x, &format!("{at}/{i}"), bad)),
+            _ => {}
+        }
+    }
+    let mut bad = Vec::new();
+    let mut drift = Vec::new();
+    for t in &tools {
+        let doc = json!({"inputSchema": t.input_schema.as_ref(), "outputSchema": t.output_schema.as_deref()});
+        walk(&doc, &t.name, &mut bad);
+        let path = dir.join(format!("{}.json", t.name));
+        let text = serde_json::to_string_pretty(&doc).unwrap() + "\n";
+        if bless {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &text).unwrap();
+        } else if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+            drift.push(path.display().to_string());
+        }
+    }
+    assert!(bad.is_empty(), "not portable: {bad:#?}");
+    assert!(drift.is_empty(), "schemas drifted from {drift:?}: run SHEEPDOG_BLESS=1 cargo test --test mcp schemas");
+    // The one null an argument takes is a documented oneOf.
+    let update = tools.iter().find(|t| t.name == "process_update").unwrap();
+    let one_of = &update.input_schema["properties"]["cleanup"]["oneOf"];
+    assert_eq!(one_of[1], json!({"type": "null"}), "{one_of}");
+    s.close().await;
+}
+
+/// Compact views: a typical entry is at most 300 bytes of JSON; identity and timing fields only
+/// with `verbose: true`.
+#[tokio::test]
+async fn list_entries_are_compact_and_verbose_has_the_details() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let port = free_port();
+    let cmd = format!("python3 -u -m http.server {port} --bind 127.0.0.1");
+    s.ok("process_start", json!({"command": cmd, "ready": {"port": port}, "cleanup": {"command": "true"}})).await;
+    let l = s.ok("process_list", json!({})).await;
+    let e = &l["entries"][0];
+    let bytes = e.to_string().len();
+    assert!(bytes <= 300, "{bytes} bytes: {e}");
+    assert_eq!(e["name"], "http.server", "named after what it runs: {e}");
+    for k in ["id", "name", "status", "statusText", "pid", "ports", "command", "session", "startedAt", "cleanup"] {
+        assert!(e.get(k).is_some(), "no `{k}` in {e}");
+    }
+    for k in ["bootId", "startTime", "supervisorStartTime", "uid", "cgroup", "stop", "argv", "details"] {
+        assert!(e.get(k).is_none(), "`{k}` in a compact view: {e}");
+    }
+    let l = s.ok("process_list", json!({"verbose": true})).await;
+    let d = &l["entries"][0]["details"];
+    for k in ["bootId", "startTime", "supervisorPid", "ownerPid", "stop", "logs"] {
+        assert!(d.get(k).is_some(), "no `{k}` in details: {d}");
+    }
+    s.ok("process_stop", json!({"all": true})).await;
+    s.close().await;
+}
+
+/// Regression (issue 20): after a process printed one 3 MB line, every reply stays bounded:
+/// news lines cut at 512 bytes (marked), at most 5 per process, a wait's lines too; no reply
+/// over 16 KiB.
+#[tokio::test]
+async fn a_3_mb_line_leaves_every_reply_within_its_bound() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let script = "import sys\nfor i in range(3):\n    sys.stdout.write('x' * 1000000)\nprint()\nprint('after')";
+    let v = s.ok("process_start", json!({"argv": ["python3", "-c", script], "name": "flood"})).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    wait_finished(&state, &id);
+    let r = s.call("process_list", json!({"all": true})).await;
+    let sc = r.structured_content.clone().unwrap();
+    let size = sc.to_string().len();
+    assert!(size <= 16 * 1024, "process_list is {size} bytes");
+    assert!(text(&r).len() <= 16 * 1024, "text {} bytes", text(&r).len());
+    let f = &sc["finished"][0];
+    assert_eq!(f["id"], id.as_str(), "{sc}");
+    let lines = f["lastLines"].as_array().unwrap();
+    assert!(lines.len() <= 5, "{} lines", lines.len());
+    for l in lines {
+        let l = l.as_str().unwrap();
+        assert!(l.len() <= 512, "a news line of {} bytes", l.len());
+    }
+    assert!(lines.iter().any(|l| l.as_str().unwrap().contains("more bytes]")), "the cut is marked: {lines:?}");
+    // The wait's answer too.
+    let v = s.ok("process_start", json!({"argv": ["python3", "-c", script]})).await;
+    let w = s.ok("process_wait", json!({"ids": [v["id"]], "timeoutMs": 20000})).await;
+    assert_eq!(w["done"], true, "{w}");
+    assert!(w.to_string().len() <= 16 * 1024, "process_wait is {} bytes", w.to_string().len());
+    assert!(w["waited"][0]["lastLines"].as_array().unwrap().iter().all(|l| l.as_str().unwrap().len() <= 512));
+    s.close().await;
+}
+
+/// A listing past 16 KiB is cut, says so in `truncated`, and the news is capped at 4 KiB with a
+/// count of what waits for the next reply.
+#[tokio::test]
+async fn a_long_listing_and_much_news_are_cut_and_say_so() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    // The server's session, from a process it started.
+    let v = s.ok("process_start", json!({"command": "true"})).await;
+    let session = v["session"].as_str().unwrap().to_string();
+    wait_finished(&state, v["id"].as_str().unwrap());
+    s.ok("process_list", json!({"all": true})).await;
+    for _ in 0..150 {
+        common::forge_entry(&state, 1000, |e| {
+            e.status = sheepdog::status::Status::Exited;
+            e.exit_code = Some(0);
+            e.ended_at = Some(sheepdog::registry::now_ms());
+            e.session_id = Some(session.clone());
+        });
+    }
+    let r = s.call("process_list", json!({"all": true})).await;
+    let sc = r.structured_content.clone().unwrap();
+    assert!(sc.to_string().len() <= 16 * 1024, "{} bytes", sc.to_string().len());
+    let kept = sc["entries"].as_array().unwrap().len();
+    assert!(kept < 151, "{kept}");
+    let note = sc["truncated"].as_str().unwrap_or_else(|| panic!("no `truncated`: {sc}"));
+    assert!(note.starts_with(&format!("{} of 151 `entries` left out", 151 - kept)), "{note}");
+    let news = serde_json::to_string(&sc["finished"]).unwrap().len();
+    assert!(news <= 4096, "news of {news} bytes");
+    let omitted = sc["finishedOmitted"].as_u64().unwrap_or(0) as usize;
+    assert_eq!(sc["finished"].as_array().unwrap().len() + omitted, 150, "{sc}");
+    // The rest comes in the next replies, none twice.
+    let next = s.ok("process_list", json!({"status": "running"})).await;
+    assert!(!next["finished"].as_array().unwrap().is_empty(), "{next}");
+    s.close().await;
+}
+
+/// A start whose process exits before it is ready is an error (the CLI exits 1 there).
+#[tokio::test]
+async fn a_start_that_ends_before_it_is_ready_is_an_error() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let r = s.call("process_start", json!({"command": "echo boom; exit 3", "ready": {"logPattern": "^never$"}})).await;
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    let sc = r.structured_content.unwrap();
+    assert_eq!(sc["ready"]["ok"], false, "{sc}");
+    assert_eq!(sc["ready"]["reason"], "exited", "{sc}");
+    assert_eq!(sc["exitCode"], 3, "{sc}");
+    assert!(sc["lastLines"].as_array().unwrap().contains(&json!("[out] boom")), "{sc}");
+    s.close().await;
+}
+
+/// An unnamed `command` is named after what it runs, not `sh`.
+#[tokio::test]
+async fn an_unnamed_command_is_named_after_what_it_runs() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let v = s.ok("process_start", json!({"command": "npm run dev"})).await;
+    assert_eq!(v["name"], "npm-run-dev", "{v}");
+    let v = s.ok("process_start", json!({"argv": ["python3", "-m", "http.server", "0", "--bind", "127.0.0.1"]})).await;
+    assert_eq!(v["name"], "http.server", "{v}");
+    let stop = s.ok("process_stop", json!({"id": v["id"]})).await;
+    assert_eq!(stop["stopped"][0]["lines"][0], format!("Stopped http.server ({}).", v["id"].as_str().unwrap()));
+    s.close().await;
+}
+
+/// `process_wait {}` waits for the processes expected to end (started without `ready`), not
+/// for the dev server beside them.
+#[tokio::test]
+async fn wait_with_no_ids_waits_for_the_build_not_the_server() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let server = s.ok("process_start", json!({"command": "echo up; sleep 100", "ready": {"logPattern": "^up$"}})).await;
+    let build = s.ok("process_start", json!({"command": "sleep 0.3; echo built"})).await;
+    let t0 = Instant::now();
+    let w = s.ok("process_wait", json!({})).await;
+    let took = t0.elapsed();
+    assert!(took < SECS(10), "waited {took:?}: {w}");
+    assert_eq!(w["done"], true, "{w}");
+    let ids: Vec<&Value> = w["waited"].as_array().unwrap().iter().map(|x| &x["id"]).collect();
+    assert_eq!(ids, vec![&build["id"]], "{w}");
+    assert!(alive(server["pid"].as_i64().unwrap() as i32));
+    s.ok("process_stop", json!({"all": true})).await;
+    s.close().await;
+}
+
+/// Regression (issue 20): stdin EOF during an in-flight `process_wait` ends the server at once
+/// (it used to take 5 s).
+#[tokio::test]
+async fn stdin_eof_during_a_wait_ends_the_server_within_100ms() {
+    let (state, guard) = (State::new(), Guard::new());
+    let mut child = std::process::Command::new(common::bin())
+        .arg("mcp")
+        .env("SHEEPDOG_STATE_DIR", state.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    guard.track_child(&child);
+    let mut stdin = child.stdin.take().unwrap();
+    let lines = common::Lines::new(child.stdout.take().unwrap());
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    writeln!(stdin, "{init}").unwrap();
+    lines.next(SECS(10));
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).unwrap();
+    let call = |id: u64, name: &str, args: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": args}});
+    writeln!(stdin, "{}", call(1, "process_start", json!({"command": "sleep 100", "keep": true}))).unwrap();
+    let started: Value = serde_json::from_str(&lines.next(SECS(10))).unwrap();
+    let pid = started["result"]["structuredContent"]["pid"].as_i64().unwrap() as i32;
+    let id = started["result"]["structuredContent"]["id"].clone();
+    writeln!(stdin, "{}", call(2, "process_wait", json!({"ids": [id], "timeoutMs": 30000}))).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(stdin);
+    let t0 = Instant::now();
+    let status = common::wait_child(&mut child, SECS(5));
+    let took = t0.elapsed();
+    eprintln!("exited {took:?} after stdin EOF during a wait");
+    assert!(status.success(), "{status:?}");
+    assert!(took < Duration::from_millis(100), "took {took:?}");
+    assert!(alive(pid), "the server's exit stopped a process");
+    let reg = sheepdog::registry::Registry::open(Some(state.path().to_path_buf())).unwrap();
+    let e = reg.find(id.as_str().unwrap()).unwrap();
+    sheepdog::manager::stop(&reg, &e, None).unwrap();
+}
+
+/// Regression (issue 20): each start left its supervisor a zombie child of the server. After
+/// 20 starts of `true`, the server has none.
+#[tokio::test]
+async fn the_server_leaves_no_zombie_supervisors() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    for _ in 0..20 {
+        s.ok("process_start", json!({"command": "true"})).await;
+    }
+    s.ok("process_wait", json!({"timeoutMs": 20000})).await;
+    let zombies = || sheepdog::os::procfs::all().into_iter().filter(|p| p.ppid == s.pid && p.is_zombie()).count();
+    let end = Instant::now() + SECS(5);
+    while zombies() > 0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(zombies(), 0, "zombie children of the server");
+    s.ok("process_clear", json!({"finished": true})).await;
+    assert_eq!(zombies(), 0);
+    s.close().await;
+}
+
+/// `stdin: "pipe"` and `process_write` answer a `read -p` prompt; `end` closes the input; the
+/// errors say why (no pipe, exited); the writer's fd never reaches the tree.
+#[tokio::test]
+async fn process_write_answers_a_prompt_and_fails_clearly() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let script = "read -p 'Proceed? [y/N] ' a; echo \"answer: $a\"; cat; echo 'input ended'";
+    let v = s.ok("process_start", json!({"argv": ["bash", "-c", script], "stdin": "pipe", "name": "ask"})).await;
+    assert_eq!(v["stdin"], "pipe", "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let pid = v["pid"].as_i64().unwrap() as i32;
+    // No process of the tree holds the FIFO open for writing.
+    let fifo = state.path().join("procs").join(&id).join("stdin");
+    for p in state.tree_pids(&id) {
+        for fd in std::fs::read_dir(format!("/proc/{p}/fd")).unwrap().flatten() {
+            if std::fs::read_link(fd.path()).ok().as_deref() == Some(fifo.as_path()) {
+                let info = std::fs::read_to_string(format!("/proc/{p}/fdinfo/{}", fd.file_name().to_string_lossy()))
+                    .unwrap_or_default();
+                let flags = info.lines().find_map(|l| l.strip_prefix("flags:")).unwrap_or("0").trim();
+                let mode = u32::from_str_radix(flags, 8).unwrap_or(0) & 3;
+                assert_eq!(mode, 0, "pid {p} holds the stdin FIFO for writing ({info})");
+            }
+        }
+    }
+    let w = s.ok("process_write", json!({"id": "ask", "input": "y\n"})).await;
+    assert_eq!(w["bytes"], 2, "{w}");
+    state.wait_log(&id, "combined.log", "[out] answer: y");
+    s.ok("process_write", json!({"id": id, "input": "more\n", "end": true})).await;
+    let r = s.ok("process_wait", json!({"ids": [id], "timeoutMs": 20000})).await;
+    assert_eq!(r["done"], true, "EOF reached cat: {r}");
+    assert!(r["waited"][0]["lastLines"].as_array().unwrap().contains(&json!("[out] input ended")), "{r}");
+    assert!(!alive(pid));
+    let e = s.call("process_write", json!({"id": id, "input": "late\n"})).await;
+    assert_eq!(e.is_error, Some(true));
+    assert!(text(&e).contains("has exited"), "{}", text(&e));
+    let plain = s.ok("process_start", json!({"command": "sleep 100"})).await;
+    let e = s.call("process_write", json!({"id": plain["id"], "input": "y\n"})).await;
+    assert_eq!(e.is_error, Some(true));
+    assert!(text(&e).contains("was not started with a stdin pipe"), "{}", text(&e));
+    s.ok("process_stop", json!({"all": true})).await;
     s.close().await;
 }

@@ -194,6 +194,10 @@ pub struct StartArgs {
     /// How long --ready-* may wait (default 30s).
     #[arg(long, value_name = "DUR", value_parser = parse_positive_duration, allow_hyphen_values = true)]
     ready_timeout: Option<Duration>,
+    /// The command's stdin: `null` (/dev/null, the default) or `pipe` (a pipe its supervisor
+    /// holds; write to it with `sheepdog send`).
+    #[arg(long, value_name = "MODE", value_enum, default_value = "null")]
+    stdin: StdinMode,
     /// The command, after `--`.
     #[arg(value_name = "CMD", trailing_var_arg = true)]
     command: Vec<OsString>,
@@ -319,6 +323,8 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         limits,
         ready,
         restart_of: None,
+        auto_name: None,
+        stdin_pipe: a.stdin == StdinMode::Pipe,
         argv: a.command,
     };
     let started = if a.replace { manager::start_replacing(&reg, req)? } else { manager::start_ready(&reg, req)? };
@@ -751,6 +757,66 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         outln!("{}", json!({ "stopped": list }));
     }
     Ok(code)
+}
+
+/// `start --stdin`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StdinMode {
+    /// /dev/null.
+    Null,
+    /// A pipe held by the supervisor (`sheepdog send` writes to it).
+    Pipe,
+}
+
+/// `sheepdog send`.
+#[derive(Debug, clap::Args)]
+pub struct SendArgs {
+    /// Id or name of an entry started with `--stdin pipe`.
+    #[arg(value_name = "ID|NAME")]
+    target: String,
+    /// Then end its input: the command reads EOF.
+    #[arg(long)]
+    eof: bool,
+    /// What to write, as is (add the newline yourself: `$'y\n'`); `-` reads it from stdin (at
+    /// most 64 KiB). Nothing: only `--eof`.
+    #[arg(value_name = "TEXT|-", allow_hyphen_values = true)]
+    text: Option<OsString>,
+}
+
+pub(super) fn send(a: SendArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    let input: Vec<u8> = match a.text.as_deref() {
+        Some(t) if t == "-" => {
+            let mut buf = Vec::new();
+            io::stdin()
+                .take(manager::SEND_MAX as u64 + 1)
+                .read_to_end(&mut buf)
+                .map_err(|e| CliError::usage(format!("send: unable to read stdin: {e}")))?;
+            buf
+        }
+        Some(t) => t.as_bytes().to_vec(),
+        None if a.eof => Vec::new(),
+        None => return Err(CliError::usage("send: give TEXT, - (read stdin) or --eof")),
+    };
+    let reg = open(dir)?;
+    let e = reg.find(&a.target)?;
+    let status = manager::live_status(&e, &Default::default());
+    let finished = status.is_finished().then(|| view::status_text(&e, status));
+    let n = manager::send(&reg, &e, finished, &input, a.eof).map_err(|err| {
+        let code = match err {
+            manager::SendError::NoPipe(_) | manager::SendError::TooLong(_) => exit::USAGE,
+            manager::SendError::Full { .. } => exit::TIMED_OUT,
+            _ => exit::REFUSED,
+        };
+        CliError::new(code, err.to_string())
+    })?;
+    if json {
+        outln!("{}", json!({"id": e.id, "bytes": n, "eof": a.eof}));
+    } else {
+        outln!("Sent {n} bytes to {}{}.", e.label(), if a.eof { " and closed its stdin" } else { "" });
+    }
+    Ok(0)
 }
 
 /// `sheepdog update`.

@@ -91,6 +91,8 @@ enum Command {
     Restart(manage::RestartArgs),
     /// Change a process's cleanup command or name (running or exited entries).
     Update(manage::UpdateArgs),
+    /// Write to the stdin of a process started with `--stdin pipe` (`--eof`: then close it).
+    Send(manage::SendArgs),
     /// Block until managed processes exit; exit with the (last) one's status.
     Wait(manage::WaitArgs),
     /// Stop what a crash left behind (entries whose supervisor is gone) and record it.
@@ -217,6 +219,7 @@ pub fn main() -> i32 {
         Command::Restart(a) => manage::restart(a, dir, json),
         Command::Stop(a) => manage::stop(a, dir, json),
         Command::Update(a) => manage::update(a, dir, json),
+        Command::Send(a) => manage::send(a, dir, json),
         Command::Wait(a) => manage::wait(a, dir, json),
         Command::Reap(a) => manage::reap(a, dir, json),
         Command::Clear(a) => manage::clear(a, dir, json),

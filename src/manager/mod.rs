@@ -38,7 +38,10 @@ use crate::sys::{Pgid, Pid, Signal, WaitStatus, procfs};
 use crate::tree::{Census, ID_ENV, Member, TAG_ENV, Tree};
 
 mod inspect;
+mod stdin;
 mod supervise;
+
+pub use stdin::{SEND_MAX, SEND_TIMEOUT, SendError, send};
 
 pub use inspect::{live_status, live_tree, record_containment, recorded_alive, recorded_tree};
 use supervise::Handshake;
@@ -127,6 +130,11 @@ pub struct StartRequest {
     pub ready: Option<ReadySpec>,
     /// The entry this start replaces (`restart`, `start --replace`).
     pub restart_of: Option<String>,
+    /// Shown when `name` is `None` (see [`registry::derived_name`]); not unique.
+    pub auto_name: Option<String>,
+    /// `--stdin pipe`: the command's stdin is a FIFO its supervisor holds (see [`send`]);
+    /// false: `/dev/null`.
+    pub stdin_pipe: bool,
     pub argv: Vec<OsString>,
 }
 
@@ -213,6 +221,8 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         pids_max: req.limits.pids_max,
         ready: req.ready.clone(),
         restart_of: req.restart_of.clone(),
+        auto_name: req.auto_name.clone().filter(|_| req.name.is_none()),
+        stdin_pipe: req.stdin_pipe,
         env: req
             .env
             .iter()
@@ -1041,6 +1051,8 @@ pub fn request_of(e: &Entry) -> StartRequest {
         restart_of: None,
         containment: e.containment_asked.as_deref().and_then(cgroup::Mode::parse).unwrap_or_default(),
         limits: cgroup::Limits { memory_max: e.memory_max, pids_max: e.pids_max },
+        auto_name: e.auto_name.clone(),
+        stdin_pipe: e.stdin_pipe,
         argv: e.argv.iter().map(|a| a.as_os_str().to_os_string()).collect(),
     }
 }

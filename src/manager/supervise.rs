@@ -84,12 +84,21 @@ pub fn run_supervisor(
         Ok(l) => l,
         Err(e) => return fail(exit::USAGE, format!("unable to open logs in {}: {e}", reg.dir(id).display())),
     };
+    // `--stdin pipe`: the command reads a FIFO this supervisor holds open (stdin.rs).
+    let (stdin_pipe, stdin) = if entry.stdin_pipe {
+        match super::stdin::StdinPipe::open(&reg.dir(id)) {
+            Ok((pipe, reader)) => (Some(pipe), Stdio::from(reader)),
+            Err(e) => return fail(exit::USAGE, format!("unable to make the stdin pipe: {e}")),
+        }
+    } else {
+        (None, Stdio::null())
+    };
     let opts = Options {
         argv,
         spawn: SpawnOptions {
             cwd: Some(cwd),
             env: vec![(ID_ENV.into(), id.into()), (TAG_ENV.into(), entry.tag.clone().into())],
-            stdio: Some((Stdio::null(), Stdio::from(out_w), Stdio::from(err_w))),
+            stdio: Some((stdin, Stdio::from(out_w), Stdio::from(err_w))),
         },
         owner: entry.owner_pid.and_then(Pid::new).map(Owner::Process),
         on_stdin_eof: OnStdinEof::Ignore,
@@ -104,6 +113,7 @@ pub fn run_supervisor(
         logs,
         pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
         seen: Default::default(),
+        stdin: stdin_pipe,
     };
     // The handlers outlive the tree: a stop that arrives while a cleanup is pending is heard.
     let signals = match supervisor::install_signals() {
@@ -115,6 +125,7 @@ pub fn run_supervisor(
         Err(supervisor::Error::Containment(r)) => return fail(exit::USAGE, r.render(name)),
         Err(e) => return fail(e.exit_code(), e.to_string()),
     };
+    managed.stdin = None;
     managed.drain(DRAIN_AFTER_EXIT);
     managed.logs.flush_partials();
     managed.finish(&outcome);
@@ -137,6 +148,8 @@ struct Managed<'a> {
     pipes: Vec<(File, Stream)>,
     /// Descendants last recorded in the entry: (pid, start time).
     seen: std::collections::HashSet<(i32, u64)>,
+    /// `--stdin pipe`, until the input is ended or the tree is gone.
+    stdin: Option<super::stdin::StdinPipe>,
 }
 
 /// At most this many descendants are recorded in an entry: 4096 (the oldest first). A tree
@@ -395,11 +408,27 @@ impl Observer for Managed<'_> {
         true
     }
 
+    fn handed_to_keeper(&mut self) {
+        // The keeper holds the stdin pipe; the FIFOs stay for it (forget, do not remove).
+        if let Some(pipe) = self.stdin.take() {
+            pipe.forget();
+        }
+    }
+
     fn fds(&self) -> Vec<RawFd> {
-        self.pipes.iter().map(|(p, _)| p.as_raw_fd()).collect()
+        self.pipes.iter().map(|(p, _)| p.as_raw_fd()).chain(self.stdin.as_ref().map(|s| s.ctl_fd())).collect()
     }
 
     fn ready(&mut self, fd: RawFd) {
+        if let Some(pipe) = self.stdin.as_mut()
+            && pipe.ctl_fd() == fd
+        {
+            if pipe.end_requested() {
+                self.stdin = None;
+                self.logs.marker("stdin closed (end of input sent)");
+            }
+            return;
+        }
         self.read_fd(fd);
     }
 }

@@ -18,6 +18,7 @@
 
 mod news;
 mod owner;
+mod schema;
 mod server;
 mod transport;
 
@@ -32,6 +33,10 @@ use sheepdog::registry::Registry;
 /// Status of the server's own errors (bad arguments, an unusable state dir): 125, as the CLI.
 const EXIT_USAGE: i32 = sheepdog::exit::USAGE;
 
+/// How often the server reaps the supervisors it started that have exited: every 1 s (and
+/// around every tool call), so none stays a zombie.
+const REAP_EVERY: Duration = Duration::from_secs(1);
+
 /// After stdin EOF, how long the server waits at most for stops, restarts and cleanups that a
 /// tool call began: 60 s (a stop's bound with a 10 s cleanup is well under it). Waits, log reads
 /// and lists are abandoned at once.
@@ -43,7 +48,8 @@ const FINISH_MUTATIONS: Duration = Duration::from_secs(60);
     bin_name = "sheepdog mcp",
     version,
     about = "MCP server on stdio: background processes as tools for an agent (process_start, process_list, \
-             process_logs, process_wait, process_stop, process_restart, process_update, process_clear)."
+             process_logs, process_wait, process_stop, process_restart, process_update, process_clear, \
+             process_write)."
 )]
 struct Args {
     /// The agent whose death stops the processes started here (default: the client process
@@ -101,7 +107,18 @@ fn main() {
                 return 0;
             }
         };
-        let _ = service.waiting().await;
+        tokio::spawn(async {
+            let mut tick = tokio::time::interval(REAP_EVERY);
+            loop {
+                tick.tick().await;
+                server::reap_supervisors();
+            }
+        });
+        // stdin EOF ends the service; a call in flight (a 45 s wait) is not waited for.
+        tokio::select! {
+            _ = service.waiting() => {}
+            _ = transport::eof() => {}
+        }
         0
     });
     // stdin reached EOF: exit at once, but let a stop or cleanup a tool call began finish, so no

@@ -26,18 +26,27 @@ const NEWS_LINES: usize = 5;
 pub struct Finished {
     /// The process id (`proc_N`).
     pub id: String,
-    /// Its name, else its program's name.
+    /// Its name, else one derived from what it ran.
     pub name: String,
     /// `exited`, `killed`, `stopped`, `timedOut`, `reaped` or `lost`.
     pub status: String,
     /// The human form: `exited (1)`, `killed (SIGKILL)`, `timed out after 2s`.
     pub status_text: String,
     /// The exit code, when it exited by itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     /// The signal that ended it, when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<String>,
-    /// The last lines of its combined log (`[out] `/`[err] `/`[sheepdog] ` prefixed).
+    /// The last lines (at most 5, each at most 512 bytes) of its combined log (`[out] `/`[err] `/
+    /// `[sheepdog] ` prefixed).
     pub last_lines: Vec<String>,
+}
+
+/// The news of one reply: what fits in its budget, and how many more wait for the next reply.
+pub struct News {
+    pub items: Vec<Finished>,
+    pub omitted: usize,
 }
 
 /// Entries a tool call of this server is acting on (stopping, waiting for, restarting): their
@@ -99,14 +108,16 @@ pub fn claim(reg: &Registry, id: &str) -> bool {
     claimed
 }
 
-/// The news for a reply: claims every finished, unreported entry of this agent and returns
-/// those not in `told` (the ones the reply itself reports, claimed silently).
-pub fn collect(ctx: &Ctx, told: &[String]) -> Vec<Finished> {
+/// The news for a reply: claims the finished, unreported entries of this agent that fit in
+/// `budget` bytes of JSON and returns them, except those in `told` (the ones the reply itself
+/// reports, claimed silently). Those that do not fit stay unclaimed, counted in `omitted`.
+pub fn collect(ctx: &Ctx, told: &[String], budget: usize) -> News {
     for id in told {
         claim(&ctx.reg, id);
     }
     let (entries, _) = ctx.reg.list();
     let mut out = Vec::new();
+    let (mut used, mut omitted) = (0usize, 0usize);
     for e in entries {
         // Reported once its cleanup (if one runs) is done, so the news is the whole story.
         if e.finished_reported_at.is_some() || !e.is_finished() || !is_mine(ctx, &e) || e.cleanup_running() {
@@ -115,27 +126,37 @@ pub fn collect(ctx: &Ctx, told: &[String]) -> Vec<Finished> {
         if !told.contains(&e.id) && is_busy(&e.id) {
             continue;
         }
-        if !claim(&ctx.reg, &e.id) {
-            continue;
-        }
-        let e = ctx.reg.read(&e.id).unwrap_or(e);
-        out.push(Finished {
+        let item = Finished {
             name: e.display_name(),
             status: e.status.as_str().into(),
             status_text: sheepdog::view::status_text(&e, e.status),
             exit_code: e.exit_code,
             signal: e.signal.clone(),
             last_lines: last_lines(&ctx.reg, &e.id, NEWS_LINES),
-            id: e.id,
-        });
+            id: e.id.clone(),
+        };
+        let size = serde_json::to_string(&item).map_or(0, |s| s.len());
+        if used + size > budget {
+            omitted += 1;
+            continue;
+        }
+        if !claim(&ctx.reg, &e.id) {
+            continue;
+        }
+        used += size;
+        out.push(item);
     }
-    out
+    News { items: out, omitted }
 }
 
-/// News as text for the model: one line per process, then its last lines indented.
-pub fn text(news: &[Finished]) -> String {
+/// News as text for the model: one line per process, then its last lines indented; then how
+/// many more wait for the next reply.
+pub fn text(news: &[Finished], omitted: usize) -> String {
     let mut s = String::new();
     if news.is_empty() {
+        if omitted > 0 {
+            s.push_str(&format!("{omitted} more finished processes are reported in the next reply.\n"));
+        }
         return s;
     }
     s.push_str("Finished since the last reply:\n");
@@ -144,6 +165,9 @@ pub fn text(news: &[Finished]) -> String {
         for l in &n.last_lines {
             s.push_str(&format!("    {l}\n"));
         }
+    }
+    if omitted > 0 {
+        s.push_str(&format!("({omitted} more: reported in the next reply)\n"));
     }
     s
 }

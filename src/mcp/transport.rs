@@ -22,6 +22,15 @@ use tokio::sync::Mutex;
 /// The longest line accepted: 16 MiB. A longer one is answered with Invalid Request and skipped.
 const MAX_LINE: usize = 16 << 20;
 
+/// Set once stdin reached EOF: the client is gone, and the server exits without waiting for
+/// reads and waits in flight (a `process_wait` may have 45 s to go).
+static EOF: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Resolves once stdin reached EOF.
+pub async fn eof() {
+    EOF.notified().await
+}
+
 /// stdin/stdout as an rmcp transport.
 pub struct Stdio {
     input: BufReader<tokio::io::Stdin>,
@@ -69,6 +78,24 @@ impl Stdio {
         if text.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
+        // `tools/call` whose `arguments` is not an object: Invalid params (-32602), as JSON-RPC
+        // says, naming the field (rmcp would answer "method not found" with the method's name).
+        if let Ok(value) = serde_json::from_slice::<Value>(text)
+            && value.get("method").and_then(Value::as_str) == Some("tools/call")
+            && let Some(id) = value.get("id")
+        {
+            let params = value.get("params");
+            let bad = match params {
+                Some(Value::Object(p)) => p.get("arguments").is_some_and(|a| !a.is_object() && !a.is_null()),
+                Some(Value::Null) | None => false,
+                Some(_) => true,
+            };
+            if bad {
+                let what = if params.is_some_and(Value::is_object) { "`arguments`" } else { "`params`" };
+                self.reply_error(id.clone(), -32602, format!("Invalid params: {what} must be an object"));
+                return None;
+            }
+        }
         match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(text) {
             Ok(msg) => Some(msg),
             Err(e) if e.is_syntax() || e.is_eof() => {
@@ -114,11 +141,15 @@ impl rmcp::transport::Transport<RoleServer> for Stdio {
                 let room = (MAX_LINE + 1).saturating_sub(self.line.len()) as u64;
                 let n = match (&mut self.input).take(room.max(1)).read_until(b'\n', &mut self.line).await {
                     Ok(n) => n,
-                    Err(_) => return None,
+                    Err(_) => {
+                        EOF.notify_one();
+                        return None;
+                    }
                 };
                 if n == 0 {
                     // EOF: a last line without its newline still counts.
                     if self.line.is_empty() || self.skipping {
+                        EOF.notify_one();
                         return None;
                     }
                     self.line.push(b'\n');

@@ -374,3 +374,27 @@ pub(crate) fn reset_for_exec() -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Clears `O_NONBLOCK` on `fd` (a FIFO opened non-blocking, about to be a command's stdin).
+pub fn set_blocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd number with integer arguments; a closed fd yields EBADF.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// `mkfifo(path, mode)`: a named pipe (std's `mkfifo` is not stable yet).
+///
+/// Errors: the OS error (EEXIST when something is already there).
+pub fn mkfifo(path: &std::path::Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))?;
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), mode as libc::mode_t) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}

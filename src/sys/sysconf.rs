@@ -15,3 +15,11 @@ pub fn page_size() -> u64 {
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if n > 0 { n as u64 } else { 4096 }
 }
+
+/// `sysconf(_SC_ARG_MAX)`: bytes an `exec` may pass in arguments and environment together.
+/// Falls back to 131 072 (POSIX's least) if the call fails.
+pub fn arg_max() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
+    if n > 0 { n as u64 } else { 131_072 }
+}
