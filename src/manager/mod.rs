@@ -769,7 +769,8 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             continue;
         }
         let tree = recorded_tree(&e).filter(|_| recorded_alive(&e, &census));
-        let live = tree.as_ref().map(|t| t.live().len()).unwrap_or(0);
+        // A populated cgroup is never "nothing alive", even when no member can be listed.
+        let live = tree.as_ref().map(|t| t.live().len().max(usize::from(!t.is_gone()))).unwrap_or(0);
         let Some(tree) = tree.filter(|_| live > 0) else {
             if e.pid.is_none() && registry::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
                 if !dry_run && e.supervisor_pid.is_some() {
