@@ -59,6 +59,9 @@ enum Scope {
         members: Vec<Member>,
         /// The provider's session: with the group, evidence for members that lost their tag.
         sid: Option<i32>,
+        /// The recorded identities that may hold the group's or the session's number as their
+        /// own pid (the provider, the supervisor): see [`numbers_reused`].
+        leaders: Vec<Member>,
     },
 }
 
@@ -114,6 +117,7 @@ impl Tree {
                 tag: tag.to_string(),
                 members: Vec::new(),
                 sid: None,
+                leaders: vec![Member { pid: provider, start_time: Some(provider_start) }],
             },
             pgid,
             leader_held: Cell::new(false),
@@ -149,11 +153,14 @@ impl Tree {
     /// time still matches), and the provider's session `sid`: a process in the recorded group
     /// *and* session, of the same uid, started no earlier than the provider, is the entry's
     /// (those two numbers could only have been reused after every member of both had died).
+    /// `supervisor` is the recorded supervisor (the session's leader when it made one): the
+    /// group and session count only while their numbers are not reused ([`numbers_reused`]).
     /// No effect on a supervised tree.
-    pub fn with_evidence(mut self, recorded: Vec<Member>, session: Option<i32>) -> Tree {
-        if let Scope::Recorded { members, sid, .. } = &mut self.scope {
+    pub fn with_evidence(mut self, recorded: Vec<Member>, session: Option<i32>, supervisor: Option<Member>) -> Tree {
+        if let Scope::Recorded { members, sid, leaders, .. } = &mut self.scope {
             *members = recorded;
             *sid = session;
+            leaders.extend(supervisor);
         }
         self
     }
@@ -198,7 +205,10 @@ impl Tree {
                     push(Member { pid: Pid::new(self.pgid.as_raw()).unwrap_or(*root), start_time: None }, &mut out);
                 }
             }
-            Scope::Recorded { provider, provider_start, uid, tag, members, sid } => {
+            Scope::Recorded { provider, provider_start, uid, tag, members, sid, leaders } => {
+                // Looked at once: the recorded group and session are the entry's only while
+                // their numbers have not been handed to new ones.
+                let sid = sid.filter(|sid| !numbers_reused(&[self.pgid.as_raw(), *sid], leaders, *provider_start));
                 for s in procfs::all() {
                     if s.is_zombie() || s.start_time < *provider_start {
                         continue;
@@ -347,6 +357,20 @@ pub fn signal_member(m: &Member, sig: Signal) -> bool {
     }
 }
 
+/// True if any of `numbers` (a recorded process group or session) has been reallocated: a
+/// process now has that number as its pid, is none of the recorded `leaders` (by start time;
+/// zombies count, a zombie still holds its pid), and started no earlier than `min_start` (the
+/// provider). The kernel never hands out a pid that a live group or session still uses as its
+/// id, so then the recorded group or session is gone and the one of that number is new: its
+/// members are not the entry's. A holder older than the provider was there all along (a
+/// session the entry did not make) and says nothing.
+pub fn numbers_reused(numbers: &[i32], leaders: &[Member], min_start: u64) -> bool {
+    numbers.iter().filter_map(|n| Pid::new(*n)).any(|n| match procfs::stat(n) {
+        Ok(s) => s.start_time >= min_start && !leaders.iter().any(|l| l.pid == n && l.start_time == Some(s.start_time)),
+        Err(_) => false,
+    })
+}
+
 /// A live process as a [`Census`] keeps it: start time (clock ticks) and owner uid.
 type Seen = (u64, Option<u32>);
 
@@ -382,9 +406,11 @@ impl Census {
     }
 
     /// True if a live process is in group `pgid` and session `sid`, belongs to `uid` and started
-    /// no earlier than `min_start` (see `Tree::with_evidence`).
-    pub fn group_alive(&self, pgid: i32, sid: i32, uid: u32, min_start: u64) -> bool {
+    /// no earlier than `min_start`, while neither number has been reused since `leaders` held
+    /// them (see `Tree::with_evidence` and [`numbers_reused`]).
+    pub fn group_alive(&self, pgid: i32, sid: i32, uid: u32, min_start: u64, leaders: &[Member]) -> bool {
         self.by_group.get(&(pgid, sid)).is_some_and(|v| v.iter().any(|(t, u)| *t >= min_start && *u == Some(uid)))
+            && !numbers_reused(&[pgid, sid], leaders, min_start)
     }
 
     /// True if the process `pid` started at `start_time` is alive (not a zombie).
