@@ -371,6 +371,31 @@ pub fn numbers_reused(numbers: &[i32], leaders: &[Member], min_start: u64) -> bo
     })
 }
 
+/// Why a stop could not end `members` (what still lives after it), when the reason is that this
+/// process may not signal some of them (EPERM: another user's, a setuid helper that became
+/// root): one line, `1 process of uid 0 could not be signalled: permission denied`, counted per
+/// owner uid, lowest first. `None` when every one of them may be signalled.
+pub fn denied_line(members: &[Member]) -> Option<String> {
+    let mut by_uid: std::collections::BTreeMap<Option<u32>, usize> = std::collections::BTreeMap::new();
+    for m in members.iter().filter(|m| process::signal_denied(m.pid)) {
+        *by_uid.entry(procfs::uid(m.pid)).or_default() += 1;
+    }
+    if by_uid.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = by_uid
+        .iter()
+        .map(|(uid, n)| {
+            let what = if *n == 1 { "process" } else { "processes" };
+            match uid {
+                Some(u) => format!("{n} {what} of uid {u}"),
+                None => format!("{n} {what} of another user"),
+            }
+        })
+        .collect();
+    Some(format!("{} could not be signalled: permission denied", parts.join(" and ")))
+}
+
 /// A live process as a [`Census`] keeps it: start time (clock ticks) and owner uid.
 type Seen = (u64, Option<u32>);
 

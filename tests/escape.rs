@@ -180,3 +180,118 @@ fn issue16_reap_after_a_supervisor_sigkill_frees_a_zombie_leaders_port() {
 fn pid_of(v: &serde_json::Value) -> sheepdog::os::Pid {
     pid(v.as_i64().unwrap() as i32)
 }
+
+/// A setuid-root helper as a real one behaves: it becomes root for good (`setuid(0)`, so the
+/// user who ran it may no longer signal it), then runs its arguments.
+const BECOME_ROOT_C: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (argc < 2 || setgid(0) || setuid(0)) { perror("become-root"); return 1; }
+    execvp(argv[1], argv + 1);
+    perror("exec");
+    return 127;
+}
+"#;
+
+/// The owner of `/proc/PID`: the process's uid.
+fn uid_of(raw: i32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{raw}")).ok().map(|m| m.uid())
+}
+
+/// The uid sheepdog runs as in the permission test: `nobody`.
+const NOBODY: u32 = 65534;
+
+#[test]
+fn issue16_a_member_that_became_root_is_reported_not_stopped_and_a_second_stop_tries_again() {
+    if sheepdog::os::process::getuid() != 0 {
+        println!("SKIPPED: needs root, to run sheepdog as uid {NOBODY} with a setuid-root member");
+        return;
+    }
+    let st = State::new();
+    let leaders = Leaders::default();
+    use std::os::unix::fs::PermissionsExt;
+    // A directory every user may enter, holding the helper (setuid root) and the state dir
+    // (owned by the unprivileged user, as its own would be).
+    std::fs::set_permissions(st.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let Some(helper) = compile(st.path(), "become-root", BECOME_ROOT_C) else { return };
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let state = st.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&state, Some(NOBODY), Some(NOBODY)).unwrap();
+    let as_nobody = |args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups", bin()])
+            .arg("--state-dir")
+            .arg(&state)
+            .args(args)
+            .env_remove("SHEEPDOG_STATE_DIR")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("setpriv");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = as_nobody(&[
+        "start",
+        "--json",
+        "--name",
+        "suid",
+        "--term-grace",
+        "200ms",
+        "--kill-wait",
+        "300ms",
+        "--",
+        helper.to_str().unwrap(),
+        "sleep",
+        "1000",
+    ]);
+    if code != Some(0) && err.contains("setpriv") {
+        println!("SKIPPED: setpriv is refused here: {err}");
+        return;
+    }
+    assert_eq!(code, Some(0), "{out} {err}");
+    let e: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let id = e["id"].as_str().unwrap().to_string();
+    let provider = e["pid"].as_i64().unwrap() as i32;
+    leaders.track(provider);
+    // Once it has become root, the user who started it may not signal it.
+    let end = Instant::now() + SECS(5);
+    while uid_of(provider) != Some(0) || !sheepdog::os::procfs::cmdline(pid(provider)).starts_with("sleep") {
+        assert!(Instant::now() < end, "the helper never became root");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let line = "1 process of uid 0 could not be signalled: permission denied";
+    let (code, out, err) = as_nobody(&["stop", "suid"]);
+    assert!(out.lines().any(|l| l == line), "stop names what it could not stop: {out:?} {err:?}");
+    assert!(!out.contains("Stopped"), "{out:?}");
+    assert_eq!(code, Some(124), "{out} {err}");
+    let (_, ps, _) = as_nobody(&["ps", "--all", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(ps.trim()).unwrap();
+    let e = v["entries"].as_array().unwrap().iter().find(|x| x["id"] == id).cloned().unwrap();
+    assert_eq!(e["treeGone"], false, "{e}");
+    assert_ne!(e["statusText"], "stopped", "{e}");
+    assert!(e["statusText"].as_str().unwrap().contains(line), "{e}");
+    let (_, table, _) = as_nobody(&["ps", "--all"]);
+    assert!(table.contains("not stopped"), "{table}");
+    // A second stop tries again, and says so again: it has not been stopped.
+    let (code, out, err) = as_nobody(&["stop", "suid"]);
+    assert!(out.lines().any(|l| l == line), "the second stop tried again: {out:?} {err:?}");
+    assert!(!out.contains("already"), "{out:?}");
+    assert_eq!(code, Some(124), "{out} {err}");
+    assert!(sheepdog::os::procfs::is_alive(pid(provider)), "the root member lives on (nobody could stop it)");
+    // Once the member is gone (ended here, by root), the next stop finds the tree gone and
+    // records it.
+    let _ = sheepdog::os::process::kill(pid(provider), sheepdog::os::Signal::KILL);
+    assert!(wait_gone(&[provider], SECS(2)).is_empty());
+    let (code, out, err) = as_nobody(&["stop", "suid"]);
+    assert_eq!(code, Some(0), "{out} {err}");
+    let (_, ps, _) = as_nobody(&["ps", "--all", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(ps.trim()).unwrap();
+    assert_eq!(v["entries"][0]["treeGone"], true, "{v}");
+}

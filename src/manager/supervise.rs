@@ -222,6 +222,9 @@ impl Managed<'_> {
     fn finish(&mut self, outcome: &Outcome) {
         let mut text = String::new();
         let mut claimed = false;
+        // An unfinished stop: who is left, by identity (a later stop or reap looks for them), and
+        // the reason when it is a refused signal.
+        let denied = crate::tree::denied_line(&outcome.left);
         let mut apply = |e: &mut Entry| {
             if e.is_finished() && outcome.trigger == Some(Trigger::SupervisorKilled) {
                 // The keeper recorded the result and was killed afterwards (during the cleanup
@@ -232,7 +235,19 @@ impl Managed<'_> {
                 return;
             }
             let (status, t) = result_status(outcome, e.timeout_ms);
-            text = t;
+            text = match &denied {
+                Some(line) => format!("not stopped: {line}"),
+                None => t,
+            };
+            if !outcome.left.is_empty() {
+                let mut list = e.members.clone();
+                list.extend(outcome.left.iter().filter_map(|m| {
+                    Some(registry::RecordedMember { pid: m.pid.as_raw(), start_time: m.start_time? })
+                }));
+                list.sort_by_key(|m| (m.pid, m.start_time));
+                list.dedup();
+                e.record_members(list, MAX_RECORDED_MEMBERS);
+            }
             e.record_result(registry::SupervisorResult {
                 status,
                 text: text.clone(),
