@@ -256,7 +256,7 @@ impl Tree {
             Scope::Supervised { root, foreign } => {
                 // Fast path: the walk covers every descendant; the full scan for group members
                 // that are not descendants runs only while the group still has any member.
-                if walk(*root, foreign).iter().any(|s| !s.is_zombie()) {
+                if any_live_descendant(*root, foreign) {
                     return false;
                 }
                 if !process::group_exists(self.pgid) {
@@ -271,32 +271,79 @@ impl Tree {
     /// Sends each of `sigs`, in order, to the whole tree after one scan. Returns how many
     /// received the first (the group counting as one).
     ///
-    /// While the group number is safe, `kill(-pgid)` reaches every group member at once; the
-    /// per-process signals then go only to processes outside the group (no member gets a
-    /// signal twice, which some programs read as "force quit"), and no full `/proc` scan is
-    /// needed. After the leader is reaped, members are found by scanning and signalled one by one.
+    /// While the group number is safe (the leader is not reaped, or a child of this process is
+    /// still in the group: [`Tree::group_held`]), `kill(-pgid)` reaches every group member at
+    /// once, first; the per-process signals then go only to processes outside the group (no
+    /// member gets a signal twice, which some programs read as "force quit"), and no full
+    /// `/proc` scan is needed. Otherwise members are found by scanning and signalled one by one.
     pub fn signal_all(&self, sigs: &[Signal]) -> usize {
         if let Some(cg) = &self.cgroup {
             return cg.signal_all(sigs);
         }
-        let group_kill = self.leader_held.get() || !cfg!(target_os = "linux");
+        let group_kill = self.leader_held.get() || !cfg!(target_os = "linux") || self.group_held();
+        // The group first, in one atomic signal, before the walk below gives a fork storm time
+        // (and, on a loaded CPU, its share of it) to grow. A batch that ends in SIGCONT (the
+        // SIGTERM of a stop) holds the group frozen (SIGSTOP) during the walk instead, and is
+        // sent after it: SIGTERM then lands on a group that SIGCONT wakes, as always.
+        let send_group = |sigs: &[Signal]| {
+            let mut first = false;
+            for (i, sig) in sigs.iter().enumerate() {
+                let sent = matches!(process::kill_group(self.pgid, *sig), Ok(process::Sent::Delivered));
+                if i == 0 {
+                    first = sent;
+                }
+            }
+            first
+        };
+        let hold = group_kill && sigs.contains(&Signal::CONT);
+        let mut group = false;
+        if hold {
+            send_group(&[Signal::STOP]);
+        } else if group_kill {
+            group = send_group(sigs);
+        }
+        // Processes started after the group signal are not walked into: a chain of forks could
+        // keep the walk chasing it, and the next signal's walk finds what this one left.
+        let began = procfs::now_ticks().map(|t| t + 1);
         let members: Vec<Member> = match (&self.scope, group_kill) {
-            (Scope::Supervised { root, foreign }, true) => walk(*root, foreign)
-                .iter()
-                .filter(|s| !s.is_zombie() && s.pgrp != self.pgid.as_raw())
-                .map(Member::from_stat)
-                .collect(),
+            (Scope::Supervised { root, foreign }, true) => procfs::descendants_except(*root, |s| {
+                began.is_some_and(|t| s.start_time > t)
+                    || foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time))
+            })
+            .iter()
+            .filter(|s| !s.is_zombie() && s.pgrp != self.pgid.as_raw())
+            .map(Member::from_stat)
+            .collect(),
             _ => self.live(),
         };
         let mut count = 0;
         for (i, sig) in sigs.iter().enumerate() {
-            let group = group_kill && matches!(process::kill_group(self.pgid, *sig), Ok(process::Sent::Delivered));
             let n = members.iter().filter(|m| signal_member(m, *sig)).count();
             if i == 0 {
-                count = n + usize::from(group);
+                count = n;
             }
         }
-        count
+        if hold {
+            group = send_group(sigs);
+        }
+        count + usize::from(group)
+    }
+
+    /// True if a child of this process that is the tree's (alive, or a zombie not yet reaped)
+    /// is in the provider's group: the kernel hands a group's number out again only once no
+    /// process, zombies included, uses it, and this single-threaded supervisor reaps nothing
+    /// between this check and the `kill(-pgid)` that follows, so the group is still the tree's.
+    /// This keeps the one atomic signal to a group after the provider was reaped: a fork storm
+    /// in the group cannot outrun it, where one-by-one signals chase new pids.
+    fn group_held(&self) -> bool {
+        let Scope::Supervised { root, foreign } = &self.scope else { return false };
+        if *root != process::getpid() {
+            return false;
+        }
+        procfs::children(*root).into_iter().filter_map(|p| procfs::stat(p).ok()).any(|s| {
+            s.pgrp == self.pgid.as_raw()
+                && !foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time))
+        })
     }
 
     /// Passes a signal on to the provider's process group (while the group number is safe),
@@ -332,6 +379,26 @@ pub fn foreign_children() -> Vec<Member> {
         .filter(|s| !s.is_zombie())
         .map(|s| Member::from_stat(&s))
         .collect()
+}
+
+/// True at the first live (non-zombie) descendant of `root` outside the subtrees of `foreign`.
+/// Children are looked at newest first: after a storm of exits the oldest are thousands of
+/// zombies waiting to be reaped, and the live ones were re-parented last.
+fn any_live_descendant(root: Pid, foreign: &[Member]) -> bool {
+    let mut queue = vec![root];
+    while let Some(pid) = queue.pop() {
+        for child in procfs::children(pid).into_iter().rev() {
+            let Ok(s) = procfs::stat(child) else { continue };
+            if foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time)) {
+                continue;
+            }
+            if !s.is_zombie() {
+                return true;
+            }
+            queue.push(child);
+        }
+    }
+    false
 }
 
 /// Every descendant of `root` (zombies included), skipping the subtrees of `foreign` members.

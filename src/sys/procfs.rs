@@ -29,6 +29,9 @@ pub struct Stat {
     /// Field 22: start time after boot, in clock ticks. With the boot id and the pid, this is
     /// what tells a process from a later one that reuses its pid.
     pub start_time: u64,
+    /// Field 20: threads in the group (a plain zombie has 1, a zombie leader whose workers run
+    /// more).
+    pub num_threads: u64,
     /// True for a zombie leader (`state` `Z`) while another thread of its group still runs:
     /// the process is then alive. Always false from [`parse_stat`] alone; [`stat`] sets it.
     pub threads_live: bool,
@@ -60,6 +63,7 @@ pub fn parse_stat(line: &str) -> Option<Stat> {
         pgrp: field(5)?.parse().ok()?,
         session: field(6)?.parse().ok()?,
         start_time: field(22)?.parse().ok()?,
+        num_threads: field(20)?.parse().ok()?,
         threads_live: false,
     })
 }
@@ -70,8 +74,9 @@ pub fn stat(pid: Pid) -> io::Result<Stat> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let mut s = parse_stat(&text)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("unparsable /proc/{pid}/stat")))?;
-    // Only a `Z` leader costs the look at its threads.
-    if s.state == 'Z' {
+    // Only a `Z` leader with other threads costs the look at them (a fork storm leaves thousands
+    // of plain zombies, each with one).
+    if s.state == 'Z' && s.num_threads > 1 {
         s.threads_live = live_thread(pid).is_some();
     }
     Ok(s)
@@ -167,6 +172,14 @@ pub fn children(pid: Pid) -> Vec<Pid> {
 #[cfg(not(target_os = "linux"))]
 pub fn children(_pid: Pid) -> Vec<Pid> {
     Vec::new()
+}
+
+/// Clock ticks since boot now, from `/proc/uptime` (rounded up): a process whose start time is
+/// later began after this was read. `None` where it cannot be read.
+pub fn now_ticks() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/uptime").ok()?;
+    let secs: f64 = text.split_whitespace().next()?.parse().ok()?;
+    Some((secs * super::sysconf::clock_ticks_per_second() as f64).ceil() as u64)
 }
 
 /// Every descendant of `root` (not `root` itself), zombies included.
