@@ -7,6 +7,8 @@
 //! killed supervisor and provider can be reaped and their pids freed), which must not change
 //! how other tests' orphans are parented.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::process::Stdio;
