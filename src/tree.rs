@@ -153,14 +153,14 @@ impl Tree {
     /// time still matches), and the provider's session `sid`: a process in the recorded group
     /// *and* session, of the same uid, started no earlier than the provider, is the entry's
     /// (those two numbers could only have been reused after every member of both had died).
-    /// `supervisor` is the recorded supervisor (the session's leader when it made one): the
-    /// group and session count only while their numbers are not reused ([`numbers_reused`]).
-    /// No effect on a supervised tree.
-    pub fn with_evidence(mut self, recorded: Vec<Member>, session: Option<i32>, supervisor: Option<Member>) -> Tree {
+    /// `holders` are the recorded processes that may have the group's or the session's number
+    /// as their pid (the supervisor, its keeper): the group and session count only while their
+    /// numbers are not reused ([`numbers_reused`]). No effect on a supervised tree.
+    pub fn with_evidence(mut self, recorded: Vec<Member>, session: Option<i32>, holders: Vec<Member>) -> Tree {
         if let Scope::Recorded { members, sid, leaders, .. } = &mut self.scope {
             *members = recorded;
             *sid = session;
-            leaders.extend(supervisor);
+            leaders.extend(holders);
         }
         self
     }

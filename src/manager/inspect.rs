@@ -41,10 +41,17 @@ pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
 }
 
 /// The recorded processes that may hold an entry's group or session number as their pid: the
-/// provider and the supervisor, by identity.
+/// provider, the supervisor and its keeper, by identity.
 fn leaders(e: &Entry) -> Vec<Member> {
     let member = |pid: Option<i32>, start: Option<u64>| Some(Member { pid: Pid::new(pid?)?, start_time: Some(start?) });
-    member(e.pid, e.start_time).into_iter().chain(member(e.supervisor_pid, e.supervisor_start_time)).collect()
+    [
+        member(e.pid, e.start_time),
+        member(e.supervisor_pid, e.supervisor_start_time),
+        member(e.keeper_pid, e.keeper_start_time),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Writes a containment record into an entry.
@@ -69,8 +76,8 @@ pub fn recorded_tree(e: &Entry) -> Option<Tree> {
     let tag = if e.tag.is_empty() { "\0untagged" } else { &e.tag };
     let members =
         e.members.iter().filter_map(|m| Some(Member { pid: Pid::new(m.pid)?, start_time: Some(m.start_time) }));
-    let supervisor = leaders(e).into_iter().find(|m| Some(m.pid.as_raw()) == e.supervisor_pid);
-    Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, tag).with_evidence(members.collect(), e.sid, supervisor))
+    let tree = Tree::recorded(pid, pgid, e.start_time?, e.uid, tag).with_evidence(members.collect(), e.sid, leaders(e));
+    Some(tree)
 }
 
 /// Live processes of a running or orphaned entry, each with its group, session and command.
