@@ -162,13 +162,9 @@ fn issue16_reap_after_a_supervisor_sigkill_frees_a_zombie_leaders_port() {
     let Some(zl) = compile(st.path(), "zombie-leader", ZOMBIE_LEADER_C) else { return };
     let (id, pid, port) = start_zombie_leader(&st, &leaders, &zl, "");
     let e = st.entry(&id);
-    let sup = sheepdog::os::Member {
-        pid: pid_of(&e["supervisorPid"]),
-        start_time: Some(e["supervisorStartTime"].as_u64().unwrap()),
-    };
-    assert!(sheepdog::os::signal_member(&sup, sheepdog::os::Signal::KILL), "SIGKILL to the supervisor");
-    assert!(wait_gone(&[sup.pid.as_raw()], SECS(2)).is_empty());
-    // Whoever frees it (a keeper of the tree, or reap), the port is free once reap returns.
+    // The supervisor and its keeper in the same instant (else the keeper stops the tree): what
+    // is left is reap's to stop.
+    kill_supervisor_and_keeper(pid_of(&e["supervisorPid"]).as_raw());
     let out = st.run(&["reap", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(port_freed(port, SECS(1)), "reap left port {port} listening: {}", String::from_utf8_lossy(&out.stdout));

@@ -126,24 +126,37 @@ fn issue16_reap_after_pid_reuse_through_ns_last_pid_spares_the_new_entry_and_rec
     };
     let identities =
         |e: &Value| (member(&e["supervisorPid"], &e["supervisorStartTime"]), member(&e["pid"], &e["startTime"]));
+    // The supervisor's keeper, if it has one (the chain supervisor -> keeper -> provider).
+    let keeper = |sup: &Member| {
+        keeper_of(sup.pid.as_raw())
+            .map(|k| Member { pid: pid(k), start_time: sheepdog::os::procfs::start_time(pid(k)) })
+    };
     let stop_and_reap = |e: &Value| {
+        let (sup, _) = identities(e);
+        let k = keeper(&sup);
         let out = st.run(&["stop", e["id"].as_str().unwrap()]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        kill_and_reap(&identities(e).0);
+        kill_and_reap(&sup);
+        if let Some(k) = k {
+            kill_and_reap(&k);
+        }
     };
-    // A: an entry whose starter, supervisor and provider were forked back to back (nothing
-    // else on this busy machine forked in between), so a later start can repeat the pids.
+    // A: an entry whose starter, supervisor, keeper (if any) and provider were forked back to
+    // back (nothing else on this busy machine forked in between), so a later start can repeat
+    // the pids.
     let mut old = None;
     for _ in 0..20 {
         let (starter, e) = start(&st);
         let (sup, prov) = identities(&e);
-        if sup.pid.as_raw() == starter + 1 && prov.pid.as_raw() == starter + 2 {
-            old = Some((e, sup, prov));
+        let k = keeper(&sup);
+        let gap = if k.is_some_and(|k| k.pid.as_raw() == sup.pid.as_raw() + 1) { 2 } else { 1 };
+        if sup.pid.as_raw() == starter + 1 && prov.pid.as_raw() == sup.pid.as_raw() + gap {
+            old = Some((e, sup, k, prov));
             break;
         }
         stop_and_reap(&e);
     }
-    let Some((a, a_sup, a_prov)) = old else {
+    let Some((a, a_sup, a_keeper, a_prov)) = old else {
         println!("SKIPPED: no entry was forked back to back in 20 tries (a busy machine)");
         return;
     };
@@ -151,7 +164,14 @@ fn issue16_reap_after_pid_reuse_through_ns_last_pid_spares_the_new_entry_and_rec
     let (s, p) = (a_sup.pid.as_raw(), a_prov.pid.as_raw());
     assert_eq!(session_of(p), s, "the provider is in its supervisor's session");
     // A's supervisor and provider are SIGKILLed; their zombies are reaped, so both pids are free.
+    // The chain killed whole: the keeper frozen first, so it cannot stop the tree.
+    if let Some(k) = &a_keeper {
+        signal(k.pid.as_raw(), libc::SIGSTOP);
+    }
     kill_and_reap(&a_sup);
+    if let Some(k) = &a_keeper {
+        kill_and_reap(k);
+    }
     kill_and_reap(&a_prov);
     // B: new entries until one's supervisor and provider land on A's pids.
     let mut landed = None;
@@ -179,5 +199,6 @@ fn issue16_reap_after_pid_reuse_through_ns_last_pid_spares_the_new_entry_and_rec
         "reap killed the new entry's provider: {action:?}"
     );
     assert_eq!(st.entry(b["id"].as_str().unwrap())["status"], "running");
-    assert_eq!(st.entry(&aid)["status"], "lost", "{action:?}");
+    let old = st.entry(&aid);
+    assert_eq!(old["status"], "lost", "{} {} {action:?}", old["statusText"], old["stopReason"]);
 }
