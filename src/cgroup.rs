@@ -637,25 +637,44 @@ impl Cgroup {
         self.read_events().is_ok_and(|s| s.lines().any(|l| l == "populated 1"))
     }
 
-    /// The processes in this cgroup and every cgroup below it (`cgroup.procs`), zombies left out.
+    /// The processes in this cgroup and every cgroup below it, zombies left out: those in
+    /// `cgroup.procs`, and the process of each thread in `cgroup.threads` that is not (the
+    /// kernel leaves a leader that called `pthread_exit` out of `cgroup.procs` while its other
+    /// threads still run there).
     pub fn members(&self) -> Vec<Pid> {
         let mut out = Vec::new();
+        let mut threads = Vec::new();
         let mut dirs = vec![self.at("")];
+        let ids = |text: String| -> Vec<Pid> {
+            text.split_whitespace().filter_map(|s| s.parse().ok()).filter_map(Pid::new).collect()
+        };
         while let Some(d) = dirs.pop() {
             if let Ok(text) = fs::read_to_string(d.join("cgroup.procs")) {
-                out.extend(text.split_whitespace().filter_map(|s| s.parse().ok()).filter_map(Pid::new));
+                out.extend(ids(text));
+            }
+            if let Ok(text) = fs::read_to_string(d.join("cgroup.threads")) {
+                threads.extend(ids(text));
             }
             if let Ok(rd) = fs::read_dir(&d) {
                 dirs.extend(rd.flatten().filter(|x| x.file_type().is_ok_and(|t| t.is_dir())).map(|x| x.path()));
             }
         }
+        // A thread whose tid is a listed process is that process's main thread: the common case
+        // costs no read of /proc/TID/status.
+        let listed: std::collections::HashSet<Pid> = out.iter().copied().collect();
+        let mut extra: Vec<Pid> =
+            threads.into_iter().filter(|t| !listed.contains(t)).filter_map(procfs::tgid).collect();
+        extra.sort_by_key(|p| p.as_raw());
+        extra.dedup();
+        out.extend(extra.into_iter().filter(|p| !listed.contains(p)));
         out.retain(|p| procfs::is_alive(*p));
         out
     }
 
-    /// True if `pid`'s cgroup (from `/proc/PID/cgroup`) is this one or below it.
+    /// True if `pid`'s cgroup (from `/proc/PID/cgroup`, read through a live thread: a zombie
+    /// leader's own reads the root) is this one or below it.
     fn contains(&self, pid: Pid) -> bool {
-        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else { return false };
+        let Ok(text) = fs::read_to_string(procfs::thread_file(pid, "cgroup")) else { return false };
         let needle = format!("/{}", self.name);
         text.lines()
             .filter_map(|l| l.strip_prefix("0::"))
@@ -667,13 +686,17 @@ impl Cgroup {
     /// any other signal to each member through a pidfd, opened once per member after checking
     /// (with the pidfd open) that the process is still in this cgroup. Returns how many
     /// members received the first signal (for SIGKILL: how many there were).
+    ///
+    /// `cgroup.kill` misses a thread group whose leader called `pthread_exit` (seen on Linux
+    /// 6.18: the kernel walks leaders, and that one has left), so SIGKILL also goes to each
+    /// member still listed after the write, through a pidfd as above.
     pub fn signal_all(&self, sigs: &[Signal]) -> usize {
         if sigs.contains(&Signal::KILL) {
             // Kill first, count after: the count must not give a fork storm time to grow.
             let _ = self.kill();
         }
         let members = self.members();
-        let pidfds: Vec<PidFd> = if sigs.iter().any(|s| *s != Signal::KILL) {
+        let pidfds: Vec<PidFd> = if sigs.iter().any(|s| *s != Signal::KILL) || !members.is_empty() {
             members.iter().filter_map(|pid| PidFd::open(*pid).ok().filter(|_| self.contains(*pid))).collect()
         } else {
             Vec::new()
@@ -681,6 +704,9 @@ impl Cgroup {
         let mut first = 0;
         for (i, sig) in sigs.iter().enumerate() {
             let n = if *sig == Signal::KILL {
+                for fd in &pidfds {
+                    let _ = fd.send(Signal::KILL);
+                }
                 members.len()
             } else {
                 pidfds.iter().filter(|fd| matches!(fd.send(*sig), Ok(process::Sent::Delivered))).count()

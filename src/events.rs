@@ -209,6 +209,7 @@ mod tests {
             tree_gone: true,
             escalated: true,
             cgroup_left: false,
+            left: Vec::new(),
         };
         assert_eq!(
             serde_json::to_string(&Event::exited(&outcome)).unwrap(),

@@ -49,10 +49,20 @@ pub fn port_in_listen(port: u16) -> bool {
 
 /// Socket inodes held open by `pid` (its fds that read `socket:[N]`). Unreadable fds (another
 /// user's process, a process that just exited) are skipped.
+///
+/// A leader that called `pthread_exit` has an empty `/proc/<pid>/fd` while its threads still
+/// hold the fds: then they are read through a live thread (`/proc/<pid>/task/<tid>/fd`).
 pub fn socket_inodes(pid: Pid) -> Vec<u64> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
-    dir.flatten()
-        .filter_map(|d| std::fs::read_link(d.path()).ok())
+    let fds = |path: String| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(path).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default()
+    };
+    let mut links = fds(format!("/proc/{pid}/fd"));
+    if links.is_empty() {
+        links = fds(crate::sys::procfs::thread_file(pid, "fd"));
+    }
+    links
+        .iter()
+        .filter_map(|d| std::fs::read_link(d).ok())
         .filter_map(|l| {
             let s = l.to_string_lossy().into_owned();
             s.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()

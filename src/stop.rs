@@ -7,6 +7,8 @@
 //! ```
 //!
 //! SIGCONT follows SIGTERM so a stopped (`T`) process can act on it, as systemd's `KillMode` does.
+//! At the escalation the tree is frozen first (SIGSTOP, outside the cgroup tier), then counted,
+//! then killed: a fork storm cannot grow while it is counted.
 //! SIGTERM is sent once; SIGKILL is re-sent on every wake of the kill phase, so a process forked
 //! between a scan and a signal is caught by the next scan.
 //!
@@ -175,6 +177,9 @@ pub trait StopTarget {
     fn live_count(&self) -> usize;
     /// Sends each of `sigs`, in order, to all of it. Returns how many received the first.
     fn signal_all(&self, sigs: &[Signal]) -> usize;
+    /// Freezes what can fork (SIGSTOP) before it is counted and killed, so the count does not
+    /// chase new pids; nothing where one kill is atomic anyway (a cgroup's `cgroup.kill`).
+    fn freeze(&self) {}
 }
 
 impl StopTarget for Tree {
@@ -186,6 +191,11 @@ impl StopTarget for Tree {
     }
     fn signal_all(&self, sigs: &[Signal]) -> usize {
         Tree::signal_all(self, sigs)
+    }
+    fn freeze(&self) {
+        if self.cgroup().is_none() {
+            Tree::signal_all(self, &[Signal::STOP]);
+        }
     }
 }
 
@@ -284,6 +294,7 @@ impl StopMachine {
         }
         match self.phase {
             Phase::Terminating { until } if now >= until => {
+                tree.freeze();
                 let remaining = tree.live_count();
                 tree.signal_all(&[Signal::KILL]);
                 self.escalated = true;

@@ -126,7 +126,7 @@ pub struct Quiet;
 impl Observer for Quiet {}
 
 /// How a supervised provider and its tree ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
     pub spawned: Spawned,
     /// The provider's own wait status; `None` only if it could not be killed in time.
@@ -140,6 +140,9 @@ pub struct Outcome {
     /// In the cgroup tier: the tree's cgroup could not be removed afterwards (a leftover for
     /// `reap`).
     pub cgroup_left: bool,
+    /// What still lived when a stop ended unfinished (empty otherwise), by identity: recorded
+    /// so that a later `stop` or `reap` finds them whatever uid they switched to.
+    pub left: Vec<Member>,
 }
 
 /// How the supervisor itself should end, as README.md's exit-status table says.
@@ -584,6 +587,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         tree_gone: machine.phase() == Phase::Gone,
         escalated: machine.escalated(),
         cgroup_left,
+        left: if machine.phase() == Phase::Unfinished { tree.live() } else { Vec::new() },
     })
 }
 
@@ -696,6 +700,7 @@ mod tests {
             tree_gone,
             escalated: false,
             cgroup_left: false,
+            left: Vec::new(),
         };
         let kill = Signal::KILL;
         let term = Signal::TERM;

@@ -59,6 +59,9 @@ enum Scope {
         members: Vec<Member>,
         /// The provider's session: with the group, evidence for members that lost their tag.
         sid: Option<i32>,
+        /// The recorded identities that may hold the group's or the session's number as their
+        /// own pid (the provider, the supervisor): see [`numbers_reused`].
+        leaders: Vec<Member>,
     },
 }
 
@@ -114,6 +117,7 @@ impl Tree {
                 tag: tag.to_string(),
                 members: Vec::new(),
                 sid: None,
+                leaders: vec![Member { pid: provider, start_time: Some(provider_start) }],
             },
             pgid,
             leader_held: Cell::new(false),
@@ -149,11 +153,14 @@ impl Tree {
     /// time still matches), and the provider's session `sid`: a process in the recorded group
     /// *and* session, of the same uid, started no earlier than the provider, is the entry's
     /// (those two numbers could only have been reused after every member of both had died).
-    /// No effect on a supervised tree.
-    pub fn with_evidence(mut self, recorded: Vec<Member>, session: Option<i32>) -> Tree {
-        if let Scope::Recorded { members, sid, .. } = &mut self.scope {
+    /// `holders` are the recorded processes that may have the group's or the session's number
+    /// as their pid (the supervisor, its keeper): the group and session count only while their
+    /// numbers are not reused ([`numbers_reused`]). No effect on a supervised tree.
+    pub fn with_evidence(mut self, recorded: Vec<Member>, session: Option<i32>, holders: Vec<Member>) -> Tree {
+        if let Scope::Recorded { members, sid, leaders, .. } = &mut self.scope {
             *members = recorded;
             *sid = session;
+            leaders.extend(holders);
         }
         self
     }
@@ -198,7 +205,10 @@ impl Tree {
                     push(Member { pid: Pid::new(self.pgid.as_raw()).unwrap_or(*root), start_time: None }, &mut out);
                 }
             }
-            Scope::Recorded { provider, provider_start, uid, tag, members, sid } => {
+            Scope::Recorded { provider, provider_start, uid, tag, members, sid, leaders } => {
+                // Looked at once: the recorded group and session are the entry's only while
+                // their numbers have not been handed to new ones.
+                let sid = sid.filter(|sid| !numbers_reused(&[self.pgid.as_raw(), *sid], leaders, *provider_start));
                 for s in procfs::all() {
                     if s.is_zombie() || s.start_time < *provider_start {
                         continue;
@@ -246,7 +256,7 @@ impl Tree {
             Scope::Supervised { root, foreign } => {
                 // Fast path: the walk covers every descendant; the full scan for group members
                 // that are not descendants runs only while the group still has any member.
-                if walk(*root, foreign).iter().any(|s| !s.is_zombie()) {
+                if any_live_descendant(*root, foreign) {
                     return false;
                 }
                 if !process::group_exists(self.pgid) {
@@ -261,32 +271,79 @@ impl Tree {
     /// Sends each of `sigs`, in order, to the whole tree after one scan. Returns how many
     /// received the first (the group counting as one).
     ///
-    /// While the group number is safe, `kill(-pgid)` reaches every group member at once; the
-    /// per-process signals then go only to processes outside the group (no member gets a
-    /// signal twice, which some programs read as "force quit"), and no full `/proc` scan is
-    /// needed. After the leader is reaped, members are found by scanning and signalled one by one.
+    /// While the group number is safe (the leader is not reaped, or a child of this process is
+    /// still in the group: [`Tree::group_held`]), `kill(-pgid)` reaches every group member at
+    /// once, first; the per-process signals then go only to processes outside the group (no
+    /// member gets a signal twice, which some programs read as "force quit"), and no full
+    /// `/proc` scan is needed. Otherwise members are found by scanning and signalled one by one.
     pub fn signal_all(&self, sigs: &[Signal]) -> usize {
         if let Some(cg) = &self.cgroup {
             return cg.signal_all(sigs);
         }
-        let group_kill = self.leader_held.get() || !cfg!(target_os = "linux");
+        let group_kill = self.leader_held.get() || !cfg!(target_os = "linux") || self.group_held();
+        // The group first, in one atomic signal, before the walk below gives a fork storm time
+        // (and, on a loaded CPU, its share of it) to grow. A batch that ends in SIGCONT (the
+        // SIGTERM of a stop) holds the group frozen (SIGSTOP) during the walk instead, and is
+        // sent after it: SIGTERM then lands on a group that SIGCONT wakes, as always.
+        let send_group = |sigs: &[Signal]| {
+            let mut first = false;
+            for (i, sig) in sigs.iter().enumerate() {
+                let sent = matches!(process::kill_group(self.pgid, *sig), Ok(process::Sent::Delivered));
+                if i == 0 {
+                    first = sent;
+                }
+            }
+            first
+        };
+        let hold = group_kill && sigs.contains(&Signal::CONT);
+        let mut group = false;
+        if hold {
+            send_group(&[Signal::STOP]);
+        } else if group_kill {
+            group = send_group(sigs);
+        }
+        // Processes started after the group signal are not walked into: a chain of forks could
+        // keep the walk chasing it, and the next signal's walk finds what this one left.
+        let began = procfs::now_ticks().map(|t| t + 1);
         let members: Vec<Member> = match (&self.scope, group_kill) {
-            (Scope::Supervised { root, foreign }, true) => walk(*root, foreign)
-                .iter()
-                .filter(|s| !s.is_zombie() && s.pgrp != self.pgid.as_raw())
-                .map(Member::from_stat)
-                .collect(),
+            (Scope::Supervised { root, foreign }, true) => procfs::descendants_except(*root, |s| {
+                began.is_some_and(|t| s.start_time > t)
+                    || foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time))
+            })
+            .iter()
+            .filter(|s| !s.is_zombie() && s.pgrp != self.pgid.as_raw())
+            .map(Member::from_stat)
+            .collect(),
             _ => self.live(),
         };
         let mut count = 0;
         for (i, sig) in sigs.iter().enumerate() {
-            let group = group_kill && matches!(process::kill_group(self.pgid, *sig), Ok(process::Sent::Delivered));
             let n = members.iter().filter(|m| signal_member(m, *sig)).count();
             if i == 0 {
-                count = n + usize::from(group);
+                count = n;
             }
         }
-        count
+        if hold {
+            group = send_group(sigs);
+        }
+        count + usize::from(group)
+    }
+
+    /// True if a child of this process that is the tree's (alive, or a zombie not yet reaped)
+    /// is in the provider's group: the kernel hands a group's number out again only once no
+    /// process, zombies included, uses it, and this single-threaded supervisor reaps nothing
+    /// between this check and the `kill(-pgid)` that follows, so the group is still the tree's.
+    /// This keeps the one atomic signal to a group after the provider was reaped: a fork storm
+    /// in the group cannot outrun it, where one-by-one signals chase new pids.
+    fn group_held(&self) -> bool {
+        let Scope::Supervised { root, foreign } = &self.scope else { return false };
+        if *root != process::getpid() {
+            return false;
+        }
+        procfs::children(*root).into_iter().filter_map(|p| procfs::stat(p).ok()).any(|s| {
+            s.pgrp == self.pgid.as_raw()
+                && !foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time))
+        })
     }
 
     /// Passes a signal on to the provider's process group (while the group number is safe),
@@ -324,6 +381,26 @@ pub fn foreign_children() -> Vec<Member> {
         .collect()
 }
 
+/// True at the first live (non-zombie) descendant of `root` outside the subtrees of `foreign`.
+/// Children are looked at newest first: after a storm of exits the oldest are thousands of
+/// zombies waiting to be reaped, and the live ones were re-parented last.
+fn any_live_descendant(root: Pid, foreign: &[Member]) -> bool {
+    let mut queue = vec![root];
+    while let Some(pid) = queue.pop() {
+        for child in procfs::children(pid).into_iter().rev() {
+            let Ok(s) = procfs::stat(child) else { continue };
+            if foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time)) {
+                continue;
+            }
+            if !s.is_zombie() {
+                return true;
+            }
+            queue.push(child);
+        }
+    }
+    false
+}
+
 /// Every descendant of `root` (zombies included), skipping the subtrees of `foreign` members.
 fn walk(root: Pid, foreign: &[Member]) -> Vec<Stat> {
     procfs::descendants_except(root, |s| foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time)))
@@ -345,6 +422,45 @@ pub fn signal_member(m: &Member, sig: Signal) -> bool {
         }
         Err(_) => false,
     }
+}
+
+/// True if any of `numbers` (a recorded process group or session) has been reallocated: a
+/// process now has that number as its pid, is none of the recorded `leaders` (by start time;
+/// zombies count, a zombie still holds its pid), and started no earlier than `min_start` (the
+/// provider). The kernel never hands out a pid that a live group or session still uses as its
+/// id, so then the recorded group or session is gone and the one of that number is new: its
+/// members are not the entry's. A holder older than the provider was there all along (a
+/// session the entry did not make) and says nothing.
+pub fn numbers_reused(numbers: &[i32], leaders: &[Member], min_start: u64) -> bool {
+    numbers.iter().filter_map(|n| Pid::new(*n)).any(|n| match procfs::stat(n) {
+        Ok(s) => s.start_time >= min_start && !leaders.iter().any(|l| l.pid == n && l.start_time == Some(s.start_time)),
+        Err(_) => false,
+    })
+}
+
+/// Why a stop could not end `members` (what still lives after it), when the reason is that this
+/// process may not signal some of them (EPERM: another user's, a setuid helper that became
+/// root): one line, `1 process of uid 0 could not be signalled: permission denied`, counted per
+/// owner uid, lowest first. `None` when every one of them may be signalled.
+pub fn denied_line(members: &[Member]) -> Option<String> {
+    let mut by_uid: std::collections::BTreeMap<Option<u32>, usize> = std::collections::BTreeMap::new();
+    for m in members.iter().filter(|m| process::signal_denied(m.pid)) {
+        *by_uid.entry(procfs::uid(m.pid)).or_default() += 1;
+    }
+    if by_uid.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = by_uid
+        .iter()
+        .map(|(uid, n)| {
+            let what = if *n == 1 { "process" } else { "processes" };
+            match uid {
+                Some(u) => format!("{n} {what} of uid {u}"),
+                None => format!("{n} {what} of another user"),
+            }
+        })
+        .collect();
+    Some(format!("{} could not be signalled: permission denied", parts.join(" and ")))
 }
 
 /// A live process as a [`Census`] keeps it: start time (clock ticks) and owner uid.
@@ -382,9 +498,11 @@ impl Census {
     }
 
     /// True if a live process is in group `pgid` and session `sid`, belongs to `uid` and started
-    /// no earlier than `min_start` (see `Tree::with_evidence`).
-    pub fn group_alive(&self, pgid: i32, sid: i32, uid: u32, min_start: u64) -> bool {
+    /// no earlier than `min_start`, while neither number has been reused since `leaders` held
+    /// them (see `Tree::with_evidence` and [`numbers_reused`]).
+    pub fn group_alive(&self, pgid: i32, sid: i32, uid: u32, min_start: u64, leaders: &[Member]) -> bool {
         self.by_group.get(&(pgid, sid)).is_some_and(|v| v.iter().any(|(t, u)| *t >= min_start && *u == Some(uid)))
+            && !numbers_reused(&[pgid, sid], leaders, min_start)
     }
 
     /// True if the process `pid` started at `start_time` is alive (not a zombie).

@@ -717,6 +717,9 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                     list.push(serde_json::to_value(v).unwrap_or(Value::Null));
                 } else {
                     outln!("{}", o.headline());
+                    if let Some(line) = &o.not_signalled {
+                        outln!("{line}");
+                    }
                     if let Some(line) = &cleanup_failed {
                         outln!("{line}");
                     }

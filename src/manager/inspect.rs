@@ -37,7 +37,21 @@ pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
     let census = census.get_or_init(Census::take);
     (!e.tag.is_empty() && census.tagged_alive(&e.tag, e.uid, start))
         || e.members.iter().any(|m| census.is_alive(m.pid, m.start_time))
-        || (e.pgid.zip(e.sid).is_some_and(|(pgid, sid)| census.group_alive(pgid, sid, e.uid, start)))
+        || (e.pgid.zip(e.sid).is_some_and(|(pgid, sid)| census.group_alive(pgid, sid, e.uid, start, &leaders(e))))
+}
+
+/// The recorded processes that may hold an entry's group or session number as their pid: the
+/// provider, the supervisor and its keeper, by identity.
+fn leaders(e: &Entry) -> Vec<Member> {
+    let member = |pid: Option<i32>, start: Option<u64>| Some(Member { pid: Pid::new(pid?)?, start_time: Some(start?) });
+    [
+        member(e.pid, e.start_time),
+        member(e.supervisor_pid, e.supervisor_start_time),
+        member(e.keeper_pid, e.keeper_start_time),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Writes a containment record into an entry.
@@ -62,7 +76,8 @@ pub fn recorded_tree(e: &Entry) -> Option<Tree> {
     let tag = if e.tag.is_empty() { "\0untagged" } else { &e.tag };
     let members =
         e.members.iter().filter_map(|m| Some(Member { pid: Pid::new(m.pid)?, start_time: Some(m.start_time) }));
-    Some(Tree::recorded(pid, pgid, e.start_time?, e.uid, tag).with_evidence(members.collect(), e.sid))
+    let tree = Tree::recorded(pid, pgid, e.start_time?, e.uid, tag).with_evidence(members.collect(), e.sid, leaders(e));
+    Some(tree)
 }
 
 /// Live processes of a running or orphaned entry, each with its group, session and command.

@@ -35,6 +35,7 @@ use crate::supervisor::{self, Observer, OnStdinEof, Options, Outcome, Owner};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
 use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
 use crate::sys::{Pgid, Pid, Signal, WaitStatus, procfs};
+use crate::tree::denied_line;
 use crate::tree::{Census, ID_ENV, Member, TAG_ENV, Tree};
 
 mod inspect;
@@ -304,7 +305,13 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
 /// True if a stop of a selection (`--session`, `--all`) takes this entry: it still runs, or its
 /// cleanup is pending or running (a cleanup belongs to its entry, and every stop runs it).
 pub fn stoppable(e: &Entry) -> bool {
-    !e.is_finished() || e.cleanup_pending() || e.cleanup_running()
+    !e.is_finished() || e.cleanup_pending() || e.cleanup_running() || left_running(e)
+}
+
+/// True for a finished entry whose stop did not end its tree (`treeGone: false`, this boot):
+/// the next `stop` tries again.
+fn left_running(e: &Entry) -> bool {
+    e.is_finished() && e.tree_gone == Some(false) && e.this_boot()
 }
 
 /// The entries a stop of a selection takes ([`stoppable`]): those of `session`, or every entry
@@ -363,6 +370,9 @@ pub struct StopOutcome {
     pub already_finished: bool,
     /// Nothing of the tree is alive.
     pub tree_gone: bool,
+    /// Why the tree is not gone, when processes of it could not be signalled: `1 process of
+    /// uid 0 could not be signalled: permission denied` ([`crate::tree::denied_line`]).
+    pub not_signalled: Option<String>,
 }
 
 impl StopOutcome {
@@ -371,6 +381,9 @@ impl StopOutcome {
     /// already exited (3).`), never `Stopped`.
     pub fn headline(&self) -> String {
         let e = &self.entry;
+        if self.not_signalled.is_some() {
+            return format!("Could not stop {}.", e.label());
+        }
         if !self.already_finished {
             return format!("Stopped {}.", e.label());
         }
@@ -405,12 +418,15 @@ fn cleared_meanwhile(mut e: Entry) -> StopOutcome {
         e.status_text = Some("stopped (its entry was cleared meanwhile)".into());
         e.tree_gone = Some(true);
     }
-    StopOutcome { entry: e, already_finished, tree_gone: true }
+    StopOutcome { entry: e, already_finished, tree_gone: true, not_signalled: None }
 }
 
 /// [`stop`] of an entry past `starting`.
 fn stop_settled(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<StopOutcome, ManagerError> {
     let id = entry.id.clone();
+    if left_running(entry) && !entry.supervisor_alive() {
+        return stop_again(reg, entry);
+    }
     if entry.is_finished() {
         // The wrapper may have exited while its work goes on: the cleanup is still due. A
         // supervisor that stayed to watch for it is told to re-read its entry and leave.
@@ -419,11 +435,11 @@ fn stop_settled(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> 
             notify_supervisor(entry);
         }
         let e = reg.read(&id)?;
-        return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true });
+        return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true, not_signalled: None });
     }
     if !entry.this_boot() {
         let e = record_lost(reg, &id, "lost (recorded during a previous boot; nothing was signalled)")?;
-        return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true });
+        return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true, not_signalled: None });
     }
     let mut entry = entry.clone();
     // A supervisor already stopping keeps the grace it started with: wait for the longer.
@@ -448,7 +464,9 @@ fn stop_settled(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> 
             // The supervisor ran the cleanup; if it died before doing so, run it here.
             crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
             let now = reg.read(&id)?;
-            return Ok(StopOutcome { tree_gone: now.tree_gone.unwrap_or(true), entry: now, already_finished: false });
+            let tree_gone = now.tree_gone.unwrap_or(true);
+            let not_signalled = if tree_gone { None } else { recorded_tree(&now).and_then(|t| denied_line(&t.live())) };
+            return Ok(StopOutcome { tree_gone, entry: now, already_finished: false, not_signalled });
         }
         // The tree is gone but nothing says so: the supervisor could not record its result (a
         // full disk) and waits to retry, holding the real outcome. Record ours first; if that
@@ -517,7 +535,38 @@ fn stop_settled(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> 
         Some(_) => reg.read(&id)?,
         None => e,
     };
-    Ok(StopOutcome { entry: e, already_finished: false, tree_gone: report.gone })
+    let not_signalled = if report.gone { None } else { recorded_tree(&e).and_then(|t| denied_line(&t.live())) };
+    Ok(StopOutcome { entry: e, already_finished: false, tree_gone: report.gone, not_signalled })
+}
+
+/// The stop of a finished entry whose tree was not gone when it was stopped (a member could not
+/// be signalled): the one stop once more over what is recorded of it, and the result written
+/// back (`treeGone`, and a status text that says what is still left).
+fn stop_again(reg: &Registry, entry: &Entry) -> Result<StopOutcome, ManagerError> {
+    let id = &entry.id;
+    let report = match recorded_tree(entry) {
+        Some(tree) => stop::stop_blocking(&tree, StopPolicy::from_timings(&entry.stop)),
+        None => stop::StopReport { gone: true, escalated: false, signalled: 0 },
+    };
+    let not_signalled = if report.gone { None } else { recorded_tree(entry).and_then(|t| denied_line(&t.live())) };
+    logs::append_marker(
+        &reg.dir(id),
+        &format!(
+            "stopped again by sheepdog stop: {} signalled, tree {}",
+            report.signalled,
+            if report.gone { "gone" } else { "NOT confirmed gone" }
+        ),
+    );
+    let e = reg.update(id, |e| {
+        e.tree_gone = Some(report.gone);
+        e.status_text = Some(match &not_signalled {
+            Some(line) => format!("not stopped: {line}"),
+            None if report.gone => "stopped (by sheepdog stop, again)".into(),
+            None => "stopped (the tree was not confirmed gone)".into(),
+        });
+    })?;
+    let e = settle_cgroup(reg, e);
+    Ok(StopOutcome { entry: e, already_finished: false, tree_gone: report.gone, not_signalled })
 }
 
 /// The longest a cleanup can take: its timeout plus the stop of its own tree.
@@ -779,7 +828,8 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             continue;
         }
         let tree = recorded_tree(&e).filter(|_| recorded_alive(&e, &census));
-        let live = tree.as_ref().map(|t| t.live().len()).unwrap_or(0);
+        // A populated cgroup is never "nothing alive", even when no member can be listed.
+        let live = tree.as_ref().map(|t| t.live().len().max(usize::from(!t.is_gone()))).unwrap_or(0);
         let Some(tree) = tree.filter(|_| live > 0) else {
             if e.pid.is_none() && registry::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
                 if !dry_run && e.supervisor_pid.is_some() {

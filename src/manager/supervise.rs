@@ -235,39 +235,55 @@ impl Managed<'_> {
     fn finish(&mut self, outcome: &Outcome) {
         let mut text = String::new();
         let mut claimed = false;
-        let mut apply = |e: &mut Entry| {
-            if e.is_finished() && outcome.trigger == Some(Trigger::SupervisorKilled) {
-                // The keeper recorded the result and was killed afterwards (during the cleanup
-                // or while it waited for a trigger): its death is a stop, so only a cleanup
-                // that is still pending is left to do.
-                text = e.status_text.clone().unwrap_or_default();
-                claimed = crate::cleanup::claim(e);
-                return;
-            }
-            let (status, t) = result_status(outcome, e.timeout_ms);
-            text = t;
-            e.record_result(registry::SupervisorResult {
-                status,
-                text: text.clone(),
-                exit_code: match outcome.provider {
-                    Some(WaitStatus::Exited(c)) => Some(c),
-                    _ => None,
-                },
-                signal: match outcome.provider {
-                    Some(WaitStatus::Signaled(s)) => Some(s.name()),
-                    _ => None,
-                },
-                stop_reason: outcome.trigger.map(StopReason::from),
-                tree_gone: outcome.tree_gone,
-                cgroup_left: outcome.cgroup_left,
-            });
-            // A stop (not the command's own exit) is two steps: the tree, then the cleanup. The
-            // claim goes in the same write as the result, so nobody who reads a stopped entry
-            // (`wait`, `clear`) can see its cleanup as not yet triggered.
-            if outcome.trigger.is_some() {
-                claimed = crate::cleanup::claim(e);
-            }
-        };
+        // An unfinished stop: who is left, by identity (a later stop or reap looks for them), and
+        // the reason when it is a refused signal.
+        let denied = crate::tree::denied_line(&outcome.left);
+        let mut apply =
+            |e: &mut Entry| {
+                if e.is_finished() && outcome.trigger == Some(Trigger::SupervisorKilled) {
+                    // The keeper recorded the result and was killed afterwards (during the cleanup
+                    // or while it waited for a trigger): its death is a stop, so only a cleanup
+                    // that is still pending is left to do.
+                    text = e.status_text.clone().unwrap_or_default();
+                    claimed = crate::cleanup::claim(e);
+                    return;
+                }
+                let (status, t) = result_status(outcome, e.timeout_ms);
+                text = match &denied {
+                    Some(line) => format!("not stopped: {line}"),
+                    None => t,
+                };
+                if !outcome.left.is_empty() {
+                    let mut list = e.members.clone();
+                    list.extend(outcome.left.iter().filter_map(|m| {
+                        Some(registry::RecordedMember { pid: m.pid.as_raw(), start_time: m.start_time? })
+                    }));
+                    list.sort_by_key(|m| (m.pid, m.start_time));
+                    list.dedup();
+                    e.record_members(list, MAX_RECORDED_MEMBERS);
+                }
+                e.record_result(registry::SupervisorResult {
+                    status,
+                    text: text.clone(),
+                    exit_code: match outcome.provider {
+                        Some(WaitStatus::Exited(c)) => Some(c),
+                        _ => None,
+                    },
+                    signal: match outcome.provider {
+                        Some(WaitStatus::Signaled(s)) => Some(s.name()),
+                        _ => None,
+                    },
+                    stop_reason: outcome.trigger.map(StopReason::from),
+                    tree_gone: outcome.tree_gone,
+                    cgroup_left: outcome.cgroup_left,
+                });
+                // A stop (not the command's own exit) is two steps: the tree, then the cleanup. The
+                // claim goes in the same write as the result, so nobody who reads a stopped entry
+                // (`wait`, `clear`) can see its cleanup as not yet triggered.
+                if outcome.trigger.is_some() {
+                    claimed = crate::cleanup::claim(e);
+                }
+            };
         let mut recorded = self.write(&mut apply);
         let mut pause = RESULT_RETRY_FIRST;
         let give_up = Instant::now() + RESULT_RETRY_FOR;

@@ -1500,7 +1500,9 @@ fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError> {
             Ok(o) => {
                 let failure = sheepdog::cleanup::failure_line(&o.entry);
                 let mut lines = vec![o.headline()];
-                if !o.tree_gone {
+                if let Some(line) = &o.not_signalled {
+                    lines.push(line.clone());
+                } else if !o.tree_gone {
                     lines.push(format!("The tree of {} was not confirmed gone.", o.entry.label()));
                 }
                 if let Some(f) = &failure {

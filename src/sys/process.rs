@@ -112,6 +112,14 @@ pub fn exists(pid: Pid) -> bool {
     signal0(pid.0)
 }
 
+/// `kill(pid, 0)` answers EPERM: the process exists and this one may not signal it (another
+/// user's, a setuid helper that became root).
+pub fn signal_denied(pid: Pid) -> bool {
+    // SAFETY: signal 0 only checks existence and permission.
+    let rc = unsafe { libc::kill(pid.0, 0) };
+    rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// `kill(-pgid, 0)`: true if the group has any member, zombies included.
 pub fn group_exists(pgid: Pgid) -> bool {
     signal0(-pgid.0)

@@ -2,7 +2,10 @@
 //!
 //! A process is alive only if it exists and is not a zombie: a zombie still answers
 //! `kill(pid, 0)`, and on a host whose PID 1 never reaps (containers, some sandboxes) it answers
-//! forever. Field numbers follow proc(5) (`/proc/<pid>/stat`: 3 state, 4 ppid, 5 pgrp, 6 session,
+//! forever. A process is its thread group: a leader that called `pthread_exit` shows `Z` while
+//! its other threads run (and listen, and fork), so a `Z` leader is alive while any task in
+//! `/proc/<pid>/task` is not a zombie; its fds and cgroup are then read through such a thread,
+//! the leader's own `/proc/<pid>/fd` being empty and its `/proc/<pid>/cgroup` the root. Field numbers follow proc(5) (`/proc/<pid>/stat`: 3 state, 4 ppid, 5 pgrp, 6 session,
 //! 22 starttime in clock ticks since boot).
 //!
 //! Outside Linux the functions fall back to `kill(pid, 0)` and return no descendants; the group
@@ -26,12 +29,19 @@ pub struct Stat {
     /// Field 22: start time after boot, in clock ticks. With the boot id and the pid, this is
     /// what tells a process from a later one that reuses its pid.
     pub start_time: u64,
+    /// Field 20: threads in the group (a plain zombie has 1, a zombie leader whose workers run
+    /// more).
+    pub num_threads: u64,
+    /// True for a zombie leader (`state` `Z`) while another thread of its group still runs:
+    /// the process is then alive. Always false from [`parse_stat`] alone; [`stat`] sets it.
+    pub threads_live: bool,
 }
 
 impl Stat {
-    /// A zombie (`Z`) or dead (`X`) process: exited, only waiting to be reaped.
+    /// A zombie (`Z`) or dead (`X`) process: exited, only waiting to be reaped. A zombie leader
+    /// whose other threads still run is not one ([`Stat::threads_live`]).
     pub fn is_zombie(&self) -> bool {
-        self.state == 'Z' || self.state == 'X'
+        (self.state == 'Z' || self.state == 'X') && !self.threads_live
     }
 }
 
@@ -53,6 +63,8 @@ pub fn parse_stat(line: &str) -> Option<Stat> {
         pgrp: field(5)?.parse().ok()?,
         session: field(6)?.parse().ok()?,
         start_time: field(22)?.parse().ok()?,
+        num_threads: field(20)?.parse().ok()?,
+        threads_live: false,
     })
 }
 
@@ -60,7 +72,55 @@ pub fn parse_stat(line: &str) -> Option<Stat> {
 #[cfg(target_os = "linux")]
 pub fn stat(pid: Pid) -> io::Result<Stat> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    parse_stat(&text).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("unparsable /proc/{pid}/stat")))
+    let mut s = parse_stat(&text)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("unparsable /proc/{pid}/stat")))?;
+    // Only a `Z` leader with other threads costs the look at them (a fork storm leaves thousands
+    // of plain zombies, each with one).
+    if s.state == 'Z' && s.num_threads > 1 {
+        s.threads_live = live_thread(pid).is_some();
+    }
+    Ok(s)
+}
+
+/// A thread of `pid`'s group that is not a zombie: `pid` itself while its state is not `Z`/`X`,
+/// else the first such task in `/proc/<pid>/task` (the leader called `pthread_exit`). `None`
+/// when the whole group has exited (or `pid` is gone).
+#[cfg(target_os = "linux")]
+pub fn live_thread(pid: Pid) -> Option<Pid> {
+    let state = |path: String| {
+        let text = std::fs::read_to_string(path).ok()?;
+        parse_stat(&text).map(|s| s.state)
+    };
+    if !matches!(state(format!("/proc/{pid}/stat"))?, 'Z' | 'X') {
+        return Some(pid);
+    }
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .filter_map(|t| t.file_name().to_str().and_then(|n| n.parse().ok()).and_then(Pid::new))
+        .find(|tid| {
+            *tid != pid && state(format!("/proc/{pid}/task/{tid}/stat")).is_some_and(|c| !matches!(c, 'Z' | 'X'))
+        })
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn live_thread(pid: Pid) -> Option<Pid> {
+    super::process::exists(pid).then_some(pid)
+}
+
+/// `/proc/<pid>/task/<tid>/FILE` of a live thread of `pid` ([`live_thread`]): where a zombie
+/// leader's fds (`fd`) and cgroup (`cgroup`) are still seen. `/proc/<pid>/FILE` when none lives.
+pub fn thread_file(pid: Pid, file: &str) -> String {
+    match live_thread(pid) {
+        Some(tid) if tid != pid => format!("/proc/{pid}/task/{tid}/{file}"),
+        _ => format!("/proc/{pid}/{file}"),
+    }
+}
+
+/// The thread group (process) of thread `tid`: `Tgid:` in `/proc/<tid>/status`.
+pub fn tgid(tid: Pid) -> Option<Pid> {
+    let text = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok()).and_then(Pid::new)
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -112,6 +172,14 @@ pub fn children(pid: Pid) -> Vec<Pid> {
 #[cfg(not(target_os = "linux"))]
 pub fn children(_pid: Pid) -> Vec<Pid> {
     Vec::new()
+}
+
+/// Clock ticks since boot now, from `/proc/uptime` (rounded up): a process whose start time is
+/// later began after this was read. `None` where it cannot be read.
+pub fn now_ticks() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/uptime").ok()?;
+    let secs: f64 = text.split_whitespace().next()?.parse().ok()?;
+    Some((secs * super::sysconf::clock_ticks_per_second() as f64).ceil() as u64)
 }
 
 /// Every descendant of `root` (not `root` itself), zombies included.
@@ -169,16 +237,26 @@ pub fn environ_has(pid: Pid, key: &str, value: &str) -> bool {
 
 /// The value of `KEY` in `/proc/<pid>/environ`, if readable and present.
 pub fn environ_value(pid: Pid, key: &str) -> Option<String> {
-    let bytes = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let bytes = read_memory_file(pid, "environ")?;
     let prefix = format!("{key}=");
     bytes
         .split(|b| *b == 0)
         .find_map(|kv| kv.strip_prefix(prefix.as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned()))
 }
 
+/// `/proc/<pid>/FILE` for a file read from the process's memory (`environ`, `cmdline`): a
+/// zombie leader has none of its own (empty), so then it is read through a live thread.
+fn read_memory_file(pid: Pid, file: &str) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(format!("/proc/{pid}/{file}")).ok()?;
+    if !bytes.is_empty() {
+        return Some(bytes);
+    }
+    std::fs::read(thread_file(pid, file)).ok()
+}
+
 /// The command line of `pid`, arguments joined by spaces (empty for zombies and kernel threads).
 pub fn cmdline(pid: Pid) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
+    read_memory_file(pid, "cmdline")
         .map(|b| {
             b.split(|c| *c == 0)
                 .filter(|s| !s.is_empty())

@@ -53,6 +53,9 @@ impl Signal {
     pub const TERM: Signal = Signal(libc::SIGTERM);
     pub const CHLD: Signal = Signal(libc::SIGCHLD);
     pub const CONT: Signal = Signal(libc::SIGCONT);
+    /// Freezes a process (it cannot be caught): what a stop sends before it counts and kills a
+    /// tree that may be forking.
+    pub const STOP: Signal = Signal(libc::SIGSTOP);
     /// To a managed supervisor whose command has exited: "your entry changed, re-read it".
     pub const USR1: Signal = Signal(libc::SIGUSR1);
 
