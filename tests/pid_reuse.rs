@@ -164,9 +164,20 @@ fn issue16_reap_after_pid_reuse_through_ns_last_pid_spares_the_new_entry_and_rec
     let (s, p) = (a_sup.pid.as_raw(), a_prov.pid.as_raw());
     assert_eq!(session_of(p), s, "the provider is in its supervisor's session");
     // A's supervisor and provider are SIGKILLed; their zombies are reaped, so both pids are free.
-    // The chain killed whole: the keeper frozen first, so it cannot stop the tree.
+    // The chain killed whole: both frozen first, then the keeper killed before the supervisor
+    // (a stopped keeper whose supervisor dies is sent SIGHUP and SIGCONT by the kernel, its
+    // group orphaned, and would stop the tree). Its zombie is reaped once the supervisor is gone.
+    let chain: Vec<Member> = a_keeper.iter().copied().chain([a_sup]).collect();
+    for m in &chain {
+        signal(m.pid.as_raw(), libc::SIGSTOP);
+    }
+    let end = Instant::now() + SECS(5);
+    while !chain.iter().all(|m| sheepdog::os::procfs::stat(m.pid).map(|s| s.state == 'T').unwrap_or(true)) {
+        assert!(Instant::now() < end, "the chain did not stop");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     if let Some(k) = &a_keeper {
-        signal(k.pid.as_raw(), libc::SIGSTOP);
+        signal_member(k, Signal::KILL);
     }
     kill_and_reap(&a_sup);
     if let Some(k) = &a_keeper {

@@ -384,19 +384,25 @@ pub fn keeper_of(sup: i32) -> Option<i32> {
     procfs::children(pid(sup)).into_iter().find(|k| procfs::cmdline(*k).contains("sheepdog")).map(|k| k.as_raw())
 }
 
-/// SIGKILL of a supervisor *and* its keeper in the same instant (the keeper frozen first, so it
-/// cannot start the stop): the one window the keeper leaves, `kill -9 -1`, which `reap` and
-/// `stop` answer. Waits until both are gone.
+/// SIGKILL of a supervisor *and* its keeper in the same instant: the one window the keeper
+/// leaves, `kill -9 -1`, which `reap` and `stop` answer. Both are frozen first (SIGSTOP, until
+/// the kernel says `T`), so neither can start the stop when the other dies. The keeper goes
+/// first: a stopped keeper whose supervisor died would be sent SIGHUP and SIGCONT by the
+/// kernel (its process group became orphaned) and would run the stop. Waits until both are gone.
 pub fn kill_supervisor_and_keeper(sup: i32) {
     let keeper = keeper_of(sup);
-    if let Some(k) = keeper {
-        signal(k, libc::SIGSTOP);
+    let mut both: Vec<i32> = keeper.into_iter().collect();
+    both.push(sup);
+    for p in &both {
+        signal(*p, libc::SIGSTOP);
     }
-    signal(sup, libc::SIGKILL);
-    if let Some(k) = keeper {
-        signal(k, libc::SIGKILL);
+    let end = Instant::now() + SECS(5);
+    while !both.iter().all(|p| procfs::stat(pid(*p)).map(|s| s.state == 'T' || s.is_zombie()).unwrap_or(true)) {
+        assert!(Instant::now() < end, "the supervisor or its keeper did not stop");
+        std::thread::sleep(Duration::from_millis(1));
     }
-    let mut both = vec![sup];
-    both.extend(keeper);
+    for p in &both {
+        signal(*p, libc::SIGKILL);
+    }
     assert!(wait_gone(&both, SECS(5)).is_empty(), "the supervisor or its keeper survived SIGKILL");
 }
