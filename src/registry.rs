@@ -228,7 +228,7 @@ impl<'de> Deserialize<'de> for OsText {
 }
 
 /// The stop timings recorded in an entry, in milliseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StopTimings {
     pub stdin_grace_ms: u64,
@@ -240,7 +240,7 @@ pub struct StopTimings {
 }
 
 /// A cleanup command attached to an entry (issue: cleanup hooks).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Cleanup {
     /// Run with `sh -c`.
@@ -249,7 +249,7 @@ pub struct Cleanup {
 }
 
 /// How a cleanup command ended.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CleanupResult {
     pub command: String,
@@ -1002,6 +1002,7 @@ impl Registry {
         let corrupt = self.root.join("corrupt");
         let dest = corrupt.join(format!("{id}-{}", now_ms()));
         let moved = mkdir_private(&corrupt).is_ok() && fs::rename(self.dir(id), &dest).is_ok();
+<<<<<<< HEAD
         a.moved_to = moved.then_some(dest);
         a
     }
@@ -1059,6 +1060,18 @@ impl Registry {
         }
         let _lock = self.entry_lock(&entry.id)?;
         write_atomic(&self.file(&entry.id, "entry.json"), &to_json(entry))
+=======
+        // The entry cannot be read: its event names the id alone.
+        let e = Entry { id: id.to_string(), ..Entry::default() };
+        let kind = crate::journal::Kind::SetAside {
+            reason: reason.clone(),
+            moved_to: moved.then(|| dest.display().to_string()),
+        };
+        if moved {
+            let _ = crate::journal::append(&self.root, &e, kind);
+        }
+        SetAside { path, reason, moved_to: moved.then_some(dest) }
+>>>>>>> 5f6b938 (Documents carry "v": 1 and one meaning per name (readyConfig, exitStatus, *Ticks; old names kept, deprecated, for v1); JSON Schema derives on every document type; an event journal in the state dir and 'sheepdog events' to follow it)
     }
 
     /// Finds an entry by id, or by name. A name means the live entry with that name (running,
@@ -1132,17 +1145,27 @@ impl Registry {
         if !f(&mut changed) {
             return Ok((entry, false));
         }
+<<<<<<< HEAD
         write_atomic(&self.file(id, "entry.json"), &to_json(&changed)).map_err(gone)?;
         drop(lock);
+=======
+        write_atomic(&self.file(id, "entry.json"), &to_json(&changed))?;
+        // The events this write means, appended while the entry's lock is held: in order.
+        crate::journal::transitions(&self.root, &entry, &changed);
+>>>>>>> 5f6b938 (Documents carry "v": 1 and one meaning per name (readyConfig, exitStatus, *Ticks; old names kept, deprecated, for v1); JSON Schema derives on every document type; an event journal in the state dir and 'sheepdog events' to follow it)
         Ok((changed, true))
     }
 
     /// Removes an entry and its logs.
     pub fn remove(&self, id: &str) -> Result<(), RegistryError> {
         let dir = self.dir(id);
+        let was = self.read(id).ok();
         // Rename first so a concurrent reader never sees a half-deleted entry.
         let tmp = self.procs().join(format!(".del-{id}-{}", now_ms()));
         fs::rename(&dir, &tmp).map_err(io_at(&dir))?;
+        if let Some(e) = &was {
+            let _ = crate::journal::append(&self.root, e, crate::journal::Kind::Cleared);
+        }
         fs::remove_dir_all(&tmp).map_err(io_at(&tmp))?;
         sync_dir(&self.procs())
     }
