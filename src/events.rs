@@ -240,7 +240,13 @@ mod tests {
         };
         assert_eq!(
             serde_json::to_string(&Event::exited(&outcome)).unwrap(),
-            r#"{"event":"exited","code":null,"signal":"SIGKILL","treeGone":true,"escalated":true,"trigger":"signal","status":"SIGTERM"}"#
+            r#"{"event":"exited","exitCode":null,"signal":"SIGKILL","treeGone":true,"escalated":true,"trigger":"signal","exitStatus":"SIGTERM","code":null,"status":"SIGTERM"}"#
+        );
+        // As written: the schema's version first.
+        let line = EventLine { v: crate::status::Version, event: Event::Escalated { signal: "SIGKILL", remaining: 2 } };
+        assert_eq!(
+            serde_json::to_string(&line).unwrap(),
+            r#"{"v":1,"event":"escalated","signal":"SIGKILL","remaining":2}"#
         );
     }
 }

@@ -651,10 +651,12 @@ mod tests {
             },
             "cleanupStartedAt": 1_800_000_004_000u64, "timeoutMs": null,
             "stop": {"stdinGraceMs": 1000, "termGraceMs": 3000, "killWaitMs": 1500, "maxStopMs": 5500},
-            "stopReason": "owner", "treeGone": true, "logMaxBytes": null, "ready": null,
+            "stopReason": "owner", "treeGone": true, "logMaxBytes": null, "readyConfig": null,
             "restartOf": null,
             "logs": {"stdout": logs("stdout.log"), "stderr": logs("stderr.log"), "combined": logs("combined.log")},
-            "bootId": "b00t", "startTime": 77, "supervisorStartTime": 76, "uid": 1000,
+            "bootId": "b00t", "startTimeTicks": 77, "supervisorStartTimeTicks": 76, "uid": 1000,
+            // The v1 names of the two, deprecated, kept for hosts that read them (gone in v2).
+            "startTime": 77, "supervisorStartTime": 76,
             "containment": "subreaper", "containmentReason": "no writable cgroup v2",
             "cgroup": null, "cgroupInode": null, "usage": null
         });
@@ -680,9 +682,13 @@ mod tests {
         );
         let start =
             serde_json::to_value(StartView { entry: entry.clone(), ready: None, warnings: Vec::new() }).unwrap();
-        assert_eq!(start["ready"], serde_json::Value::Null, "the report, in the options' place");
-        let got = tail(start, 1);
-        assert_eq!(got, [("warnings".into(), serde_json::json!([]))]);
+        assert_eq!(start["readyConfig"], serde_json::Value::Null, "the options, under their own name");
+        let got = tail(start, 2);
+        assert_eq!(
+            got,
+            [("ready".into(), serde_json::Value::Null), ("warnings".into(), serde_json::json!([]))],
+            "the readiness report, a name of its own"
+        );
         let wait = WaitView { entry, finished: true, exit_status: Some(143), last_lines: vec!["bye".into()] };
         let got = tail(serde_json::to_value(wait).unwrap(), 3);
         assert_eq!(
