@@ -209,7 +209,8 @@ pub fn transitions(root: &Path, before: &Entry, after: &Entry) {
     if !before.is_finished() && after.is_finished() {
         let kind = Kind::Exited {
             status: after.status,
-            status_text: crate::view::status_text(after, after.status),
+            // A result is always recorded with its text; the token stands in for one that is not.
+            status_text: after.status_text.clone().unwrap_or_else(|| after.status.to_string()),
             exit_code: after.exit_code,
             signal: after.signal.clone(),
             stop_reason: after.stop_reason.clone(),
