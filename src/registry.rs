@@ -937,13 +937,26 @@ impl Registry {
 
     /// Reads one entry. Errors: `NotFound`, `Corrupt` (not set aside: see [`Registry::list`]).
     pub fn read(&self, id: &str) -> Result<Entry, RegistryError> {
+        self.read_with(None, id, &mut Vec::new())
+    }
+
+    /// [`Registry::read`] into `buf` (cleared first): a listing reuses one buffer, and reading
+    /// into its spare capacity needs no `statx` for the size (10,000 entries: 10,000 syscalls).
+    /// With `procs` (the open `procs/` directory), the file is opened relative to it.
+    fn read_with(&self, procs: Option<&File>, id: &str, buf: &mut Vec<u8>) -> Result<Entry, RegistryError> {
+        use std::os::fd::AsFd;
         let path = self.file(id, "entry.json");
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
+        buf.clear();
+        let file = match procs {
+            Some(d) => process::open_at(d.as_fd(), Path::new(id).join("entry.json").as_os_str()),
+            None => File::open(&path),
+        };
+        match file.and_then(|mut f| io::Read::read_to_end(&mut f, buf)) {
+            Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(RegistryError::NotFound(id.to_string())),
             Err(e) => return Err(RegistryError::Corrupt { path, reason: e.to_string() }),
-        };
-        serde_json::from_slice(&bytes).map_err(|e| RegistryError::Corrupt { path, reason: e.to_string() })
+        }
+        serde_json::from_slice(buf).map_err(|e| RegistryError::Corrupt { path, reason: e.to_string() })
     }
 
     /// Every readable entry, oldest first, and the ones that could not be read (reported, left
@@ -954,6 +967,8 @@ impl Registry {
         let Ok(dir) = fs::read_dir(self.procs()) else {
             return (entries, aside);
         };
+        let mut buf = Vec::with_capacity(64 * 1024);
+        let procs = File::open(self.procs()).ok();
         for d in dir.flatten() {
             let name = d.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') {
@@ -965,7 +980,7 @@ impl Registry {
                 moved_to: None,
                 supervisor_alive: self.live_supervisor(&name).is_some(),
             };
-            match self.read(&name) {
+            match self.read_with(procs.as_ref(), &name, &mut buf) {
                 Ok(e) => entries.push(e),
                 Err(RegistryError::Corrupt { path, reason }) => aside.push(unreadable(path, reason)),
                 // Removed meanwhile (a `clear`), or a directory being made: not an entry.
@@ -976,7 +991,9 @@ impl Registry {
                 Err(e) => aside.push(unreadable(d.path(), e.to_string())),
             }
         }
-        entries.sort_by_key(|e| (e.started_at, id_number(&e.id)));
+        // Keys computed once and the entries moved once: comparing by `id_number` and moving
+        // ~1 KiB entries inside the sort cost a listing of 10,000 about a fifth of its time.
+        entries.sort_by_cached_key(|e| (e.started_at, id_number(&e.id)));
         (entries, aside)
     }
 
@@ -1002,7 +1019,13 @@ impl Registry {
         let corrupt = self.root.join("corrupt");
         let dest = corrupt.join(format!("{id}-{}", now_ms()));
         let moved = mkdir_private(&corrupt).is_ok() && fs::rename(self.dir(id), &dest).is_ok();
-<<<<<<< HEAD
+        if moved {
+            // The entry cannot be read: its event names the id alone.
+            let e = Entry { id: id.to_string(), ..Entry::default() };
+            let kind =
+                crate::journal::Kind::SetAside { reason: a.reason.clone(), moved_to: Some(dest.display().to_string()) };
+            let _ = crate::journal::append(&self.root, &e, kind);
+        }
         a.moved_to = moved.then_some(dest);
         a
     }
@@ -1060,18 +1083,6 @@ impl Registry {
         }
         let _lock = self.entry_lock(&entry.id)?;
         write_atomic(&self.file(&entry.id, "entry.json"), &to_json(entry))
-=======
-        // The entry cannot be read: its event names the id alone.
-        let e = Entry { id: id.to_string(), ..Entry::default() };
-        let kind = crate::journal::Kind::SetAside {
-            reason: reason.clone(),
-            moved_to: moved.then(|| dest.display().to_string()),
-        };
-        if moved {
-            let _ = crate::journal::append(&self.root, &e, kind);
-        }
-        SetAside { path, reason, moved_to: moved.then_some(dest) }
->>>>>>> 5f6b938 (Documents carry "v": 1 and one meaning per name (readyConfig, exitStatus, *Ticks; old names kept, deprecated, for v1); JSON Schema derives on every document type; an event journal in the state dir and 'sheepdog events' to follow it)
     }
 
     /// Finds an entry by id, or by name. A name means the live entry with that name (running,
@@ -1145,14 +1156,10 @@ impl Registry {
         if !f(&mut changed) {
             return Ok((entry, false));
         }
-<<<<<<< HEAD
         write_atomic(&self.file(id, "entry.json"), &to_json(&changed)).map_err(gone)?;
-        drop(lock);
-=======
-        write_atomic(&self.file(id, "entry.json"), &to_json(&changed))?;
         // The events this write means, appended while the entry's lock is held: in order.
         crate::journal::transitions(&self.root, &entry, &changed);
->>>>>>> 5f6b938 (Documents carry "v": 1 and one meaning per name (readyConfig, exitStatus, *Ticks; old names kept, deprecated, for v1); JSON Schema derives on every document type; an event journal in the state dir and 'sheepdog events' to follow it)
+        drop(lock);
         Ok((changed, true))
     }
 

@@ -738,7 +738,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                             None,
                         )
                         .not_recorded(source.to_string());
-                        list.push(serde_json::to_value(v).unwrap_or(Value::Null));
+                        list.push(v);
                     } else {
                         outln!("Stopped {} (not recorded).", entry.label());
                     }
