@@ -40,8 +40,10 @@ pub const ROTATED: &str = "journal.1.jsonl";
 /// Size at which the current file is rotated: 1 MiB, about 5,000 events; with the one rotated
 /// file kept, the journal stays under about 2 MiB.
 pub const MAX_BYTES: u64 = 1024 * 1024;
-/// How far back from the end the last `seq` is looked for: 64 KiB (a line is far smaller).
-const TAIL_BYTES: u64 = 64 * 1024;
+/// How far back from the end the last `seq` is looked for: 4 KiB first (a line is about 250
+/// bytes; a supervisor appends `started` and `exited`, and a larger read would stay in its
+/// heap as private memory), then 64 KiB for lines with very long names.
+const TAIL_BYTES: [u64; 2] = [4 * 1024, 64 * 1024];
 
 /// What happened, with its own fields (`event` names it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -148,12 +150,20 @@ fn mkdir_private(path: &Path) -> io::Result<()> {
 /// The `seq` of the last complete line of `f` (0 for an empty file or none found).
 fn last_seq(f: &mut File) -> u64 {
     let Ok(len) = f.metadata().map(|m| m.len()) else { return 0 };
-    let from = len.saturating_sub(TAIL_BYTES);
-    let mut buf = Vec::new();
-    if f.seek(SeekFrom::Start(from)).is_err() || f.take(len - from).read_to_end(&mut buf).is_err() {
-        return 0;
+    for tail in TAIL_BYTES {
+        let from = len.saturating_sub(tail);
+        let mut buf = Vec::new();
+        if f.seek(SeekFrom::Start(from)).is_err() || f.take(len - from).read_to_end(&mut buf).is_err() {
+            return 0;
+        }
+        if let Some(seq) = buf.split(|b| *b == b'\n').rev().find_map(seq_of) {
+            return seq;
+        }
+        if from == 0 {
+            break;
+        }
     }
-    buf.split(|b| *b == b'\n').rev().find_map(seq_of).unwrap_or(0)
+    0
 }
 
 /// The `seq` of one journal line, if it is one.
