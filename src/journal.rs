@@ -350,9 +350,9 @@ pub struct Missed(pub u64);
 /// Prints the journal's events through `emit` (false from `emit` ends it: a reader that went
 /// away), from `filter.since` (else from now), then, with `follow`, every new one as it is
 /// appended, woken by inotify on `events/` (Linux; elsewhere it looks every 500 ms), never by
-/// polling the file. `idle` is called when there is nothing to read; false from it ends the
-/// stream (the CLI checks whether stdout's reader is gone). `missed` gets the count of events
-/// lost to rotation before the first line, if any.
+/// polling the file. While it waits it also watches `idle_fd` (the CLI's stdout): once that
+/// pipe's reader is gone the stream ends, even when nothing is appended. `missed` gets the count
+/// of events lost to rotation before the first line, if any.
 ///
 /// Errors: the journal cannot be read, or inotify cannot be set up.
 pub fn follow(
