@@ -809,7 +809,7 @@ pub(super) fn send(a: SendArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         CliError::new(code, err.to_string())
     })?;
     if json {
-        outln!("{}", json!({"id": e.id, "bytes": n, "eof": a.eof}));
+        outln!("{}", serde_json::json!({"id": e.id, "bytes": n, "eof": a.eof}));
     } else {
         outln!("Sent {n} bytes to {}{}.", e.label(), if a.eof { " and closed its stdin" } else { "" });
     }
