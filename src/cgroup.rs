@@ -300,7 +300,7 @@ struct Join {
 }
 
 /// Usage figures of a tree's cgroup. Absent controllers give `None` (`null`), never a number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     /// CPU time of every task the cgroup ever had, in milliseconds (`cpu.stat` `usage_usec`).
@@ -895,7 +895,7 @@ pub fn sweep_leftovers() -> Vec<PathBuf> {
 pub const LEFTOVER_KILL_WAIT: Duration = Duration::from_millis(2000);
 
 /// What `sheepdog doctor` reports.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Doctor {
     /// The tier `run` and `start` would get here: `cgroup`, `subreaper` or `group`.

@@ -8,12 +8,14 @@
 //!                                                                  stdinEof | timeout |
 //!                                                                  providerExited
 //! {"event":"escalated","signal":"SIGKILL","remaining":2}
-//! {"event":"exited","code":0,"signal":null,"treeGone":true,"status":0}
+//! {"event":"exited","exitCode":0,"signal":null,"treeGone":true,"escalated":false,
+//!  "trigger":null,"exitStatus":0,"code":0,"status":0}
 //! ```
 //!
-//! In `exited`, `code`/`signal` describe the provider (one of them is null; both are null if it
-//! could not be killed), and `status` is what the supervisor itself exits with (a number, or the
-//! name of the signal it dies by). Writes never block the supervisor: a line is written only
+//! Every line starts with `"v": 1` (the schema's version, `schema/events-fd.json`). In `exited`,
+//! `exitCode`/`signal` describe the provider (one of them is null; both are null if it could not
+//! be killed), and `exitStatus` is what the supervisor itself exits with (a number, or the name
+//! of the signal it dies by); `code` and `status` are their deprecated v1 names. Writes never block the supervisor: a line is written only
 //! when `poll` says the fd has room, and dropped otherwise. The fd is close-on-exec, so the reader sees EOF when the
 //! supervisor is gone, even while something it spawned still lives.
 
@@ -29,7 +31,7 @@ use crate::sys::process::{self, POLL_OUT, PollFd};
 
 /// One `--events-fd` line, `{"event": "spawned" | "stopping" | "escalated" | "exited", ...}`:
 /// the shape hosts parse, in one type (camelCase fields, `event` first).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "event", rename_all = "camelCase")]
 pub enum Event {
     /// The provider runs: its pid and group, the longest a stop can take (ms), and the tier.
@@ -52,24 +54,47 @@ pub enum Event {
     },
     /// The term grace ran out; SIGKILL went to `remaining` processes.
     Escalated { signal: &'static str, remaining: usize },
-    /// The end: `code`/`signal` describe the provider (both null if it could not be killed),
-    /// `status` is what sheepdog itself exits with (a number, or the signal it dies by).
+    /// The end: `exitCode`/`signal` describe the provider (both null if it could not be
+    /// killed), `exitStatus` is what sheepdog itself exits with (a number, or the signal it dies
+    /// by).
     #[serde(rename_all = "camelCase")]
     Exited {
-        code: Option<i32>,
+        /// The provider's exit code, when it exited by itself.
+        exit_code: Option<i32>,
+        /// The signal that ended the provider.
         signal: Option<String>,
+        /// Nothing of the tree is left.
         tree_gone: bool,
+        /// SIGKILL was needed.
         escalated: bool,
+        /// What began the stop, when one did.
         trigger: Option<&'static str>,
+        /// What the supervisor exits with: a number, or the name of the signal it dies by.
+        exit_status: ExitValue,
+        /// Deprecated, schema v1 only: `exitCode` under its old name (gone in v2).
+        #[schemars(extend("deprecated" = true))]
+        code: Option<i32>,
+        /// Deprecated, schema v1 only: `exitStatus` under its old name (gone in v2).
+        #[schemars(extend("deprecated" = true))]
         status: ExitValue,
     },
 }
 
+/// One `--events-fd` line as written: `{"v": 1, "event": ..., ...}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct EventLine {
+    pub v: crate::status::Version,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
 /// sheepdog's own exit in the `exited` event: a number, or the name of the signal it dies by.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum ExitValue {
+    /// An exit code.
     Code(i32),
+    /// The name of the signal it dies by (`SIGTERM`).
     Signal(String),
 }
 
@@ -95,11 +120,13 @@ impl Event {
             Exit::Signal(s) => ExitValue::Signal(s.name()),
         };
         Event::Exited {
-            code,
+            exit_code: code,
             signal,
             tree_gone: outcome.tree_gone,
             escalated: outcome.escalated,
             trigger: outcome.trigger.map(|t| t.name()),
+            exit_status: status.clone(),
+            code,
             status,
         }
     }
@@ -127,7 +154,8 @@ impl EventSink {
     /// far below `PIPE_BUF`, so a pipe that reports room takes it whole without blocking. A
     /// reader that stopped reading loses events; it never stalls the supervisor.
     pub fn emit(&self, event: &Event) {
-        let Ok(mut line) = serde_json::to_string(event) else { return };
+        let line = EventLine { v: crate::status::Version, event: event.clone() };
+        let Ok(mut line) = serde_json::to_string(&line) else { return };
         line.push('\n');
         let mut fds = [PollFd::new(self.fd.as_raw_fd(), POLL_OUT)];
         if matches!(process::poll(&mut fds, Some(std::time::Duration::ZERO)), Ok(1)) && !fds[0].hung_up() {
@@ -213,7 +241,13 @@ mod tests {
         };
         assert_eq!(
             serde_json::to_string(&Event::exited(&outcome)).unwrap(),
-            r#"{"event":"exited","code":null,"signal":"SIGKILL","treeGone":true,"escalated":true,"trigger":"signal","status":"SIGTERM"}"#
+            r#"{"event":"exited","exitCode":null,"signal":"SIGKILL","treeGone":true,"escalated":true,"trigger":"signal","exitStatus":"SIGTERM","code":null,"status":"SIGTERM"}"#
+        );
+        // As written: the schema's version first.
+        let line = EventLine { v: crate::status::Version, event: Event::Escalated { signal: "SIGKILL", remaining: 2 } };
+        assert_eq!(
+            serde_json::to_string(&line).unwrap(),
+            r#"{"v":1,"event":"escalated","signal":"SIGKILL","remaining":2}"#
         );
     }
 }

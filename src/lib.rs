@@ -16,6 +16,8 @@
 //!   tree, checked inside `manager::start_ready` and shown as [`view::Nudge`].
 //! - [`logs`]: capped, rotating stdout / stderr / combined logs.
 //! - [`events`]: the JSON lines of `--events-fd`.
+//! - [`journal`]: the event journal in the state dir that `sheepdog events` follows.
+//! - [`schema`]: the JSON Schemas of every document, generated from the types (`schema/`).
 //! - [`duration`]: `250ms`, `1.5s` on the command line.
 //! - [`exit`]: every exit status sheepdog reports, in one place.
 //! - [`usage`]: CPU and memory of a tree, from `/proc`.
@@ -37,6 +39,7 @@ pub mod cleanup;
 pub mod duration;
 pub mod events;
 pub mod exit;
+pub mod journal;
 pub mod keeper;
 pub mod logread;
 pub mod logs;
@@ -46,6 +49,7 @@ pub mod os;
 pub mod ports;
 pub mod ready;
 pub mod registry;
+pub mod schema;
 pub(crate) mod spawn;
 pub mod status;
 pub mod stop;

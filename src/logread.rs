@@ -29,7 +29,7 @@ pub const DEFAULT_MAX_LINES: usize = 200;
 pub const DEFAULT_MAX_BYTES: usize = 64 * 1024;
 
 /// Which log.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum LogStream {
     /// stdout, byte-exact.
@@ -121,7 +121,7 @@ pub struct LogQuery {
 }
 
 /// One read of a log.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LogChunk {
     /// The entry's id.

@@ -24,7 +24,7 @@ const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "ash"];
 const WRAPPERS: &[&str] = &["sudo", "env", "exec", "command", "time", "nice", "ionice", "doas"];
 
 /// Which way a command hides work (see the module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum NudgeKind {
     /// The work stays in the tree and is stopped as soon as the command exits.
@@ -35,7 +35,7 @@ pub enum NudgeKind {
 
 /// One nudge: `{kind, message, matched}` in JSON; `message` is one sentence, printed on stderr
 /// as `sheepdog: warning: MESSAGE`; `matched` names what was found (`nohup, &`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Warning {
     pub kind: NudgeKind,
     pub message: String,

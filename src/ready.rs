@@ -33,7 +33,7 @@ pub const READY_TICK: Duration = Duration::from_millis(20);
 pub const EXIT_TAIL: usize = 20;
 
 /// What "ready" means for one entry; stored in the entry so `restart` repeats it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadySpec {
     /// `--ready-port`.
@@ -96,7 +96,7 @@ pub enum ReadyOutcome {
 
 /// `ready` in `start --json`: `{ok, afterMs, matched}` (+ `port`, and `reason`/`output` when not
 /// ok).
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadyReport {
     /// Ready within the timeout.

@@ -228,7 +228,7 @@ impl<'de> Deserialize<'de> for OsText {
 }
 
 /// The stop timings recorded in an entry, in milliseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StopTimings {
     pub stdin_grace_ms: u64,
@@ -240,7 +240,7 @@ pub struct StopTimings {
 }
 
 /// A cleanup command attached to an entry (issue: cleanup hooks).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Cleanup {
     /// Run with `sh -c`.
@@ -249,7 +249,7 @@ pub struct Cleanup {
 }
 
 /// How a cleanup command ended.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CleanupResult {
     pub command: String,
@@ -937,13 +937,26 @@ impl Registry {
 
     /// Reads one entry. Errors: `NotFound`, `Corrupt` (not set aside: see [`Registry::list`]).
     pub fn read(&self, id: &str) -> Result<Entry, RegistryError> {
+        self.read_with(None, id, &mut Vec::new())
+    }
+
+    /// [`Registry::read`] into `buf` (cleared first): a listing reuses one buffer, and reading
+    /// into its spare capacity needs no `statx` for the size (10,000 entries: 10,000 syscalls).
+    /// With `procs` (the open `procs/` directory), the file is opened relative to it.
+    fn read_with(&self, procs: Option<&File>, id: &str, buf: &mut Vec<u8>) -> Result<Entry, RegistryError> {
+        use std::os::fd::AsFd;
         let path = self.file(id, "entry.json");
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
+        buf.clear();
+        let file = match procs {
+            Some(d) => process::open_at(d.as_fd(), Path::new(id).join("entry.json").as_os_str()),
+            None => File::open(&path),
+        };
+        match file.and_then(|mut f| io::Read::read_to_end(&mut f, buf)) {
+            Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(RegistryError::NotFound(id.to_string())),
             Err(e) => return Err(RegistryError::Corrupt { path, reason: e.to_string() }),
-        };
-        serde_json::from_slice(&bytes).map_err(|e| RegistryError::Corrupt { path, reason: e.to_string() })
+        }
+        serde_json::from_slice(buf).map_err(|e| RegistryError::Corrupt { path, reason: e.to_string() })
     }
 
     /// Every readable entry, oldest first, and the ones that could not be read (reported, left
@@ -954,6 +967,8 @@ impl Registry {
         let Ok(dir) = fs::read_dir(self.procs()) else {
             return (entries, aside);
         };
+        let mut buf = Vec::with_capacity(64 * 1024);
+        let procs = File::open(self.procs()).ok();
         for d in dir.flatten() {
             let name = d.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') {
@@ -965,7 +980,7 @@ impl Registry {
                 moved_to: None,
                 supervisor_alive: self.live_supervisor(&name).is_some(),
             };
-            match self.read(&name) {
+            match self.read_with(procs.as_ref(), &name, &mut buf) {
                 Ok(e) => entries.push(e),
                 Err(RegistryError::Corrupt { path, reason }) => aside.push(unreadable(path, reason)),
                 // Removed meanwhile (a `clear`), or a directory being made: not an entry.
@@ -976,7 +991,9 @@ impl Registry {
                 Err(e) => aside.push(unreadable(d.path(), e.to_string())),
             }
         }
-        entries.sort_by_key(|e| (e.started_at, id_number(&e.id)));
+        // Keys computed once and the entries moved once: comparing by `id_number` and moving
+        // ~1 KiB entries inside the sort cost a listing of 10,000 about a fifth of its time.
+        entries.sort_by_cached_key(|e| (e.started_at, id_number(&e.id)));
         (entries, aside)
     }
 
@@ -1002,6 +1019,13 @@ impl Registry {
         let corrupt = self.root.join("corrupt");
         let dest = corrupt.join(format!("{id}-{}", now_ms()));
         let moved = mkdir_private(&corrupt).is_ok() && fs::rename(self.dir(id), &dest).is_ok();
+        if moved {
+            // The entry cannot be read: its event names the id alone.
+            let e = Entry { id: id.to_string(), ..Entry::default() };
+            let kind =
+                crate::journal::Kind::SetAside { reason: a.reason.clone(), moved_to: Some(dest.display().to_string()) };
+            let _ = crate::journal::append(&self.root, &e, kind);
+        }
         a.moved_to = moved.then_some(dest);
         a
     }
@@ -1133,6 +1157,8 @@ impl Registry {
             return Ok((entry, false));
         }
         write_atomic(&self.file(id, "entry.json"), &to_json(&changed)).map_err(gone)?;
+        // The events this write means, appended while the entry's lock is held: in order.
+        crate::journal::transitions(&self.root, &entry, &changed);
         drop(lock);
         Ok((changed, true))
     }
@@ -1140,9 +1166,13 @@ impl Registry {
     /// Removes an entry and its logs.
     pub fn remove(&self, id: &str) -> Result<(), RegistryError> {
         let dir = self.dir(id);
+        let was = self.read(id).ok();
         // Rename first so a concurrent reader never sees a half-deleted entry.
         let tmp = self.procs().join(format!(".del-{id}-{}", now_ms()));
         fs::rename(&dir, &tmp).map_err(io_at(&dir))?;
+        if let Some(e) = &was {
+            let _ = crate::journal::append(&self.root, e, crate::journal::Kind::Cleared);
+        }
         fs::remove_dir_all(&tmp).map_err(io_at(&tmp))?;
         sync_dir(&self.procs())
     }

@@ -116,6 +116,23 @@ impl std::str::FromStr for Status {
     }
 }
 
+/// One string of [`ALL`]'s tokens. A newer version's word (`Status::Other`) is outside the
+/// enum: a new token is a schema change, made visible by the schema test.
+impl schemars::JsonSchema for Status {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Status".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let tokens: Vec<&str> = ALL.iter().map(|s| s.as_str()).collect();
+        schemars::json_schema!({
+            "description": "Where an entry is in its life, one token (`statusText` is the human line).",
+            "type": "string",
+            "enum": tokens,
+        })
+    }
+}
+
 /// The longest unknown status word kept, and how many distinct ones: 32 bytes, 64 words. Past
 /// either (not a status a sheepdog would write), the word reads as `lost`.
 const OTHER_MAX_LEN: usize = 32;
@@ -156,7 +173,7 @@ impl<'de> Deserialize<'de> for Status {
 /// (`signal`: a SIGTERM/SIGINT/SIGHUP, which is how `sheepdog stop` asks; `owner`; `stdinEof`;
 /// `timeout`), or who acted past a supervisor that was gone or stuck (`stop`, `reap`). A word
 /// this version does not know is kept as it was written.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum StopReason {
     Signal,
@@ -191,7 +208,7 @@ impl From<crate::stop::Trigger> for StopReason {
 
 /// Who ran a cleanup, as recorded in `cleanupResult.ranBy`: the entry's `supervisor`, `sheepdog
 /// stop`, or `reap`. A word this version does not know is kept as it was written.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum CleanupRunner {
     #[default]
@@ -214,7 +231,7 @@ impl fmt::Display for CleanupRunner {
 }
 
 /// What `reap` did to one entry (`action` in `reap --json`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum ReapKind {
     /// A live orphaned tree was stopped.
@@ -223,6 +240,34 @@ pub enum ReapKind {
     Lost,
     /// A finished entry's pending cleanup ran: its owner is gone or its turn timeout passed.
     Cleanup,
+}
+
+/// The schema's major version, `"v": 1` in every document: within it changes are additive (new
+/// fields, new event kinds); a rename or removal makes it 2. Serialized as the number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Version;
+
+/// The number [`Version`] stands for.
+pub const SCHEMA_VERSION: u32 = 1;
+
+impl Serialize for Version {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(SCHEMA_VERSION)
+    }
+}
+
+impl schemars::JsonSchema for Version {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Version".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "The schema's major version: within it, changes are additive.",
+            "type": "integer",
+            "const": SCHEMA_VERSION,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use crate::sys::Pid;
 use crate::tree::Census;
 
 /// Log paths of an entry.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct LogPaths {
     /// `procs/<id>/stdout.log`: stdout, byte-exact.
     pub stdout: PathBuf,
@@ -45,7 +45,7 @@ impl LogPaths {
 }
 
 /// One live process of an entry's tree. `sid` is the Unix session id.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct TreeProc {
     /// Its pid.
     pub pid: i32,
@@ -58,7 +58,7 @@ pub struct TreeProc {
 }
 
 /// The entry view. Times are unix ms, durations ms.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EntryView {
     /// `proc_N`, never reused.
@@ -115,27 +115,37 @@ pub struct EntryView {
     pub tree_gone: Option<bool>,
     /// `--log-max` in bytes (null: the 64 MiB default).
     pub log_max_bytes: Option<u64>,
-    /// The readiness options it was started with (repeated by `restart`).
-    pub ready: Option<ReadySpec>,
+    /// The readiness options it was started with (repeated by `restart`): `{port, log, listen,
+    /// timeoutMs}`, null without `--ready-*`. (What the wait found is `ready` in a start's
+    /// result, [`StartView`].)
+    pub ready_config: Option<ReadySpec>,
     /// The id of the entry this one replaced (`restart`, `start --replace`).
     pub restart_of: Option<String>,
     /// Where its logs are.
     pub logs: LogPaths,
     /// Identity: boot id, provider and supervisor start times (clock ticks), uid.
     pub boot_id: String,
-    /// Identity: the provider's start time in clock ticks after boot.
-    pub start_time: Option<u64>,
+    /// Identity: the provider's start time in clock ticks after boot (`/proc/PID/stat` field
+    /// 22; not a wall time: `startedAt` is that).
+    pub start_time_ticks: Option<u64>,
     /// Identity: the supervisor's start time in clock ticks after boot.
-    pub supervisor_start_time: Option<u64>,
+    pub supervisor_start_time_ticks: Option<u64>,
     /// Identity: the uid it runs as.
     pub uid: u32,
+    /// Deprecated, schema v1 only: `startTimeTicks` under its old name (gone in v2).
+    #[schemars(extend("deprecated" = true))]
+    pub start_time: Option<u64>,
+    /// Deprecated, schema v1 only: `supervisorStartTimeTicks` under its old name (gone in v2).
+    #[schemars(extend("deprecated" = true))]
+    pub supervisor_start_time: Option<u64>,
     /// The tier that keeps the tree: `cgroup`, `subreaper` or `group` (null in entries from
     /// before the tiers existed).
     pub containment: Option<String>,
     /// Why a stronger tier was refused (null in the cgroup tier).
     pub containment_reason: Option<String>,
-    /// The tree's cgroup directory and its inode (cgroup tier).
+    /// The tree's cgroup directory (cgroup tier).
     pub cgroup: Option<String>,
+    /// That directory's inode, checked before anything acts on the path later.
     pub cgroup_inode: Option<u64>,
     /// True when the cgroup could not be removed after the tree was gone (`reap` removes it).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -154,8 +164,13 @@ pub struct EntryView {
 impl EntryView {
     /// A failure worth listing after the fact: non-zero exit, killed, timed out, reaped, lost.
     pub fn failed(&self) -> bool {
-        self.status.is_failure() || (self.status == Status::Exited && self.exit_code.is_some_and(|c| c != 0))
+        failed(self.status, self.exit_code)
     }
+}
+
+/// [`EntryView::failed`] of an entry with `status` and `exit_code`, without building its view.
+fn failed(status: Status, exit_code: Option<i32>) -> bool {
+    status.is_failure() || (status == Status::Exited && exit_code.is_some_and(|c| c != 0))
 }
 
 /// The human status line: the recorded text when there is one, else one derived from the status.
@@ -199,39 +214,33 @@ pub fn entry_view_tree(reg: &Registry, e: &Entry, census: &OnceCell<Census>) -> 
     view_with_status(reg, e, status, true)
 }
 
-/// What a start shows (`start --json`, `restart --json`): the new entry's view, with `ready`
-/// the readiness report in place of the options (null when none was asked for), then the
-/// nudges it earned as `warnings`.
-#[derive(Clone, Debug)]
+/// What a start shows (`start --json`, each of `restart --json`): the new entry's view, then
+/// `ready`, the readiness wait's outcome (null when none was asked for; the options are the
+/// view's `readyConfig`), then the nudges it earned as `warnings`.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct StartView {
+    #[serde(flatten)]
     pub entry: EntryView,
+    /// How the readiness wait went: `{ok, afterMs, matched, port}` (+ `reason`, `output` when
+    /// not ok); null without `--ready-*`.
     pub ready: Option<crate::ready::ReadyReport>,
+    /// Advice about a command that hides work (`{kind, message, matched}`).
     pub warnings: Vec<Nudge>,
-}
-
-impl Serialize for StartView {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::Error;
-        let mut v = serde_json::to_value(&self.entry).map_err(S::Error::custom)?;
-        if let serde_json::Value::Object(m) = &mut v {
-            // `ready` keeps the entry's place: a report of the wait instead of its options.
-            m.insert("ready".into(), serde_json::to_value(&self.ready).map_err(S::Error::custom)?);
-            m.insert("warnings".into(), serde_json::to_value(&self.warnings).map_err(S::Error::custom)?);
-        }
-        v.serialize(s)
-    }
 }
 
 /// What a stop shows per entry (`stop --json`): the entry's view after the stop (its
 /// `treeGone` what this stop found), then whether it had ended before, `ok` (the tree is gone
 /// and no cleanup failed) and the cleanup's failure line (null when it did not fail).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StopView {
     #[serde(flatten)]
     pub entry: EntryView,
+    /// The entry had ended before this stop (not an error; a pending cleanup still ran).
     pub already_finished: bool,
+    /// The tree is gone and no cleanup failed.
     pub ok: bool,
+    /// The cleanup's failure line (`Cleanup command failed with exit code 1.`), else null.
     pub cleanup_error: Option<String>,
     /// Why this stop's result is not in the registry (a full disk, a read-only state dir);
     /// absent when it is. `ok` is false then, and the entry's fields are what the stop knows.
@@ -267,13 +276,17 @@ impl StopView {
 
 /// What a wait shows per entry (`wait --json`): the entry's view, whether it finished, the
 /// status `wait` exits with for it (null: unknown), and its last lines of output.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitView {
     #[serde(flatten)]
     pub entry: EntryView,
+    /// It finished (a result is recorded).
     pub finished: bool,
+    /// The status `wait` exits with for it (its exit code, 128 + N for signal N, 124 for its
+    /// `--timeout`); null when unknown.
     pub exit_status: Option<i32>,
+    /// Its last lines of output (`[out] `/`[err] ` tagged), at most 20.
     pub last_lines: Vec<String>,
 }
 
@@ -322,10 +335,11 @@ pub fn list(reg: &Registry, q: &ListQuery) -> Listing {
             rows.push(view_with_status(reg, e, s, q.tree));
             continue;
         }
-        let v = view_with_status(reg, e, s, false);
+        // Decided on the entry: a hidden one's view is never built (10,000 of them cost `ps`
+        // tens of ms).
         let recent = q.recent_failures_ms.is_some_and(|ms| now.saturating_sub(e.ended_at.unwrap_or(e.started_at)) < ms);
-        if v.failed() && recent {
-            failed.push(v);
+        if recent && self::failed(s, e.exit_code) {
+            failed.push(view_with_status(reg, e, s, false));
         } else {
             hidden += 1;
         }
@@ -368,13 +382,15 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
         stop_reason: e.stop_reason.clone(),
         tree_gone: e.tree_gone,
         log_max_bytes: e.log_max_bytes,
-        ready: e.ready.clone(),
+        ready_config: e.ready.clone(),
         restart_of: e.restart_of.clone(),
         logs: LogPaths::of(reg, &e.id),
         boot_id: e.boot_id.clone(),
+        start_time_ticks: e.start_time,
+        supervisor_start_time_ticks: e.supervisor_start_time,
+        uid: e.uid,
         start_time: e.start_time,
         supervisor_start_time: e.supervisor_start_time,
-        uid: e.uid,
         containment: e.containment.clone(),
         containment_reason: e.containment_reason.clone(),
         cgroup: e.cgroup.clone(),
@@ -438,6 +454,138 @@ pub fn fit_status(text: &str, w: usize) -> String {
         }
     }
     fit_width(text, w, false)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The documents: what each `--json` prints, as one type each (the schemas in `schema/` are
+// generated from these, see `crate::schema`).
+
+pub use crate::status::{SCHEMA_VERSION, Version};
+
+/// `start --json`: the new entry's [`StartView`].
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct StartDoc {
+    pub v: Version,
+    #[serde(flatten)]
+    pub start: StartView,
+}
+
+/// `restart --json`: one [`StartView`] per restarted entry, each with `restartOf` the old id.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct RestartDoc {
+    pub v: Version,
+    /// The new entries.
+    pub restarted: Vec<StartView>,
+}
+
+/// `ps --json`: the listed entries and how many finished ones were left out.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct PsDoc<'a> {
+    pub v: Version,
+    /// Running entries, then recent failures (`--all`: every entry; `--status`: that status).
+    pub entries: &'a [EntryView],
+    /// Finished entries not listed.
+    pub hidden: usize,
+}
+
+/// `update --json`: the entry's view after the change.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct EntryDoc {
+    pub v: Version,
+    #[serde(flatten)]
+    pub entry: EntryView,
+}
+
+/// `stop --json`: one [`StopView`] per entry stopped.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct StopDoc {
+    pub v: Version,
+    pub stopped: Vec<StopView>,
+}
+
+/// `wait --json`: one [`WaitView`] per entry, and the status `wait` exits with.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitDoc {
+    pub v: Version,
+    pub waited: Vec<WaitView>,
+    /// What `sheepdog wait` exits with: the (last, or with `--any` first) process's code, 128 + N
+    /// for a signal, 124 for a timeout, 125 when unknown.
+    pub exit_status: i32,
+    /// Deprecated, schema v1 only: `exitStatus` under its old name (gone in v2).
+    #[schemars(extend("deprecated" = true))]
+    pub exit_code: i32,
+}
+
+/// `clear --json`: the last views of the removed entries.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct ClearDoc {
+    pub v: Version,
+    pub cleared: Vec<EntryView>,
+}
+
+/// One thing `reap` did, with the entry's view after it (null when the entry is gone).
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct ReapView {
+    #[serde(flatten)]
+    pub action: crate::manager::ReapAction,
+    pub entry: Option<EntryView>,
+}
+
+/// `reap --json`.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReapDoc {
+    pub v: Version,
+    /// `--dry-run`: nothing was signalled or recorded.
+    pub dry_run: bool,
+    pub actions: Vec<ReapView>,
+}
+
+/// `logs --json`: one read of a log.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct LogsDoc {
+    pub v: Version,
+    #[serde(flatten)]
+    pub chunk: crate::logread::LogChunk,
+}
+
+/// `doctor --json`.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct DoctorDoc {
+    pub v: Version,
+    #[serde(flatten)]
+    pub doctor: crate::cgroup::Doctor,
+}
+
+/// What failed: printed alone, instead of the result, by every `--json` command that fails.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorBody {
+    /// The `sheepdog: ...` line without its prefix.
+    pub message: String,
+    /// sheepdog's own exit status (125 bad input, 1, 74, 124, ...; README's tables).
+    pub exit_status: i32,
+    /// Deprecated, schema v1 only: `exitStatus` under its old name (gone in v2).
+    #[schemars(extend("deprecated" = true))]
+    pub exit_code: i32,
+}
+
+/// The error document: `{"v": 1, "error": {"message", "exitStatus"}}`.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct ErrorDoc {
+    pub v: Version,
+    pub error: ErrorBody,
+}
+
+impl ErrorDoc {
+    /// The document of a failure with `message` and exit status `status`.
+    pub fn new(message: &str, status: i32) -> ErrorDoc {
+        ErrorDoc {
+            v: Version,
+            error: ErrorBody { message: message.to_string(), exit_status: status, exit_code: status },
+        }
+    }
 }
 
 #[cfg(test)]
@@ -509,10 +657,12 @@ mod tests {
             },
             "cleanupStartedAt": 1_800_000_004_000u64, "timeoutMs": null,
             "stop": {"stdinGraceMs": 1000, "termGraceMs": 3000, "killWaitMs": 1500, "maxStopMs": 5500},
-            "stopReason": "owner", "treeGone": true, "logMaxBytes": null, "ready": null,
+            "stopReason": "owner", "treeGone": true, "logMaxBytes": null, "readyConfig": null,
             "restartOf": null,
             "logs": {"stdout": logs("stdout.log"), "stderr": logs("stderr.log"), "combined": logs("combined.log")},
-            "bootId": "b00t", "startTime": 77, "supervisorStartTime": 76, "uid": 1000,
+            "bootId": "b00t", "startTimeTicks": 77, "supervisorStartTimeTicks": 76, "uid": 1000,
+            // The v1 names of the two, deprecated, kept for hosts that read them (gone in v2).
+            "startTime": 77, "supervisorStartTime": 76,
             "containment": "subreaper", "containmentReason": "no writable cgroup v2",
             "cgroup": null, "cgroupInode": null, "usage": null
         });
@@ -538,9 +688,13 @@ mod tests {
         );
         let start =
             serde_json::to_value(StartView { entry: entry.clone(), ready: None, warnings: Vec::new() }).unwrap();
-        assert_eq!(start["ready"], serde_json::Value::Null, "the report, in the options' place");
-        let got = tail(start, 1);
-        assert_eq!(got, [("warnings".into(), serde_json::json!([]))]);
+        assert_eq!(start["readyConfig"], serde_json::Value::Null, "the options, under their own name");
+        let got = tail(start, 2);
+        assert_eq!(
+            got,
+            [("ready".into(), serde_json::Value::Null), ("warnings".into(), serde_json::json!([]))],
+            "the readiness report, a name of its own"
+        );
         let wait = WaitView { entry, finished: true, exit_status: Some(143), last_lines: vec!["bye".into()] };
         let got = tail(serde_json::to_value(wait).unwrap(), 3);
         assert_eq!(

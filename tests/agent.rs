@@ -342,7 +342,8 @@ fn wait_for_several_any_and_session_exit_with_the_right_status() {
     assert_eq!(v["waited"].as_array().unwrap().len(), 2);
     assert_eq!(v["waited"][0]["exitStatus"], 3);
     assert_eq!(v["waited"][1]["status"], "exited");
-    assert_eq!(v["exitCode"], 5);
+    assert_eq!(v["exitStatus"], 5);
+    assert_eq!(v["exitCode"], 5, "the deprecated v1 name stays readable");
     let c = st.start(&["--", "sleep", "100"])["id"].as_str().unwrap().to_string();
     let out = st.run(&["wait", &a, &c, "--timeout", "300ms"]);
     assert_eq!(out.status.code(), Some(124));
@@ -405,6 +406,7 @@ fn every_json_output_is_one_document_with_the_shared_fields_and_errors_alone() {
     ] {
         let out = st.run(&args);
         let v = one_doc(&out);
+        assert_eq!(v["v"], 1, "every document carries the schema's version: {args:?} {v}");
         let items: Vec<Value> = ["entries", "stopped", "waited", "restarted", "cleared"]
             .iter()
             .filter_map(|k| v[*k].as_array().cloned())
@@ -424,8 +426,10 @@ fn every_json_output_is_one_document_with_the_shared_fields_and_errors_alone() {
     {
         let out = st.run(&args);
         let v = one_doc(&out);
-        assert_eq!(v.as_object().unwrap().keys().collect::<Vec<_>>(), vec!["error"], "{v}");
-        assert_eq!(v["error"]["exitCode"], 125);
+        assert_eq!(v.as_object().unwrap().keys().collect::<Vec<_>>(), vec!["v", "error"], "{v}");
+        assert_eq!(v["v"], 1);
+        assert_eq!(v["error"]["exitStatus"], 125);
+        assert_eq!(v["error"]["exitCode"], 125, "the deprecated v1 name stays readable");
         assert!(v["error"]["message"].is_string());
     }
 }

@@ -486,7 +486,7 @@ fn messages_keep_the_name_id_shape_without_a_name_and_json_errors_go_to_stdout()
     assert_eq!(out.status.code(), Some(125));
     assert_eq!(stderr(&out), "sheepdog: no entry with id or name 'nope'\n");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["error"]["exitCode"], 125);
+    assert_eq!(v["error"]["exitStatus"], 125);
     assert_eq!(v["error"]["message"], "no entry with id or name 'nope'");
 }
 

@@ -756,7 +756,7 @@ async fn a_ready_wait_is_capped_at_45_seconds() {
     assert_eq!(v["ready"]["matched"], "up");
     // The options as recorded (for a restart): the list shows them.
     let l = s.ok("process_list", json!({"verbose": true})).await;
-    assert_eq!(l["entries"][0]["details"]["ready"]["timeoutMs"], 45000, "{l}");
+    assert_eq!(l["entries"][0]["details"]["readyConfig"]["timeoutMs"], 45000, "{l}");
     s.ok("process_stop", json!({"all": true})).await;
     s.close().await;
 }

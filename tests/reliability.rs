@@ -288,7 +288,7 @@ fn wait_json_prints_exactly_one_document_when_the_status_is_unknown() {
     let first = docs.next().expect("a document").expect("valid JSON");
     assert!(docs.next().is_none(), "exactly one JSON document: {text}");
     // `wait --json` reports each entry in one `{waited, exitCode}` document (issue 10's contract).
-    assert!(first["exitCode"] == 125 || first["error"]["exitCode"] == 125, "{first}");
+    assert!(first["exitStatus"] == 125 || first["error"]["exitStatus"] == 125, "{first}");
 }
 
 /// Reads a pid a test's command wrote to `file` in the state dir.

@@ -469,9 +469,12 @@ fn events_fd_reports_spawned_and_exited() {
     assert_eq!(ev[0]["pid"], ev[0]["pgid"]);
     assert_eq!(ev[0]["maxStopMs"], 5500);
     assert_eq!(ev[1]["event"], "exited");
-    assert_eq!(ev[1]["code"], 3);
+    assert_eq!(ev[1]["exitCode"], 3);
+    assert_eq!(ev[1]["exitStatus"], 3, "sheepdog's own exit");
+    assert_eq!(ev[1]["code"], 3, "the deprecated v1 name stays readable");
     assert_eq!(ev[1]["signal"], serde_json::Value::Null);
     assert_eq!(ev[1]["treeGone"], true);
+    assert!(ev.iter().all(|e| e["v"] == 1), "{ev:?}");
 }
 
 #[test]

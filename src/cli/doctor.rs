@@ -19,7 +19,8 @@ pub(super) fn doctor(_a: DoctorArgs, json: bool) -> Result<i32, CliError> {
         }
     };
     if json {
-        outln!("{}", serde_json::to_string(&d).unwrap_or_default());
+        let doc = sheepdog::view::DoctorDoc { v: sheepdog::view::Version, doctor: d.clone() };
+        outln!("{}", serde_json::to_string(&doc).unwrap_or_default());
         refusal();
         return Ok(code);
     }

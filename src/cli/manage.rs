@@ -6,8 +6,6 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
 use sheepdog::exit;
 use sheepdog::logread::{self, Cursor, LogQuery, LogStream};
 use sheepdog::manager::{self, ManagerError, StartRequest, Waited};
@@ -231,7 +229,7 @@ fn render_started(
     e: &Entry,
     ready: Option<&ReadyOutcome>,
     warnings: &[sheepdog::view::Nudge],
-    json_out: Option<&mut Vec<Value>>,
+    json_out: Option<&mut Vec<view::StartView>>,
 ) -> i32 {
     let code = match ready {
         Some(ReadyOutcome::Exited { .. }) => exit::REFUSED,
@@ -248,7 +246,7 @@ fn render_started(
             ready: ready.map(|r| r.report()),
             warnings: warnings.to_vec(),
         };
-        list.push(serde_json::to_value(v).unwrap_or(Value::Null));
+        list.push(v);
         return code;
     }
     outln!("{}", e.id);
@@ -333,8 +331,8 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     }
     let mut list = Vec::new();
     let code = render_started(&reg, &started.entry, started.ready.as_ref(), &started.nudges, json.then_some(&mut list));
-    if json {
-        outln!("{}", list.pop().unwrap_or(Value::Null));
+    if let (true, Some(start)) = (json, list.pop()) {
+        outln!("{}", to_json(&view::StartDoc { v: view::Version, start }));
     }
     Ok(code)
 }
@@ -373,7 +371,7 @@ pub(super) fn restart(a: RestartArgs, dir: Option<PathBuf>, json: bool) -> Resul
         }
     }
     if json {
-        outln!("{}", json!({ "restarted": list }));
+        outln!("{}", to_json(&view::RestartDoc { v: view::Version, restarted: list }));
     }
     Ok(code)
 }
@@ -414,9 +412,14 @@ fn age(ms: u64) -> String {
     }
 }
 
-/// An entry as JSON: the one view ([`sheepdog::view::EntryView`]) with the given status.
-fn entry_json(reg: &Registry, e: &Entry, status: Status) -> Value {
-    serde_json::to_value(view::view_with_status(reg, e, status, false)).unwrap_or(Value::Null)
+/// An entry's view ([`sheepdog::view::EntryView`]) with the given status.
+fn entry_view(reg: &Registry, e: &Entry, status: Status) -> view::EntryView {
+    view::view_with_status(reg, e, status, false)
+}
+
+/// A document as one line of JSON (a view always serializes; `{}` would say otherwise).
+fn to_json<T: serde::Serialize>(doc: &T) -> String {
+    serde_json::to_string(doc).unwrap_or_else(|_| "{}".into())
 }
 
 /// Cuts or pads `s` to `w` terminal columns (display width), with `…` when cut.
@@ -431,7 +434,7 @@ fn cols(s: &str) -> usize {
 
 /// `s` with control characters escaped (`\n`, `\u{1b}`): a command's own arguments or a forged
 /// entry must not move the cursor or break a table's lines on the user's terminal.
-fn printable(s: &str) -> String {
+pub(super) fn printable(s: &str) -> String {
     if !s.chars().any(char::is_control) {
         return s.to_string();
     }
@@ -442,7 +445,7 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
     let Some(reg) = Registry::open_existing(dir)? else {
         // Read-only: no state dir means nothing was ever started here; do not create one.
         if json {
-            outln!("{}", json!({"entries": [], "hidden": 0}));
+            outln!("{}", to_json(&view::PsDoc { v: view::Version, entries: &[], hidden: 0 }));
         } else {
             outln!("No managed processes.");
         }
@@ -459,14 +462,8 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
     warn_set_aside(&aside);
     let mut out = io::BufWriter::new(io::stdout().lock());
     if json {
-        let _ = out.write_all(b"{\"entries\":[");
-        for (i, v) in rows.iter().enumerate() {
-            if i > 0 {
-                let _ = out.write_all(b",");
-            }
-            let _ = serde_json::to_writer(&mut out, v);
-        }
-        let _ = writeln!(out, "],\"hidden\":{hidden}}}");
+        let _ = serde_json::to_writer(&mut out, &view::PsDoc { v: view::Version, entries: &rows, hidden });
+        let _ = writeln!(out);
         let _ = out.flush();
         return Ok(0);
     }
@@ -617,7 +614,7 @@ pub(super) fn logs(a: LogsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     }
     let chunk = logread::read(&reg, &e.id, &q)?;
     if json {
-        outln!("{}", serde_json::to_string(&chunk).unwrap_or_default());
+        outln!("{}", to_json(&view::LogsDoc { v: view::Version, chunk }));
         return Ok(0);
     }
     let mut out = io::stdout().lock();
@@ -714,7 +711,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                         o.tree_gone,
                         cleanup_failed.clone(),
                     );
-                    list.push(serde_json::to_value(v).unwrap_or(Value::Null));
+                    list.push(v);
                 } else {
                     outln!("{}", o.headline());
                     if let Some(line) = &o.not_signalled {
@@ -744,7 +741,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                             None,
                         )
                         .not_recorded(source.to_string());
-                        list.push(serde_json::to_value(v).unwrap_or(Value::Null));
+                        list.push(v);
                     } else {
                         outln!("Stopped {} (not recorded).", entry.label());
                     }
@@ -757,7 +754,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         }
     }
     if json {
-        outln!("{}", json!({ "stopped": list }));
+        outln!("{}", to_json(&view::StopDoc { v: view::Version, stopped: list }));
     }
     Ok(code)
 }
@@ -815,7 +812,7 @@ pub(super) fn send(a: SendArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         CliError::new(code, err.to_string())
     })?;
     if json {
-        outln!("{}", json!({"id": e.id, "bytes": n, "eof": a.eof}));
+        outln!("{}", serde_json::json!({"id": e.id, "bytes": n, "eof": a.eof}));
     } else {
         outln!("Sent {n} bytes to {}{}.", e.label(), if a.eof { " and closed its stdin" } else { "" });
     }
@@ -860,7 +857,8 @@ pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<
     };
     let e = manager::update(&reg, &e, &req)?;
     if json {
-        outln!("{}", entry_json(&reg, &e, manager::live_status(&e, &Default::default())));
+        let entry = entry_view(&reg, &e, manager::live_status(&e, &Default::default()));
+        outln!("{}", to_json(&view::EntryDoc { v: view::Version, entry }));
     } else {
         outln!("Updated {}.", e.label());
     }
@@ -912,7 +910,8 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     };
     if targets.is_empty() {
         if json {
-            outln!("{}", json!({"waited": [], "exitCode": 0}));
+            let doc = view::WaitDoc { v: view::Version, waited: Vec::new(), exit_status: 0, exit_code: 0 };
+            outln!("{}", to_json(&doc));
         } else {
             outln!("Nothing to wait for.");
         }
@@ -963,7 +962,7 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                 exit_status: status,
                 last_lines: tail[tail.len().saturating_sub(WAIT_TAIL)..].to_vec(),
             };
-            list.push(serde_json::to_value(v).unwrap_or(Value::Null));
+            list.push(v);
         } else if finished {
             if single {
                 outln!("{}", view::status_text(&entry, entry.status));
@@ -994,7 +993,7 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         eprintln!("sheepdog: {m}");
     }
     if json {
-        outln!("{}", json!({"waited": list, "exitCode": code}));
+        outln!("{}", to_json(&view::WaitDoc { v: view::Version, waited: list, exit_status: code, exit_code: code }));
     }
     Ok(code)
 }
@@ -1023,17 +1022,17 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         code = exit::NOT_RECORDED;
     }
     if json {
-        let list: Vec<Value> = actions
+        let actions = actions
             .iter()
-            .map(|x| {
-                let mut v = json!(x);
-                if let (Value::Object(m), Ok(e)) = (&mut v, reg.read(&x.id)) {
-                    m.insert("entry".into(), entry_json(&reg, &e, manager::live_status(&e, &Default::default())));
-                }
-                v
+            .map(|x| view::ReapView {
+                action: x.clone(),
+                entry: reg
+                    .read(&x.id)
+                    .ok()
+                    .map(|e| entry_view(&reg, &e, manager::live_status(&e, &Default::default()))),
             })
             .collect();
-        outln!("{}", json!({ "dryRun": a.dry_run, "actions": list }));
+        outln!("{}", to_json(&view::ReapDoc { v: view::Version, dry_run: a.dry_run, actions }));
         return Ok(code);
     }
     let would = if a.dry_run { "Would reap" } else { "Reaped" };
@@ -1095,8 +1094,8 @@ pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         }
     }
     if json {
-        let views: Vec<Value> = cleared.iter().map(|e| entry_json(&reg, e, e.status)).collect();
-        outln!("{}", json!({ "cleared": views }));
+        let cleared = cleared.iter().map(|e| entry_view(&reg, e, e.status)).collect();
+        outln!("{}", to_json(&view::ClearDoc { v: view::Version, cleared }));
     } else {
         for e in &cleared {
             outln!("Cleared {}.", e.id);

@@ -15,6 +15,7 @@ macro_rules! outln {
 }
 
 mod doctor;
+mod events;
 mod manage;
 mod run;
 mod top;
@@ -99,6 +100,9 @@ enum Command {
     Reap(manage::ReapArgs),
     /// Remove finished entries and their logs.
     Clear(manage::ClearArgs),
+    /// Follow what happens to entries: one JSON object per line with --json (started, ready,
+    /// exited, stopped, cleanupFinished, cleared, setAside).
+    Events(events::EventsArgs),
     /// A live full-screen view: statuses, usage, ports, process trees, logs; stop/restart/clear.
     Top(top::TopArgs),
     /// Which containment tier `run` and `start` get here, and why; the cgroup2 mount, kernel
@@ -223,6 +227,7 @@ pub fn main() -> i32 {
         Command::Wait(a) => manage::wait(a, dir, json),
         Command::Reap(a) => manage::reap(a, dir, json),
         Command::Clear(a) => manage::clear(a, dir, json),
+        Command::Events(a) => events::events(a, dir, json),
         Command::Top(a) => top::top(a, dir),
         Command::Doctor(a) => doctor::doctor(a, json),
         Command::Mcp(a) => mcp(a.args, dir),
@@ -237,7 +242,8 @@ pub fn main() -> i32 {
 pub fn report(e: &CliError, json: bool) -> i32 {
     eprintln!("sheepdog: {}", e.message);
     if json {
-        outln!("{}", serde_json::json!({"error": {"message": e.message, "exitCode": e.code}}));
+        let doc = sheepdog::view::ErrorDoc::new(&e.message, e.code);
+        outln!("{}", serde_json::to_string(&doc).unwrap_or_default());
     }
     e.code
 }

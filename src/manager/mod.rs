@@ -400,7 +400,22 @@ impl StopOutcome {
 /// Stops one entry: asks its supervisor (SIGTERM through a pidfd, after its identity is
 /// verified), waits up to the entry's `maxStopMs` plus [`STOP_MARGIN`], and if the supervisor is
 /// gone or does not finish, stops the recorded tree itself with the same sequence.
+///
+/// Every stop that ends records a `stopped` event in the journal ([`crate::journal`]).
 pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<StopOutcome, ManagerError> {
+    let o = stop_entry(reg, entry, term_grace)?;
+    let cleanup_error = crate::cleanup::failure_line(&o.entry);
+    let kind = crate::journal::Kind::Stopped {
+        already_finished: o.already_finished,
+        tree_gone: o.tree_gone,
+        ok: o.tree_gone && cleanup_error.is_none(),
+        cleanup_error,
+    };
+    let _ = crate::journal::append(reg.root(), &o.entry, kind);
+    Ok(o)
+}
+
+fn stop_entry(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<StopOutcome, ManagerError> {
     let settled = settle_start(reg, entry)?;
     match stop_settled(reg, &settled, term_grace) {
         // Cleared meanwhile (`clear --finished` in another caller): `clear` removes only entries
@@ -735,7 +750,7 @@ pub fn exit_status_of(e: &Entry) -> Option<i32> {
 }
 
 /// One thing `reap` did (or, with `--dry-run`, would do).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReapAction {
     pub id: String,
@@ -1064,6 +1079,10 @@ pub fn start_ready(reg: &Registry, req: StartRequest) -> Result<Started, Manager
         Some(s) => Some(crate::ready::wait_ready(reg, &entry, &s, port_was_open)?),
         None => None,
     };
+    if let Some(ReadyOutcome::Ready { after_ms, matched, port }) = &ready {
+        let kind = crate::journal::Kind::Ready { after_ms: *after_ms, matched: matched.clone(), port: *port };
+        let _ = crate::journal::append(reg.root(), &entry, kind);
+    }
     Ok(Started { entry, ready, nudges })
 }
 

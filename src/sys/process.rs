@@ -568,3 +568,21 @@ pub fn redirect_to_null(target: RawFd) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Opens `name` (a path relative to the directory `dir`) read-only and close-on-exec:
+/// `openat(2)`. A listing of 10,000 entries opens each `ID/entry.json` below one open `procs/`
+/// instead of walking the state dir's whole path 10,000 times (most of its kernel time).
+///
+/// Errors: as `openat` (ENOENT, EACCES, ...); a name with a NUL byte is `InvalidInput`.
+pub fn open_at(dir: BorrowedFd<'_>, name: &std::ffi::OsStr) -> io::Result<std::fs::File> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `dir` is an open fd for the borrow's lifetime and `c` a NUL-terminated string that
+    // outlives the call; the returned fd, if any, is new and owned by nobody else.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by `openat` and is owned by nothing else.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
