@@ -25,18 +25,21 @@ const ALIASES = {
   EntryView: ["EntryView", "Entry", "View"],
   StartResult: ["StartResult", "StartView", "Started"],
   StopView: ["StopView", "Stopped", "StopResult"],
-  RestartView: ["RestartView", "Restarted", "RestartResult"],
-  WaitResult: ["WaitResult", "Wait", "WaitDocument"],
-  LogsResult: ["LogsResult", "LogRead", "Logs"],
-  ReapResult: ["ReapResult", "Reap", "ReapReport"],
-  ErrorDocument: ["ErrorDocument", "Error", "ErrorView"],
-  SpawnedEvent: ["SpawnedEvent"],
-  StoppingEvent: ["StoppingEvent"],
-  EscalatedEvent: ["EscalatedEvent"],
-  ExitedEvent: ["ExitedEvent"],
-  SupervisorEvent: ["SupervisorEvent", "RunEvent", "Event"],
-  EntryEvent: ["EntryEvent", "StreamEvent", "EventsLine"],
+  RestartView: ["RestartView", "Restarted", "RestartResult", "StartView"],
+  WaitResult: ["WaitResult", "Wait", "WaitDocument", "WaitDoc"],
+  LogsResult: ["LogsResult", "LogRead", "Logs", "LogsDoc"],
+  ReapResult: ["ReapResult", "Reap", "ReapReport", "ReapDoc"],
+  ErrorDocument: ["ErrorDocument", "Error", "ErrorView", "ErrorDoc"],
+  SpawnedEvent: ["SpawnedEvent", "EventLine"],
+  StoppingEvent: ["StoppingEvent", "EventLine"],
+  EscalatedEvent: ["EscalatedEvent", "EventLine"],
+  ExitedEvent: ["ExitedEvent", "EventLine"],
+  SupervisorEvent: ["SupervisorEvent", "RunEvent", "Event", "EventLine"],
+  EntryEvent: ["EntryEvent", "StreamEvent", "EventsLine", "Record"],
 };
+
+/** API names that are one variant of a tagged union: its `event` value. */
+const VARIANTS = { SpawnedEvent: "spawned", StoppingEvent: "stopping", EscalatedEvent: "escalated", ExitedEvent: "exited" };
 
 if (!fs.existsSync(schemaDir)) {
   console.error(`gen-types: no ${path.relative(root, schemaDir) || schemaDir}/: keeping the hand-written types`);
@@ -126,7 +129,10 @@ const missing = [];
 for (const [api, candidates] of Object.entries(ALIASES)) {
   if (types.has(api)) continue;
   const found = candidates.find((c) => types.has(c));
-  if (found) out += `export type ${api} = ${found};\n`;
+  // One variant of a union tagged by `event` (the `--events-fd` lines share one schema).
+  const tag = VARIANTS[api];
+  if (found && tag) out += `export type ${api} = Extract<${found}, { event: ${JSON.stringify(tag)} }>;\n`;
+  else if (found) out += `export type ${api} = ${found};\n`;
   else missing.push(api);
 }
 if (missing.length) {
