@@ -129,7 +129,14 @@ fn wait_child_of(sup: u32, timeout: Duration) -> Option<Pid> {
     let p = Pid::new(sup as i32)?;
     loop {
         if let Some(c) = procfs::children(p).first() {
-            return Some(*c);
+            // sheepdog's own child is its keeper (issue 16): the command is the keeper's child.
+            if procfs::cmdline(*c).contains("sheepdog") {
+                if let Some(g) = procfs::children(*c).first() {
+                    return Some(*g);
+                }
+            } else {
+                return Some(*c);
+            }
         }
         if Instant::now() > end {
             return None;
