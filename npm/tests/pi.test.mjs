@@ -59,7 +59,11 @@ test("logs, wait, restart and clear return their documents; bad input is a Sheep
   await assert.rejects(sd.logs("nope", { stateDir: dir }), (e) => {
     assert.ok(e instanceof sd.SheepdogError);
     assert.equal(e.exitStatus, 125);
-    assert.deepEqual(e.document, { error: { message: "no entry with id or name 'nope'", exitCode: 125 } });
+    // The error document of schema v1 (issue 19): `exitStatus`, with `exitCode` kept for v1.
+    assert.deepEqual(e.document, {
+      v: 1,
+      error: { message: "no entry with id or name 'nope'", exitStatus: 125, exitCode: 125 },
+    });
     assert.equal(e.message, "sheepdog: no entry with id or name 'nope'");
     return true;
   });

@@ -283,4 +283,6 @@ def test_pi_processes_cleanup_update_failing_stop_and_a_nudge(venv, state):
     assert stopped["treeGone"] is True
     assert Path(mark).read_text() == "second\n"
     assert [w["kind"] for w in warnings] == ["stoppedOnExit"]
-    assert err == [125, {"error": {"message": "no entry with id or name 'nope'", "exitCode": 125}}, "sheepdog: no entry with id or name 'nope'"]
+    # The error document of schema v1 (issue 19): `exitStatus`, with `exitCode` kept for v1.
+    doc = {"v": 1, "error": {"message": "no entry with id or name 'nope'", "exitStatus": 125, "exitCode": 125}}
+    assert err == [125, doc, "sheepdog: no entry with id or name 'nope'"]
