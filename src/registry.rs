@@ -71,6 +71,14 @@ pub enum RegistryError {
     Corrupt { path: PathBuf, reason: String },
 }
 
+/// Opens (creating, 0600) the lock file at `path` and takes its exclusive lock, held until the
+/// file is dropped. Errors: `Io` naming the path.
+fn lock_file(path: &Path) -> Result<File, RegistryError> {
+    let f = OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(path).map_err(io_at(path))?;
+    f.lock().map_err(io_at(path))?;
+    Ok(f)
+}
+
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> RegistryError + '_ {
     move |source| RegistryError::Io { path: path.to_path_buf(), source }
 }
@@ -828,16 +836,7 @@ impl Registry {
     }
 
     fn global_lock(&self) -> Result<File, RegistryError> {
-        let path = self.root.join("lock");
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io_at(&path))?;
-        f.lock().map_err(io_at(&path))?;
-        Ok(f)
+        lock_file(&self.root.join("lock"))
     }
 
     /// A lock serializing everything done under one name (`start --name N --replace`: find the
@@ -848,16 +847,7 @@ impl Registry {
         let dir = self.root.join("names");
         mkdir_private(&dir)?;
         let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
-        let path = dir.join(format!("{hash:016x}.lock"));
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io_at(&path))?;
-        f.lock().map_err(io_at(&path))?;
-        Ok(f)
+        lock_file(&dir.join(format!("{hash:016x}.lock")))
     }
 
     /// Creates a new entry: allocates `proc_<n>`, checks the name is not used by a live entry,

@@ -70,6 +70,17 @@ enum Kill {
     Keeper,
 }
 
+impl Kill {
+    /// SIGKILL to the supervisor `sup`, its whole process group, or its `keeper`.
+    fn send(&self, sup: i32, keeper: i32) {
+        match self {
+            Kill::Supervisor => kill9(sup),
+            Kill::Group => kill9_group(sup),
+            Kill::Keeper => kill9(keeper),
+        }
+    }
+}
+
 /// `sheepdog run` under a host, killed as `how` says: the tree is gone within the bound, the
 /// provider got SIGTERM first, and the host's stdout pipe reaches EOF.
 fn run_survives(how: Kill) {
@@ -106,11 +117,7 @@ fn run_survives(how: Kill) {
     let eof = eof_of(out);
 
     let t0 = Instant::now();
-    match how {
-        Kill::Supervisor => kill9(sup),
-        Kill::Group => kill9_group(sup),
-        Kill::Keeper => kill9(keeper),
-    }
+    how.send(sup, keeper);
     let left = wait_gone(&pids, BOUND);
     assert!(left.is_empty(), "still alive {:?} after the SIGKILL: {left:?}", t0.elapsed());
     eof.recv_timeout(BOUND.saturating_sub(t0.elapsed()) + Duration::from_millis(500))
@@ -192,12 +199,8 @@ fn managed_survives(how: Kill) {
     let keeper = the_keeper(sup);
     guard.track(keeper);
     let t0 = Instant::now();
-    match how {
-        Kill::Supervisor => kill9(sup),
-        // The detached supervisor leads its own session and group.
-        Kill::Group => kill9_group(sup),
-        Kill::Keeper => kill9(keeper),
-    }
+    // A detached supervisor leads its own session and group, as a host's child does here.
+    how.send(sup, keeper);
     let left = wait_gone(&pids, BOUND);
     assert!(left.is_empty(), "still alive {:?} after the SIGKILL: {left:?}", t0.elapsed());
     // Recorded by the survivor, with nobody calling `reap`.
