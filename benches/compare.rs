@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sheepdog::entry::{Entry, StopTimings};
 use sheepdog::os::process::{self as sysproc, Sent};
 use sheepdog::os::{Pid, Signal, procfs};
-use sheepdog::registry::{Entry, StopTimings};
 
 #[derive(Clone)]
 struct Peer {
@@ -692,7 +692,7 @@ fn forge_entries(dir: &Path, n: usize, running: bool) {
             session_id: Some(format!("s{}", i % 50)),
             pid: Some(4_000_000 + i as i32),
             pgid: Some(4_000_000 + i as i32),
-            started_at: sheepdog::registry::now_ms(),
+            started_at: sheepdog::files::now_ms(),
             command_preview: "npm run dev".into(),
             argv: vec!["npm".into(), "run".into(), "dev".into()],
             cwd: "/tmp".into(),

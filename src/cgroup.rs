@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::registry::Entry;
+use crate::entry::Entry;
 use crate::sys::cgroup::{self as raw, JoinFds};
 use crate::sys::process::{self, PidFd};
 use crate::sys::{Pid, Signal, procfs};

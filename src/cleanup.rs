@@ -20,8 +20,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::duration;
+use crate::entry::{CleanupResult, Entry};
+use crate::files;
 use crate::logs::{COMBINED_LOG, CappedFile, DEFAULT_LOG_MAX};
-use crate::registry::{self, CleanupResult, Entry, Registry};
+use crate::registry::{self, Registry};
 use crate::status::CleanupRunner;
 use crate::stop::{self, StopPolicy};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
@@ -51,7 +53,7 @@ pub fn claim(e: &mut Entry) -> bool {
         return false;
     }
     let me = process::getpid();
-    e.cleanup_started_at = Some(registry::now_ms());
+    e.cleanup_started_at = Some(files::now_ms());
     e.cleanup_runner_pid = Some(me.as_raw());
     e.cleanup_runner_start_time = crate::sys::procfs::start_time(me);
     true
@@ -143,7 +145,7 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
     if tree.is_gone() {
         return true;
     }
-    if !force && registry::now_ms() < started + c.timeout_ms {
+    if !force && files::now_ms() < started + c.timeout_ms {
         return false;
     }
     let policy = StopPolicy {
@@ -155,7 +157,7 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
     let result = CleanupResult {
         command: c.command.clone(),
         timed_out: true,
-        duration_ms: registry::now_ms().saturating_sub(started),
+        duration_ms: files::now_ms().saturating_sub(started),
         output: vec![format!(
             "sheepdog: the cleanup's runner was gone; {} stopped it after {}",
             runner_words(&by),

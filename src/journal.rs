@@ -10,7 +10,7 @@
 //!
 //! Written by the process that makes the change, best effort (a full disk never fails the change
 //! itself): the registry's transitions (`started`, `exited`, `cleanupFinished`, `cleared`,
-//! `setAside`; see [`Registry`]'s writes, which call [`transitions`] under the entry's lock, so
+//! `setAside`; see `registry::Registry`'s writes, which call [`transitions`] under the entry's lock, so
 //! one entry's events are in order), `start --ready-*` (`ready`) and `stop` (`stopped`). Each
 //! line is appended under `events/lock` in one `write`, then `fdatasync`ed, with `seq` one more
 //! than the last line's: `seq` is the cursor (`--since SEQ` prints what came after it, without
@@ -23,12 +23,13 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::registry::{Entry, Registry};
+use crate::entry::Entry;
+use crate::files::{mkdir_private, now_ms};
 use crate::status::{CleanupRunner, Status, StopReason, Version};
 
 /// The journal's directory under the state dir.
@@ -140,13 +141,6 @@ pub struct Record {
     pub kind: Kind,
 }
 
-fn mkdir_private(path: &Path) -> io::Result<()> {
-    match fs::DirBuilder::new().mode(0o700).create(path) {
-        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
-        _ => Ok(()),
-    }
-}
-
 /// The `seq` of the last complete line of `f` (0 for an empty file or none found).
 fn last_seq(f: &mut File) -> u64 {
     let Ok(len) = f.metadata().map(|m| m.len()) else { return 0 };
@@ -194,7 +188,7 @@ pub fn append(root: &Path, e: &Entry, kind: Kind) -> io::Result<u64> {
     let rec = Record {
         v: Version,
         seq,
-        at_ms: crate::registry::now_ms(),
+        at_ms: now_ms(),
         id: e.id.clone(),
         name: e.display_name(),
         session_id: e.session_id.clone(),
@@ -356,14 +350,14 @@ pub struct Missed(pub u64);
 ///
 /// Errors: the journal cannot be read, or inotify cannot be set up.
 pub fn follow(
-    reg: &Registry,
+    root: &Path,
     filter: &Filter,
     follow: bool,
     missed: &mut dyn FnMut(Missed),
     emit: &mut dyn FnMut(Line) -> bool,
     idle_fd: Option<std::os::fd::RawFd>,
 ) -> io::Result<()> {
-    let dir = reg.root().join(DIR);
+    let dir = root.join(DIR);
     mkdir_private(&dir)?;
     #[cfg(target_os = "linux")]
     let mut ino = {

@@ -9,7 +9,10 @@
 //! - `tree` (crate-private): which processes belong to a provider, "all gone",
 //!   identity-checked signals.
 //! - `spawn` (crate-private): a command into its own process group, with the pre-exec steps.
+//! - [`entry`]: what an entry is: the record, its data and transitions (no I/O).
 //! - [`registry`]: entries on disk, crash-safe writes, identity.
+//! - [`files`]: the atomic write, lock files, private directories, the unix-ms clock.
+//! - [`inspect`]: the live look at an entry's tree: its status now, its live processes.
 //! - [`manager`]: start / stop / wait / reap / clear and the detached supervisor's body.
 //! - [`cleanup`]: cleanup commands, the second step of every stop, at most once.
 //! - `nudge` (crate-private): advisory warnings for commands that start work outside their
@@ -37,8 +40,11 @@
 pub mod cgroup;
 pub mod cleanup;
 pub mod duration;
+pub mod entry;
 pub mod events;
 pub mod exit;
+pub mod files;
+pub mod inspect;
 pub mod journal;
 pub mod keeper;
 pub mod logread;

@@ -20,8 +20,9 @@ use std::time::Duration;
 use regex::Regex;
 use serde::Serialize;
 
+use crate::entry::Entry;
 use crate::logs::{COMBINED_LOG, STDERR_LOG, STDOUT_LOG, times_path};
-use crate::registry::{Entry, Registry, RegistryError};
+use crate::registry::{Registry, RegistryError};
 
 /// Default cap of one read when the caller gives no `tail`/`head`/`cursor`: 200 lines.
 pub const DEFAULT_MAX_LINES: usize = 200;

@@ -95,7 +95,7 @@ impl CappedFile {
 
     /// Writes an index line for the write about to happen at `self.size`, once per second.
     fn stamp(&mut self) {
-        let ms = crate::registry::now_ms();
+        let ms = crate::files::now_ms();
         if ms / 1000 == self.last_sec {
             return;
         }
@@ -122,7 +122,7 @@ impl CappedFile {
             .filter(|l| l.split(' ').next().and_then(|i| i.parse::<u64>().ok()).is_some_and(|i| keep.contains(&i)))
             .map(|l| format!("{l}\n"))
             .collect();
-        if crate::registry::write_atomic(&path, kept.as_bytes()).is_ok() {
+        if crate::files::write_atomic(&path, kept.as_bytes()).is_ok() {
             self.times = OpenOptions::new().append(true).open(&path).ok();
         }
     }

@@ -19,10 +19,11 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use regex::Regex;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+use crate::entry::{Entry, ReadySpec};
 use crate::logread::{self, Cursor, LogQuery, LogStream};
-use crate::registry::{Entry, Registry, RegistryError};
+use crate::registry::{Registry, RegistryError};
 use crate::sys::Pid;
 
 /// Default `--ready-timeout`: 30 s.
@@ -31,40 +32,6 @@ pub const DEFAULT_READY_TIMEOUT_MS: u64 = 30_000;
 pub const READY_TICK: Duration = Duration::from_millis(20);
 /// Lines of output shown when the command exits before it is ready: 20.
 pub const EXIT_TAIL: usize = 20;
-
-/// What "ready" means for one entry; stored in the entry so `restart` repeats it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ReadySpec {
-    /// `--ready-port`.
-    pub port: Option<u16>,
-    /// `--ready-log` (a regex).
-    pub log: Option<String>,
-    /// `--ready-listen`.
-    #[serde(default)]
-    pub listen: bool,
-    /// `--ready-timeout`, ms.
-    pub timeout_ms: u64,
-}
-
-impl ReadySpec {
-    /// True if any condition is set.
-    pub fn is_set(&self) -> bool {
-        self.port.is_some() || self.log.is_some() || self.listen
-    }
-
-    /// Checks a log pattern (a regex, as `log` holds it).
-    ///
-    /// Errors: why it is not a valid regular expression, as one line; the front end names the
-    /// option it came from (the CLI's `--ready-log`, the MCP tool's `ready.logPattern`).
-    pub fn check_pattern(pattern: &str) -> Result<(), String> {
-        Regex::new(pattern).map(|_| ()).map_err(|e| one_line(&e.to_string()))
-    }
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
 
 /// How a readiness wait ended.
 #[derive(Clone, Debug, PartialEq)]
@@ -162,7 +129,7 @@ pub fn port_accepts(port: u16) -> bool {
 
 /// Live pids of an entry's tree.
 fn tree_pids(e: &Entry) -> Vec<Pid> {
-    crate::manager::live_tree(e).iter().filter_map(|p| Pid::new(p.pid)).collect()
+    crate::inspect::live_tree(e).iter().filter_map(|p| Pid::new(p.pid)).collect()
 }
 
 /// Waits until `entry` is ready by `spec`, it finishes, or `spec.timeout_ms` passes.

@@ -81,7 +81,7 @@ mod tests {
 
     #[test]
     fn integers_carry_no_non_standard_format_and_unsigned_ones_a_minimum() {
-        let s = serde_json::to_value(schema_for::<crate::registry::StopTimings>()).unwrap();
+        let s = serde_json::to_value(schema_for::<crate::entry::StopTimings>()).unwrap();
         assert_eq!(s["$schema"], "https://json-schema.org/draft/2020-12/schema");
         let ms = &s["properties"]["termGraceMs"];
         assert_eq!(ms["type"], "integer");

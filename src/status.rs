@@ -192,20 +192,6 @@ pub enum StopReason {
     Other(String),
 }
 
-impl From<crate::stop::Trigger> for StopReason {
-    fn from(t: crate::stop::Trigger) -> StopReason {
-        use crate::stop::Trigger;
-        match t {
-            Trigger::Signal(_) => StopReason::Signal,
-            Trigger::OwnerDied => StopReason::Owner,
-            Trigger::StdinEof => StopReason::StdinEof,
-            Trigger::Timeout => StopReason::Timeout,
-            Trigger::ProviderExited => StopReason::ProviderExited,
-            Trigger::SupervisorKilled => StopReason::SupervisorKilled,
-        }
-    }
-}
-
 /// Who ran a cleanup, as recorded in `cleanupResult.ranBy`: the entry's `supervisor`, `sheepdog
 /// stop`, or `reap`. A word this version does not know is kept as it was written.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

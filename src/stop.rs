@@ -21,7 +21,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::registry::StopTimings;
+use crate::entry::StopTimings;
+use crate::status::StopReason;
 use crate::sys::Signal;
 use crate::tree::Tree;
 
@@ -120,6 +121,20 @@ pub enum Trigger {
     /// A process of the supervisor's chain was killed (SIGKILL of the supervisor, its group, or
     /// the keeper): the survivor stops the tree (see [`crate::keeper`]).
     SupervisorKilled,
+}
+
+/// The stop reason an entry records for the trigger that began its stop.
+impl From<Trigger> for StopReason {
+    fn from(t: Trigger) -> StopReason {
+        match t {
+            Trigger::Signal(_) => StopReason::Signal,
+            Trigger::OwnerDied => StopReason::Owner,
+            Trigger::StdinEof => StopReason::StdinEof,
+            Trigger::Timeout => StopReason::Timeout,
+            Trigger::ProviderExited => StopReason::ProviderExited,
+            Trigger::SupervisorKilled => StopReason::SupervisorKilled,
+        }
+    }
 }
 
 impl Trigger {

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use crate::registry::Entry;
+use crate::entry::Entry;
 use crate::sys::procfs::{self, Stat};
 use crate::sys::{Pgid, Pid, sysconf};
 
@@ -342,7 +342,7 @@ pub fn tree_members_known(e: &Entry, supervisor_alive: bool) -> Vec<Proc> {
     if supervisor_alive {
         return e.tree_root().and_then(Pid::new).map(descendants).unwrap_or_default();
     }
-    let live = crate::manager::recorded_tree(e).map(|t| t.live()).unwrap_or_default();
+    let live = crate::inspect::recorded_tree(e).map(|t| t.live()).unwrap_or_default();
     live.iter().filter_map(|m| read_proc(m.pid)).filter(|p| !p.times.zombie).collect()
 }
 

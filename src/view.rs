@@ -15,9 +15,11 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::entry::ReadySpec;
+use crate::entry::{Cleanup, CleanupResult, Entry, StopTimings};
+use crate::inspect::TreeProc;
 use crate::logs::{COMBINED_LOG, STDERR_LOG, STDOUT_LOG};
-use crate::ready::ReadySpec;
-use crate::registry::{Cleanup, CleanupResult, Entry, Registry, StopTimings};
+use crate::registry::Registry;
 use crate::status::Status;
 use crate::sys::Pid;
 use crate::tree::Census;
@@ -42,19 +44,6 @@ impl LogPaths {
             combined: reg.file(id, COMBINED_LOG),
         }
     }
-}
-
-/// One live process of an entry's tree. `sid` is the Unix session id.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
-pub struct TreeProc {
-    /// Its pid.
-    pub pid: i32,
-    /// Its process group.
-    pub pgid: i32,
-    /// Its Unix session id.
-    pub sid: i32,
-    /// Its command line.
-    pub command: String,
 }
 
 /// The entry view. Times are unix ms, durations ms.
@@ -202,15 +191,15 @@ pub fn status_text(e: &Entry, status: Status) -> String {
 
 /// The view of `e` with its status as the kernel says now (`orphaned`, `lost` derived for
 /// entries still marked running), the live tree's ports, and with `tree` its live processes.
-/// `census` is taken at most once over many calls (see [`crate::manager::live_status`]).
+/// `census` is taken at most once over many calls (see [`crate::inspect::live_status`]).
 pub fn entry_view(reg: &Registry, e: &Entry, census: &OnceCell<Census>) -> EntryView {
-    let status = crate::manager::live_status(e, census);
+    let status = crate::inspect::live_status(e, census);
     view_with_status(reg, e, status, false)
 }
 
 /// [`entry_view`] with its live processes in `tree`.
 pub fn entry_view_tree(reg: &Registry, e: &Entry, census: &OnceCell<Census>) -> EntryView {
-    let status = crate::manager::live_status(e, census);
+    let status = crate::inspect::live_status(e, census);
     view_with_status(reg, e, status, true)
 }
 
@@ -317,14 +306,14 @@ pub struct Listing {
 
 /// The rows of a listing, oldest first: with `status` or `all` every match in order; else the
 /// live entries, then the recent failures. The kernel is asked once for all of them (one
-/// census, see [`crate::manager::live_status`]).
+/// census, see [`crate::inspect::live_status`]).
 pub fn list(reg: &Registry, q: &ListQuery) -> Listing {
     let (entries, aside) = reg.list();
     let census = OnceCell::new();
-    let now = crate::registry::now_ms();
+    let now = crate::files::now_ms();
     let (mut rows, mut failed, mut hidden) = (Vec::new(), Vec::new(), 0usize);
     for e in entries.iter().filter(|e| q.session.as_ref().is_none_or(|s| e.session_id.as_ref() == Some(s))) {
-        let s = crate::manager::live_status(e, &census);
+        let s = crate::inspect::live_status(e, &census);
         if let Some(want) = q.status {
             if s == want {
                 rows.push(view_with_status(reg, e, s, q.tree));
@@ -350,7 +339,7 @@ pub fn list(reg: &Registry, q: &ListQuery) -> Listing {
 
 /// The view of `e` with a status already known (no kernel reads for finished entries).
 pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bool) -> EntryView {
-    let live = if status.is_finished() { Vec::new() } else { crate::manager::live_tree(e) };
+    let live = if status.is_finished() { Vec::new() } else { crate::inspect::live_tree(e) };
     let pids: Vec<Pid> = live.iter().filter_map(|p| Pid::new(p.pid)).collect();
     let ports = crate::ports::listening(&pids);
     let tree = with_tree.then_some(live);
@@ -406,7 +395,7 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
 pub fn env_keys(e: &Entry) -> Vec<String> {
     e.env
         .iter()
-        .map(|kv| crate::registry::escape_bytes(std::os::unix::ffi::OsStrExt::as_bytes(kv.split_env().0.as_os_str())))
+        .map(|kv| crate::entry::escape_bytes(std::os::unix::ffi::OsStrExt::as_bytes(kv.split_env().0.as_os_str())))
         .collect()
 }
 
@@ -524,11 +513,34 @@ pub struct ClearDoc {
     pub cleared: Vec<EntryView>,
 }
 
+/// One thing `reap` did (or, with `--dry-run`, would do).
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReapAction {
+    pub id: String,
+    pub name: Option<String>,
+    /// `reaped` (a live orphaned tree was stopped), `lost` (nothing alive, no result) or
+    /// `cleanup` (a finished entry's pending cleanup ran: its owner is gone or its turn timeout
+    /// passed, and no supervisor was left to notice).
+    pub action: crate::status::ReapKind,
+    /// Processes that received SIGTERM.
+    pub signalled: usize,
+    pub tree_gone: bool,
+    pub reason: String,
+    /// The cleanup's failure line when it ran and failed (`Cleanup command failed with exit
+    /// code 1.`), else null.
+    pub cleanup_error: Option<String>,
+    /// Why the result could not be written to the registry (a full disk, a read-only state
+    /// dir), else null: the action happened (or, for `lost`, is true) but nothing says so on
+    /// disk. `reap` exits 74 then. Always null with `--dry-run`.
+    pub not_recorded: Option<String>,
+}
+
 /// One thing `reap` did, with the entry's view after it (null when the entry is gone).
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct ReapView {
     #[serde(flatten)]
-    pub action: crate::manager::ReapAction,
+    pub action: ReapAction,
     pub entry: Option<EntryView>,
 }
 
@@ -591,7 +603,7 @@ impl ErrorDoc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::CleanupResult;
+    use crate::entry::CleanupResult;
     use crate::status::{CleanupRunner, StopReason};
 
     /// The whole `--json` / MCP document of a finished entry, field by field: a snapshot. A

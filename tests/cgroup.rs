@@ -652,7 +652,7 @@ fn doctor_says_which_tier_and_why_with_the_mount_kernel_and_controllers() {
 
 /// Writes an entry directly, as a forger (or a stale file) would: past the leeway `reap` gives
 /// a start in progress.
-fn forge(st: &State, f: impl FnOnce(&mut sheepdog::registry::Entry)) -> String {
+fn forge(st: &State, f: impl FnOnce(&mut sheepdog::entry::Entry)) -> String {
     forge_entry(st, 60_000, f)
 }
 

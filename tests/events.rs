@@ -184,7 +184,7 @@ fn the_journal_rotates_at_its_bound_and_a_cursor_survives_the_rotation() {
     let st = State::new();
     let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
     // Big lines (a 4000-byte session id) fill the file in a few hundred appends.
-    let e = sheepdog::registry::Entry { id: "proc_1".into(), session_id: Some("s".repeat(4000)), ..Default::default() };
+    let e = sheepdog::entry::Entry { id: "proc_1".into(), session_id: Some("s".repeat(4000)), ..Default::default() };
     let per_file = sheepdog::journal::MAX_BYTES / 4000;
     let total = per_file * 2 + per_file / 2;
     for _ in 0..total {

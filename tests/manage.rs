@@ -124,7 +124,7 @@ fn reap_after_the_supervisor_is_sigkilled_stops_the_orphaned_tree_and_records_it
 }
 
 /// Writes an entry directly, as a forger (or a stale file after a reboot) would.
-fn forge(st: &State, f: impl FnOnce(&mut sheepdog::registry::Entry)) -> String {
+fn forge(st: &State, f: impl FnOnce(&mut sheepdog::entry::Entry)) -> String {
     forge_entry(st, 0, f)
 }
 
@@ -627,7 +627,7 @@ fn a_status_word_from_a_newer_sheepdog_survives_a_rewrite_and_claims_nothing() {
         v["status"] = "paused".into();
         // Atomically, as any sheepdog writes: a torn file would read as corrupt, and a live
         // supervisor rewrites a corrupt entry from what it holds.
-        sheepdog::registry::write_atomic(&file, &serde_json::to_vec(&v).unwrap()).unwrap();
+        sheepdog::files::write_atomic(&file, &serde_json::to_vec(&v).unwrap()).unwrap();
         file
     };
     // A running entry with a word this version does not know: shown as written, and not taken

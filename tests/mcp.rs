@@ -950,7 +950,7 @@ async fn a_long_listing_and_much_news_are_cut_and_say_so() {
         common::forge_entry(&state, 1000, |e| {
             e.status = sheepdog::status::Status::Exited;
             e.exit_code = Some(0);
-            e.ended_at = Some(sheepdog::registry::now_ms());
+            e.ended_at = Some(sheepdog::files::now_ms());
             e.session_id = Some(session.clone());
         });
     }

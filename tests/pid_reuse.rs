@@ -50,7 +50,7 @@ fn issue16_reap_leaves_a_new_group_alone_whose_numbers_an_old_entry_recorded() {
     let bid = b["id"].as_str().unwrap().to_string();
     let b_provider = member(&b["pid"], &b["startTime"]);
     let (bp, bs) = (b_provider.pid.as_raw(), session_of(b_provider.pid.as_raw()));
-    let old = |e: &mut sheepdog::registry::Entry| {
+    let old = |e: &mut sheepdog::entry::Entry| {
         e.pid = Some(bp);
         e.pgid = Some(bp);
         e.sid = Some(bs);

@@ -88,7 +88,7 @@ pub(super) fn events(a: EventsArgs, dir: Option<PathBuf>, json: bool) -> Result<
         };
         ok.and_then(|_| out.flush()).is_ok()
     };
-    journal::follow(&reg, &filter, !a.no_follow, &mut missed, &mut emit, Some(1))
+    journal::follow(reg.root(), &filter, !a.no_follow, &mut missed, &mut emit, Some(1))
         .map_err(|e| CliError::usage(format!("unable to follow {}: {e}", reg.root().join(journal::DIR).display())))?;
     Ok(0)
 }

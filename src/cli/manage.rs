@@ -6,11 +6,14 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use sheepdog::entry::ReadySpec;
+use sheepdog::entry::{Cleanup, Entry};
 use sheepdog::exit;
+use sheepdog::inspect;
 use sheepdog::logread::{self, Cursor, LogQuery, LogStream};
 use sheepdog::manager::{self, ManagerError, StartRequest, Waited};
-use sheepdog::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome, ReadySpec};
-use sheepdog::registry::{Cleanup, Entry, Registry, RegistryError};
+use sheepdog::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome};
+use sheepdog::registry::{Registry, RegistryError};
 use sheepdog::status::ReapKind;
 use sheepdog::status::Status;
 use sheepdog::stop::StopPolicy;
@@ -55,31 +58,31 @@ fn warn_set_aside(aside: &[sheepdog::registry::SetAside]) {
 
 /// Names are free text, except the shape of ids (`proc_12`): a name equal to another entry's id
 /// would make `stop proc_12` ambiguous. Also not blank, without control characters, at most
-/// 128 bytes (`registry::check_name`). Checked here, not by clap, whose message would repeat
+/// 128 bytes (`entry::check_name`). Checked here, not by clap, whose message would repeat
 /// the whole value (a 100 KB name, an escape sequence) on the terminal.
 fn check_name(name: Option<&str>) -> Result<(), CliError> {
     match name {
-        Some(n) => sheepdog::registry::check_name(n).map_err(|why| CliError::usage(format!("--name: {why}"))),
+        Some(n) => sheepdog::entry::check_name(n).map_err(|why| CliError::usage(format!("--name: {why}"))),
         None => Ok(()),
     }
 }
 
 /// `--env K=V`, byte for byte: split at the first `=`; the key must be a variable name
-/// (`registry::check_env_key`). Errors: one line, the key escaped.
+/// (`entry::check_env_key`). Errors: one line, the key escaped.
 fn parse_env(raw: &std::ffi::OsStr) -> Result<(OsString, OsString), CliError> {
     use std::os::unix::ffi::OsStrExt;
     let b = raw.as_bytes();
     let Some(at) = b.iter().position(|&c| c == b'=') else {
-        return Err(CliError::usage(format!("--env {:?}: expected KEY=VALUE", sheepdog::registry::escape_bytes(b))));
+        return Err(CliError::usage(format!("--env {:?}: expected KEY=VALUE", sheepdog::entry::escape_bytes(b))));
     };
     let (k, v) = (&b[..at], &b[at + 1..]);
     let key = std::str::from_utf8(k).map_err(|_| {
         CliError::usage(format!(
             "--env: invalid environment variable {:?}: the key is not UTF-8",
-            sheepdog::registry::escape_bytes(k)
+            sheepdog::entry::escape_bytes(k)
         ))
     })?;
-    sheepdog::registry::check_env_key(key).map_err(|why| CliError::usage(format!("--env: {why}")))?;
+    sheepdog::entry::check_env_key(key).map_err(|why| CliError::usage(format!("--env: {why}")))?;
     Ok((OsString::from(key), std::ffi::OsStr::from_bytes(v).to_os_string()))
 }
 
@@ -87,7 +90,7 @@ fn parse_env(raw: &std::ffi::OsStr) -> Result<(OsString, OsString), CliError> {
 /// 128 bytes; empty means none.
 fn check_session(s: Option<&str>) -> Result<(), CliError> {
     match s.filter(|s| !s.is_empty()) {
-        Some(s) => sheepdog::registry::check_session(s).map_err(|why| CliError::usage(format!("--session: {why}"))),
+        Some(s) => sheepdog::entry::check_session(s).map_err(|why| CliError::usage(format!("--session: {why}"))),
         None => Ok(()),
     }
 }
@@ -242,7 +245,7 @@ fn render_started(
     };
     if let Some(list) = json_out {
         let v = view::StartView {
-            entry: view::view_with_status(reg, &shown, manager::live_status(&shown, &Default::default()), false),
+            entry: view::view_with_status(reg, &shown, inspect::live_status(&shown, &Default::default()), false),
             ready: ready.map(|r| r.report()),
             warnings: warnings.to_vec(),
         };
@@ -403,7 +406,7 @@ fn parse_status(s: &str) -> Result<Status, String> {
 pub const PS_RECENT_FAILED_MS: u64 = 3_600_000;
 
 fn age(ms: u64) -> String {
-    let s = sheepdog::registry::now_ms().saturating_sub(ms) / 1000;
+    let s = sheepdog::files::now_ms().saturating_sub(ms) / 1000;
     match s {
         0..60 => format!("{s}s"),
         60..3600 => format!("{}m", s / 60),
@@ -593,7 +596,7 @@ pub(super) fn logs(a: LogsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         tail: a.tail,
         head: a.head,
         grep,
-        since_ms: a.since.map(|d| sheepdog::registry::now_ms().saturating_sub(d.as_millis() as u64)),
+        since_ms: a.since.map(|d| sheepdog::files::now_ms().saturating_sub(d.as_millis() as u64)),
         cursor,
         max_lines: default_cap.then_some(logread::DEFAULT_MAX_LINES),
         max_bytes: default_cap.then_some(logread::DEFAULT_MAX_BYTES),
@@ -801,7 +804,7 @@ pub(super) fn send(a: SendArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     };
     let reg = open(dir)?;
     let e = reg.find(&a.target)?;
-    let status = manager::live_status(&e, &Default::default());
+    let status = inspect::live_status(&e, &Default::default());
     let finished = status.is_finished().then(|| view::status_text(&e, status));
     let n = manager::send(&reg, &e, finished, &input, a.eof).map_err(|err| {
         let code = match err {
@@ -857,7 +860,7 @@ pub(super) fn update(a: UpdateArgs, dir: Option<PathBuf>, json: bool) -> Result<
     };
     let e = manager::update(&reg, &e, &req)?;
     if json {
-        let entry = entry_view(&reg, &e, manager::live_status(&e, &Default::default()));
+        let entry = entry_view(&reg, &e, inspect::live_status(&e, &Default::default()));
         outln!("{}", to_json(&view::EntryDoc { v: view::Version, entry }));
     } else {
         outln!("Updated {}.", e.label());
@@ -903,7 +906,7 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             let census = std::cell::OnceCell::new();
             entries
                 .into_iter()
-                .filter(|e| e.session_id.as_ref() == Some(s) && manager::live_status(e, &census).is_live())
+                .filter(|e| e.session_id.as_ref() == Some(s) && inspect::live_status(e, &census).is_live())
                 .collect()
         }
         None => resolve(&reg, &a.targets)?,
@@ -929,7 +932,7 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             Waited::NoResult(x) => (x.clone(), false, None),
             Waited::TimedOut => (reg.read(&e.id).unwrap_or_else(|_| e.clone()), false, None),
         };
-        let st = manager::live_status(&entry, &Default::default());
+        let st = inspect::live_status(&entry, &Default::default());
         if matches!(w, Waited::TimedOut) {
             any_still_running = true;
         }
@@ -1029,7 +1032,7 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                 entry: reg
                     .read(&x.id)
                     .ok()
-                    .map(|e| entry_view(&reg, &e, manager::live_status(&e, &Default::default()))),
+                    .map(|e| entry_view(&reg, &e, inspect::live_status(&e, &Default::default()))),
             })
             .collect();
         outln!("{}", to_json(&view::ReapDoc { v: view::Version, dry_run: a.dry_run, actions }));
@@ -1076,7 +1079,7 @@ pub(super) fn clear(a: ClearArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         let (entries, aside) = reg.list_sweeping();
         warn_set_aside(&aside);
         let census = std::cell::OnceCell::new();
-        entries.into_iter().filter(|e| !manager::live_status(e, &census).is_live()).collect()
+        entries.into_iter().filter(|e| !inspect::live_status(e, &census).is_live()).collect()
     } else if a.targets.is_empty() {
         return Err(CliError::usage("clear: name an id or name, or --finished"));
     } else {

@@ -23,10 +23,14 @@ use std::time::{Duration, Instant};
 
 use crate::cgroup;
 use crate::duration;
+use crate::entry;
+use crate::entry::ReadySpec;
+use crate::entry::{Cleanup, Entry, OutsideResult};
 use crate::exit;
+use crate::files;
 use crate::logs::{self, LogSet, Stream};
-use crate::ready::{ReadyOutcome, ReadySpec};
-use crate::registry::{self, Cleanup, Entry, OutsideResult, Registry, RegistryError};
+use crate::ready::ReadyOutcome;
+use crate::registry::{self, Registry, RegistryError};
 use crate::spawn::{SpawnOptions, Spawned};
 use crate::status::Status;
 use crate::status::{CleanupRunner, ReapKind, StopReason};
@@ -34,17 +38,17 @@ use crate::stop::{self, StopPolicy, Trigger};
 use crate::supervisor::{self, Observer, OnStdinEof, Options, Outcome, Owner};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
 use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
-use crate::sys::{Pgid, Pid, Signal, WaitStatus, procfs};
+use crate::sys::{Pid, Signal, WaitStatus, procfs};
 use crate::tree::denied_line;
-use crate::tree::{Census, ID_ENV, Member, TAG_ENV, Tree};
+use crate::tree::{ID_ENV, Member, TAG_ENV};
+use crate::view::ReapAction;
 
-mod inspect;
 mod stdin;
 mod supervise;
 
 pub use stdin::{SEND_MAX, SEND_TIMEOUT, SendError, send};
 
-pub use inspect::{live_status, live_tree, record_containment, recorded_alive, recorded_tree};
+use crate::inspect::{live_status, live_tree, recorded_alive, recorded_tree};
 use supervise::Handshake;
 pub use supervise::{MAX_RECORDED_MEMBERS, run_supervisor};
 
@@ -131,7 +135,7 @@ pub struct StartRequest {
     pub ready: Option<ReadySpec>,
     /// The entry this start replaces (`restart`, `start --replace`).
     pub restart_of: Option<String>,
-    /// Shown when `name` is `None` (see [`registry::derived_name`]); not unique.
+    /// Shown when `name` is `None` (see [`entry::derived_name`]); not unique.
     pub auto_name: Option<String>,
     /// `--stdin pipe`: the command's stdin is a FIFO its supervisor holds (see [`send`]);
     /// false: `/dev/null`.
@@ -194,12 +198,12 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         });
     }
     let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);
-    let argv: Vec<registry::OsText> = req.argv.iter().map(|a| a.as_os_str().into()).collect();
+    let argv: Vec<entry::OsText> = req.argv.iter().map(|a| a.as_os_str().into()).collect();
     let me = process::getpid();
     let entry = Entry {
         name: req.name.clone(),
         session_id: req.session_id.clone(),
-        started_at: registry::now_ms(),
+        started_at: files::now_ms(),
         command_preview: preview(&argv.iter().map(|a| a.escaped()).collect::<Vec<_>>()),
         argv,
         cwd: cwd.as_os_str().into(),
@@ -500,12 +504,12 @@ fn stop_settled(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> 
         // The supervisor did not finish: it is stuck or died mid-stop. Act past it. Orphans were
         // re-parented to it (it is their subreaper) and it may not have recorded them yet: take
         // its descendants as members while they are still its own, before it is killed.
-        let adopted: Vec<registry::RecordedMember> = Pid::new(now.supervisor_pid.unwrap_or(0))
+        let adopted: Vec<entry::RecordedMember> = Pid::new(now.supervisor_pid.unwrap_or(0))
             .map(procfs::descendants)
             .unwrap_or_default()
             .iter()
             .filter(|s| !s.is_zombie() && Some(s.pid.as_raw()) != now.keeper_pid)
-            .map(|s| registry::RecordedMember { pid: s.pid.as_raw(), start_time: s.start_time })
+            .map(|s| entry::RecordedMember { pid: s.pid.as_raw(), start_time: s.start_time })
             .collect();
         past_a_stuck_supervisor = sup.send(Signal::KILL).is_ok_and(|s| s == process::Sent::Delivered);
         // A stuck chain may be stuck in either process: the keeper goes too, or it would stay
@@ -699,7 +703,7 @@ pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<
             // A cleanup that is running, or that a supervisor still watching is about to run
             // (its owner is gone or its turn timeout passed), holds the wait.
             let due = e.cleanup_pending()
-                && (e.owner_gone() || e.timeout_at_ms().is_some_and(|at| at <= registry::now_ms()))
+                && (e.owner_gone() || e.timeout_at_ms().is_some_and(|at| at <= files::now_ms()))
                 && e.supervisor_alive();
             if e.cleanup_running() || due {
                 if left() == Some(Duration::ZERO) {
@@ -747,29 +751,6 @@ pub fn exit_status_of(e: &Entry) -> Option<i32> {
         return Some(c);
     }
     e.signal.as_deref().and_then(Signal::parse).map(|s| exit::by_signal(s.as_raw()))
-}
-
-/// One thing `reap` did (or, with `--dry-run`, would do).
-#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ReapAction {
-    pub id: String,
-    pub name: Option<String>,
-    /// `reaped` (a live orphaned tree was stopped), `lost` (nothing alive, no result) or
-    /// `cleanup` (a finished entry's pending cleanup ran: its owner is gone or its turn timeout
-    /// passed, and no supervisor was left to notice).
-    pub action: ReapKind,
-    /// Processes that received SIGTERM.
-    pub signalled: usize,
-    pub tree_gone: bool,
-    pub reason: String,
-    /// The cleanup's failure line when it ran and failed (`Cleanup command failed with exit
-    /// code 1.`), else null.
-    pub cleanup_error: Option<String>,
-    /// Why the result could not be written to the registry (a full disk, a read-only state
-    /// dir), else null: the action happened (or, for `lost`, is true) but nothing says so on
-    /// disk. `reap` exits 74 then. Always null with `--dry-run`.
-    pub not_recorded: Option<String>,
 }
 
 /// Recovery after a crash of anything: entries from a previous boot are dead and never
@@ -846,7 +827,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
         // A populated cgroup is never "nothing alive", even when no member can be listed.
         let live = tree.as_ref().map(|t| t.live().len().max(usize::from(!t.is_gone()))).unwrap_or(0);
         let Some(tree) = tree.filter(|_| live > 0) else {
-            if e.pid.is_none() && registry::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
+            if e.pid.is_none() && files::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
                 if !dry_run && e.supervisor_pid.is_some() {
                     // Its supervisor died before the spawn: a cgroup it made is empty.
                     settle_cgroup(reg, e.clone());
@@ -906,7 +887,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
     for e in entries.iter().filter(|e| e.is_finished() && e.cleanup_pending() && !e.supervisor_alive()) {
         let reason = if e.owner_gone() {
             "the owner exited"
-        } else if e.timeout_at_ms().is_some_and(|at| at <= registry::now_ms()) {
+        } else if e.timeout_at_ms().is_some_and(|at| at <= files::now_ms()) {
             "the turn timeout passed"
         } else {
             continue;
@@ -1269,7 +1250,7 @@ mod tests {
             })
             .unwrap();
         // The supervisor claims the cleanup after the caller read the entry.
-        reg.update(&stale.id, |e| e.cleanup_started_at = Some(registry::now_ms())).unwrap();
+        reg.update(&stale.id, |e| e.cleanup_started_at = Some(files::now_ms())).unwrap();
         let req = UpdateRequest { cleanup: Some(Some("true".into())), cleanup_timeout: None, name: Some("api".into()) };
         assert!(matches!(update(&reg, &stale, &req), Err(ManagerError::Refused(_))));
         let now = reg.read(&stale.id).unwrap();

@@ -19,7 +19,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::registry::{Entry, Registry};
+use crate::entry::Entry;
+use crate::registry::Registry;
 
 /// The FIFO that is the command's stdin: `procs/<id>/stdin`.
 pub const STDIN_FIFO: &str = "stdin";

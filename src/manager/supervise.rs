@@ -5,6 +5,8 @@
 //! an owner or turn timeout is still to be watched.
 
 use super::*;
+use crate::entry;
+use crate::files;
 
 /// What a detached supervisor tells the `start` that launched it, as one JSON line on the pipe
 /// that is its stdout until then: `{"handshake":"spawned"}` once the command runs (and the
@@ -256,13 +258,13 @@ impl Managed<'_> {
                 if !outcome.left.is_empty() {
                     let mut list = e.members.clone();
                     list.extend(outcome.left.iter().filter_map(|m| {
-                        Some(registry::RecordedMember { pid: m.pid.as_raw(), start_time: m.start_time? })
+                        Some(entry::RecordedMember { pid: m.pid.as_raw(), start_time: m.start_time? })
                     }));
                     list.sort_by_key(|m| (m.pid, m.start_time));
                     list.dedup();
                     e.record_members(list, MAX_RECORDED_MEMBERS);
                 }
-                e.record_result(registry::SupervisorResult {
+                e.record_result(entry::SupervisorResult {
                     status,
                     text: text.clone(),
                     exit_code: match outcome.provider {
@@ -316,7 +318,7 @@ impl Managed<'_> {
         }
         let owner = e.owner_pid.and_then(Pid::new).map(|p| (p, e.owner_start_time));
         let until =
-            e.timeout_at_ms().map(|at| Instant::now() + Duration::from_millis(at.saturating_sub(registry::now_ms())));
+            e.timeout_at_ms().map(|at| Instant::now() + Duration::from_millis(at.saturating_sub(files::now_ms())));
         self.logs.marker("waiting: the cleanup is pending; it runs on stop, owner exit or the turn timeout");
         let (reg, id) = (self.reg, self.id.clone());
         let mut still_needed = || reg.read(&id).is_ok_and(|e| e.cleanup_pending());
@@ -415,10 +417,10 @@ impl Observer for Managed<'_> {
         }
         // Write only when someone new appeared; the list then holds who is alive now.
         self.seen = now;
-        let list: Vec<registry::RecordedMember> = self
+        let list: Vec<entry::RecordedMember> = self
             .seen
             .iter()
-            .map(|(pid, start_time)| registry::RecordedMember { pid: *pid, start_time: *start_time })
+            .map(|(pid, start_time)| entry::RecordedMember { pid: *pid, start_time: *start_time })
             .collect();
         let _ = self.write(&mut |e| e.record_members(list.clone(), MAX_RECORDED_MEMBERS));
         true
@@ -447,4 +449,12 @@ impl Observer for Managed<'_> {
         }
         self.read_fd(fd);
     }
+}
+
+/// Writes a containment record into an entry.
+fn record_containment(e: &mut Entry, r: &cgroup::Record) {
+    e.containment = Some(r.containment.to_string());
+    e.containment_reason = r.containment_reason.clone();
+    e.cgroup = r.cgroup.clone();
+    e.cgroup_inode = r.cgroup_inode;
 }

@@ -13,7 +13,9 @@ use std::sync::Mutex;
 
 use schemars::JsonSchema;
 use serde::Serialize;
-use sheepdog::registry::{self, Entry, Registry};
+use sheepdog::entry::Entry;
+use sheepdog::files;
+use sheepdog::registry::Registry;
 
 use crate::server::{Ctx, last_lines};
 
@@ -101,7 +103,7 @@ pub fn claim(reg: &Registry, id: &str) -> bool {
     let mut claimed = false;
     let _ = reg.update(id, |x| {
         if x.finished_reported_at.is_none() && x.is_finished() {
-            x.finished_reported_at = Some(registry::now_ms());
+            x.finished_reported_at = Some(files::now_ms());
             claimed = true;
         }
     });

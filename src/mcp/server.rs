@@ -32,11 +32,14 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
+use sheepdog::entry::ReadySpec;
+use sheepdog::entry::{Cleanup, Entry};
+use sheepdog::inspect;
 use sheepdog::logread::{self, Cursor, LogQuery, LogStream};
 use sheepdog::manager::{self, StartRequest, UpdateRequest, Waited};
 use sheepdog::os::Pid;
-use sheepdog::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome, ReadySpec};
-use sheepdog::registry::{Cleanup, Entry, Registry};
+use sheepdog::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome};
+use sheepdog::registry::Registry;
 use sheepdog::status::Status;
 use sheepdog::stop::StopPolicy;
 use sheepdog::view::{EntryView, entry_view, view_with_status};
@@ -724,7 +727,7 @@ fn proc_line(p: &Proc) -> String {
     } else {
         format!(" ports {}", p.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","))
     };
-    let since = p.ended_at.unwrap_or_else(sheepdog::registry::now_ms).saturating_sub(p.started_at);
+    let since = p.ended_at.unwrap_or_else(sheepdog::files::now_ms).saturating_sub(p.started_at);
     let age = match since / 1000 {
         s @ 0..60 => format!("{s}s"),
         s @ 60..3600 => format!("{}m", s / 60),
@@ -1099,7 +1102,7 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
         (None, None) => return Err("Give `command` (a shell string) or `argv` (an array): what to run.".into()),
     };
     if let Some(n) = &a.name {
-        sheepdog::registry::check_name(n).map_err(|e| sentence(&e))?;
+        sheepdog::entry::check_name(n).map_err(|e| sentence(&e))?;
     }
     if let Some(c) = &a.cleanup
         && c.command.trim().is_empty()
@@ -1130,7 +1133,7 @@ fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolError> {
     let verbose = a.verbose.unwrap_or(false);
     // The tier as the CLI picks it: $SHEEPDOG_CONTAINMENT, else the strongest the host allows.
     let containment = sheepdog::cgroup::Mode::from_env().map_err(|e| sentence(&e))?;
-    let auto_name = if a.name.is_none() { sheepdog::registry::derived_name(&argv) } else { None };
+    let auto_name = if a.name.is_none() { sheepdog::entry::derived_name(&argv) } else { None };
     let argv_os: Vec<OsString> = argv.iter().map(OsString::from).collect();
     let req = StartRequest {
         name: a.name,
@@ -1314,7 +1317,7 @@ fn logs(ctx: &Ctx, a: LogsArgs) -> Result<Done<LogsResult>, ToolError> {
         ..LogQuery::default()
     };
     let chunk = logread::read(&ctx.reg, &e.id, &q).map_err(|err| sentence(&err.to_string()))?;
-    let status = manager::live_status(&ctx.reg.read(&e.id).unwrap_or(e.clone()), &OnceCell::new());
+    let status = inspect::live_status(&ctx.reg.read(&e.id).unwrap_or(e.clone()), &OnceCell::new());
     let text = String::from_utf8_lossy(&chunk.bytes).into_owned();
     let mut summary = if text.is_empty() {
         format!("No {}output from {}.", if cursor.is_some() { "new " } else { "" }, e.label())
@@ -1378,7 +1381,7 @@ fn wait(ctx: &Ctx, a: WaitArgs) -> Result<Done<WaitResult>, ToolError> {
                 .into_iter()
                 .filter(|e| e.session_id.as_deref() == Some(session.as_str()))
                 .filter(|e| e.ready.is_none())
-                .filter(|e| !manager::live_status(e, &census).is_finished())
+                .filter(|e| !inspect::live_status(e, &census).is_finished())
                 .collect()
         }
     };
@@ -1398,7 +1401,7 @@ fn wait(ctx: &Ctx, a: WaitArgs) -> Result<Done<WaitResult>, ToolError> {
             Waited::Finished(x) | Waited::NoResult(x) => (true, x),
             Waited::TimedOut => (false, ctx.reg.read(&e.id).unwrap_or_else(|_| e.clone())),
         };
-        let status = manager::live_status(&cur, &OnceCell::new());
+        let status = inspect::live_status(&cur, &OnceCell::new());
         let done = done || status.is_finished();
         let status_text = sheepdog::view::status_text(&cur, status);
         let last =
@@ -1557,7 +1560,7 @@ fn update(ctx: &Ctx, a: UpdateArgs) -> Result<Done<UpdateResult>, ToolError> {
         return Err("Nothing to update: give `cleanup` (an object, or null to remove it) or `name`.".into());
     }
     if let Some(n) = &a.name {
-        sheepdog::registry::check_name(n).map_err(|e| sentence(&e))?;
+        sheepdog::entry::check_name(n).map_err(|e| sentence(&e))?;
     }
     if let Some(Some(c)) = &a.cleanup
         && c.command.trim().is_empty()
@@ -1604,7 +1607,7 @@ fn clear(ctx: &Ctx, a: ClearArgs) -> Result<Done<ClearResult>, ToolError> {
             entries
                 .into_iter()
                 .filter(|e| e.session_id.as_deref() == Some(ctx.session.as_str()))
-                .filter(|e| manager::live_status(e, &census).is_finished())
+                .filter(|e| inspect::live_status(e, &census).is_finished())
                 .collect()
         }
         _ => return Err("Give `ids` (an array of ids or names) or `finished: true`.".into()),
@@ -1612,7 +1615,7 @@ fn clear(ctx: &Ctx, a: ClearArgs) -> Result<Done<ClearResult>, ToolError> {
     let mut cleared = Vec::new();
     let mut refused = Vec::new();
     for e in &targets {
-        let last = proc_as(&ctx.reg, e, manager::live_status(e, &OnceCell::new()), false);
+        let last = proc_as(&ctx.reg, e, inspect::live_status(e, &OnceCell::new()), false);
         match manager::clear(&ctx.reg, e, force) {
             Ok(()) => cleared.push(last),
             Err(err) => refused.push(Refusal { id: e.id.clone(), message: sentence(&err.to_string()) }),
@@ -1640,7 +1643,7 @@ fn write(ctx: &Ctx, a: WriteArgs) -> Result<Done<WriteResult>, ToolError> {
         return Err("`input` is empty: give the text to write (with its newline), or `end: true`.".into());
     }
     let e = find(&ctx.reg, &a.id)?;
-    let status = manager::live_status(&e, &OnceCell::new());
+    let status = inspect::live_status(&e, &OnceCell::new());
     let finished = status.is_finished().then(|| sheepdog::view::status_text(&e, status));
     let n = manager::send(&ctx.reg, &e, finished, a.input.as_bytes(), end).map_err(|err| match err {
         manager::SendError::NoPipe(l) => {

@@ -10,12 +10,15 @@ use std::time::{Duration, Instant};
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::logtail::{LogLine, LogTail};
+use crate::entry::Entry;
+use crate::files::now_ms;
+use crate::inspect;
 use crate::logs::COMBINED_LOG;
-use crate::registry::{Entry, Registry, RegistryError, now_ms};
+use crate::registry::{Registry, RegistryError};
 use crate::status::Status;
 use crate::sys::{Pid, procfs};
 use crate::usage::{self, Sampler, Usage};
-use crate::{cgroup, manager, ports, view};
+use crate::{cgroup, ports, view};
 
 /// Finished entries stay in the list this long after they ended: one hour (`--all`: always).
 pub const FINISHED_SHOWN_MS: u64 = 60 * 60 * 1000;
@@ -259,7 +262,7 @@ impl App {
                     .filter(|p| !p.times.zombie && Some(p.times.start_time) == e.supervisor_start_time)
             };
             let supervisor_alive = supervisor.is_some();
-            let status = if e.is_finished() || supervisor_alive { e.status } else { manager::live_status(&e, &census) };
+            let status = if e.is_finished() || supervisor_alive { e.status } else { inspect::live_status(&e, &census) };
             let live = status.is_live();
             let recent = e.ended_at.unwrap_or(e.started_at) + FINISHED_SHOWN_MS >= self.now_ms;
             if !live && !self.scope.all && !recent {

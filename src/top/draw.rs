@@ -363,7 +363,7 @@ pub fn draw(app: &App, f: &mut Frame) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{Cleanup, Entry};
+    use crate::entry::{Cleanup, Entry};
     use crate::top::app::{Scope, TreeProc};
     use crate::top::logtail::{LogLine, LogTail};
     use crate::usage::Usage;

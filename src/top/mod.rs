@@ -282,7 +282,7 @@ fn run_action(action: Action, reg: &Registry, tx: Sender<Event>) {
 }
 
 /// `manager::stop`'s result as `sheepdog stop` prints it, plus what the cleanup did.
-pub fn stop_lines(reg: &Registry, e: &crate::registry::Entry) -> Vec<String> {
+pub fn stop_lines(reg: &Registry, e: &crate::entry::Entry) -> Vec<String> {
     match manager::stop(reg, e, None) {
         Ok(o) => {
             let mut lines = vec![o.headline(), tree_line(o.tree_gone).into()];
@@ -303,7 +303,7 @@ pub fn tree_line(gone: bool) -> &'static str {
 
 /// What the cleanup did, for a stop's result: the command, how it ended (or the exact failure
 /// line `sheepdog stop` prints), and its last output lines.
-pub fn cleanup_lines(e: &crate::registry::Entry) -> Vec<String> {
+pub fn cleanup_lines(e: &crate::entry::Entry) -> Vec<String> {
     let Some(c) = &e.cleanup else { return vec!["No cleanup command.".into()] };
     let mut lines = vec![format!("Cleanup: {}", c.command)];
     match (&e.cleanup_result, crate::cleanup::failure_line(e)) {
@@ -318,7 +318,7 @@ pub fn cleanup_lines(e: &crate::registry::Entry) -> Vec<String> {
 }
 
 /// `manager::restart`'s result: the stop's lines, then the new entry.
-pub fn restart_lines(reg: &Registry, e: &crate::registry::Entry) -> (Vec<String>, Option<String>) {
+pub fn restart_lines(reg: &Registry, e: &crate::entry::Entry) -> (Vec<String>, Option<String>) {
     match manager::restart(reg, e, None) {
         Ok(r) => {
             let mut lines =

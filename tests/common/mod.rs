@@ -300,7 +300,7 @@ impl Drop for State {
                     signal_member(&Member { pid: p, start_time: Some(t) }, sheepdog::os::Signal::KILL);
                 }
             }
-            if let Some(tree) = sheepdog::manager::recorded_tree(&e) {
+            if let Some(tree) = sheepdog::inspect::recorded_tree(&e) {
                 for m in tree.live() {
                     signal_member(&m, sheepdog::os::Signal::KILL);
                 }
@@ -360,10 +360,10 @@ pub fn with_env(key: &str, token: &str) -> Vec<Member> {
 
 /// Writes a running entry (`sleep 100`, this boot, this uid) directly, as a forger or a stale
 /// file would, started `age_ms` ago, then lets `f` change it. Returns its id.
-pub fn forge_entry(st: &State, age_ms: u64, f: impl FnOnce(&mut sheepdog::registry::Entry)) -> String {
+pub fn forge_entry(st: &State, age_ms: u64, f: impl FnOnce(&mut sheepdog::entry::Entry)) -> String {
     let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
     let e = reg
-        .create(sheepdog::registry::Entry {
+        .create(sheepdog::entry::Entry {
             status: sheepdog::status::Status::Running,
             argv: vec!["sleep".into(), "100".into()],
             command_preview: "sleep 100".into(),
@@ -371,7 +371,7 @@ pub fn forge_entry(st: &State, age_ms: u64, f: impl FnOnce(&mut sheepdog::regist
             boot_id: procfs::boot_id(),
             uid: process::getuid(),
             tag: sheepdog::registry::new_tag(),
-            started_at: sheepdog::registry::now_ms() - age_ms,
+            started_at: sheepdog::files::now_ms() - age_ms,
             ..Default::default()
         })
         .unwrap();

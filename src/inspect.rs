@@ -1,8 +1,30 @@
-//! Inspection of live trees, shared by every command that looks without acting (`ps`, `reap`'s
-//! census, `stop` past a dead supervisor, `top`): the status the kernel says now, whether
-//! anything of a recorded tree is alive, and which processes are the entry's.
+//! The live look at an entry's tree, shared by everything that looks without acting (`ps` and
+//! every view, readiness, usage, `reap`'s census, `stop` past a dead supervisor, `top`): the
+//! status the kernel says now, whether anything of a recorded tree is alive, and which
+//! processes are the entry's. Below `view` and `ready`, above the registry and the tree.
 
-use super::*;
+use std::cell::OnceCell;
+
+use serde::Serialize;
+
+use crate::cgroup;
+use crate::entry::Entry;
+use crate::status::Status;
+use crate::sys::{Pgid, Pid, process, procfs};
+use crate::tree::{Census, Member, Tree};
+
+/// One live process of an entry's tree. `sid` is the Unix session id.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, schemars::JsonSchema)]
+pub struct TreeProc {
+    /// Its pid.
+    pub pid: i32,
+    /// Its process group.
+    pub pgid: i32,
+    /// Its Unix session id.
+    pub sid: i32,
+    /// Its command line.
+    pub command: String,
+}
 
 /// The status `ps` shows: the recorded one for finished entries; for the others what the
 /// kernel says now: `running`/`starting` while the supervisor lives, `orphaned` when it is gone
@@ -54,14 +76,6 @@ fn leaders(e: &Entry) -> Vec<Member> {
     .collect()
 }
 
-/// Writes a containment record into an entry.
-pub fn record_containment(e: &mut Entry, r: &cgroup::Record) {
-    e.containment = Some(r.containment.to_string());
-    e.containment_reason = r.containment_reason.clone();
-    e.cgroup = r.cgroup.clone();
-    e.cgroup_inode = r.cgroup_inode;
-}
-
 /// The tree of an entry as seen without its supervisor; `None` if it never spawned. In the
 /// cgroup tier: the recorded cgroup (inode checked), and nothing else; `None` once it is gone.
 pub fn recorded_tree(e: &Entry) -> Option<Tree> {
@@ -81,7 +95,7 @@ pub fn recorded_tree(e: &Entry) -> Option<Tree> {
 }
 
 /// Live processes of a running or orphaned entry, each with its group, session and command.
-pub fn live_tree(e: &Entry) -> Vec<crate::view::TreeProc> {
+pub fn live_tree(e: &Entry) -> Vec<TreeProc> {
     if e.is_finished() || !e.this_boot() {
         return Vec::new();
     }
@@ -94,11 +108,6 @@ pub fn live_tree(e: &Entry) -> Vec<crate::view::TreeProc> {
     stats
         .iter()
         .filter(|s| !s.is_zombie())
-        .map(|s| crate::view::TreeProc {
-            pid: s.pid.as_raw(),
-            pgid: s.pgrp,
-            sid: s.session,
-            command: procfs::cmdline(s.pid),
-        })
+        .map(|s| TreeProc { pid: s.pid.as_raw(), pgid: s.pgrp, sid: s.session, command: procfs::cmdline(s.pid) })
         .collect()
 }
