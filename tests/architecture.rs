@@ -1,0 +1,409 @@
+//! The module map in ARCHITECTURE.md is the rule, and this test keeps the code to it (issue 17),
+//! as rust-analyzer's tidy tests keep its docs true: every `crate::` reference of every library
+//! module, and every `sheepdog::` reference of the binaries, must be an edge the map's table
+//! allows; the table itself must be a ladder (each row may use only rows below it); and every
+//! module in `src/` must have a row, and every row a module. A failure names the file and line.
+//!
+//! The table is read as written: the first column's backticked names (`registry.rs`, `manager/`)
+//! are the row's modules; the last column is backticked module names, or `the library`,
+//! `everything below`, `nothing`, `libc`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The binaries' roots: they reach the library as `sheepdog::`, and their `crate::` is their own.
+const BINARIES: &[&str] = &["main", "cli", "mcp", "bin"];
+
+#[derive(Debug)]
+struct Row {
+    modules: Vec<String>,
+    may_use: MayUse,
+    line: usize,
+}
+
+#[derive(Debug, Clone)]
+enum MayUse {
+    Library,
+    Below,
+    Named(BTreeSet<String>),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Edge {
+    from: String,
+    to: String,
+    file: String,
+    line: usize,
+}
+
+fn backticked(cell: &str) -> Vec<String> {
+    cell.split('`').skip(1).step_by(2).map(unit_of_name).collect()
+}
+
+/// `registry.rs` -> `registry`, `manager/` -> `manager`, `main.rs` -> `main`.
+fn unit_of_name(name: &str) -> String {
+    name.trim().trim_end_matches('/').trim_end_matches(".rs").to_string()
+}
+
+/// The rows of the table under "## Module map", in order, with their line numbers.
+fn read_map(text: &str) -> Result<Vec<Row>, String> {
+    let start = text.find("## Module map").ok_or("ARCHITECTURE.md has no \"## Module map\" section")?;
+    let first_line = text[..start].lines().count() + 1;
+    let mut rows = Vec::new();
+    let mut in_table = false;
+    for (i, line) in text[start..].lines().enumerate().skip(1) {
+        let line_no = first_line + i;
+        if line.starts_with("## ") {
+            break;
+        }
+        if !line.starts_with('|') {
+            if in_table {
+                break;
+            }
+            continue;
+        }
+        let cells: Vec<&str> = line.trim().trim_matches('|').split('|').collect();
+        if !in_table {
+            in_table = true; // the header row
+            continue;
+        }
+        if cells.iter().all(|c| c.trim().chars().all(|ch| ch == '-' || ch == ':')) {
+            continue; // the separator
+        }
+        let (Some(first), Some(last)) = (cells.first(), cells.last()) else {
+            return Err(format!("ARCHITECTURE.md:{line_no}: a table row without cells"));
+        };
+        let modules = backticked(first);
+        if modules.is_empty() {
+            return Err(format!("ARCHITECTURE.md:{line_no}: the first cell names no module in backticks"));
+        }
+        let last_text = last.trim();
+        let may_use = match last_text {
+            "the library" => MayUse::Library,
+            "everything below" => MayUse::Below,
+            "nothing" | "libc" => MayUse::Named(BTreeSet::new()),
+            _ => {
+                let names = backticked(last_text);
+                let rest: String = last_text.split('`').step_by(2).collect::<String>();
+                if names.is_empty() || rest.chars().any(|c| !(c == ',' || c.is_whitespace())) {
+                    return Err(format!(
+                        "ARCHITECTURE.md:{line_no}: \"may use\" must be backticked modules separated by commas, \
+                         or `the library`, `everything below`, `nothing`: {last_text:?}"
+                    ));
+                }
+                MayUse::Named(names.into_iter().collect())
+            }
+        };
+        rows.push(Row { modules, may_use, line: line_no });
+    }
+    if rows.is_empty() {
+        return Err("ARCHITECTURE.md's module map has no table rows".into());
+    }
+    Ok(rows)
+}
+
+/// Replaces comments, string and char literals with spaces (newlines kept), so that only code
+/// is searched and line numbers stay true.
+fn code_only(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let blank = |out: &mut Vec<u8>, s: &[u8]| out.extend(s.iter().map(|&c| if c == b'\n' { b'\n' } else { b' ' }));
+    let mut i = 0;
+    while i < b.len() {
+        let rest = &b[i..];
+        let ident_before = i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+        if rest.starts_with(b"//") {
+            let end = rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len());
+            blank(&mut out, &rest[..end]);
+            i += end;
+        } else if rest.starts_with(b"/*") {
+            let mut depth = 0;
+            let mut j = 0;
+            while j < rest.len() {
+                if rest[j..].starts_with(b"/*") {
+                    depth += 1;
+                    j += 2;
+                } else if rest[j..].starts_with(b"*/") {
+                    depth -= 1;
+                    j += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    j += 1;
+                }
+            }
+            blank(&mut out, &rest[..j]);
+            i += j;
+        } else if !ident_before && (rest.starts_with(b"r\"") || rest.starts_with(b"r#") || rest.starts_with(b"br")) {
+            let skip = if rest[0] == b'b' { 2 } else { 1 };
+            let hashes = rest[skip..].iter().take_while(|&&c| c == b'#').count();
+            if rest.get(skip + hashes) != Some(&b'"') {
+                out.push(b[i]);
+                i += 1;
+                continue;
+            }
+            let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
+            let body = skip + hashes + 1;
+            let end = rest[body..]
+                .windows(close.len())
+                .position(|w| w == close.as_slice())
+                .map_or(rest.len(), |p| body + p + close.len());
+            blank(&mut out, &rest[..end]);
+            i += end;
+        } else if rest[0] == b'"' || (!ident_before && rest.starts_with(b"b\"")) {
+            let mut j = if rest[0] == b'b' { 2 } else { 1 };
+            while j < rest.len() && rest[j] != b'"' {
+                j += if rest[j] == b'\\' { 2 } else { 1 };
+            }
+            let end = (j + 1).min(rest.len());
+            blank(&mut out, &rest[..end]);
+            i += end;
+        } else if rest[0] == b'\'' {
+            // A char literal ('x', '\n', '\u{1F600}', '"'), else a lifetime ('a).
+            let len = if rest.get(1) == Some(&b'\\') {
+                rest[2..].iter().position(|&c| c == b'\'').map(|p| p + 3)
+            } else {
+                let ch = std::str::from_utf8(&rest[1..rest.len().min(6)])
+                    .ok()
+                    .or_else(|| std::str::from_utf8(&rest[1..rest.len().min(5)]).ok())
+                    .or_else(|| std::str::from_utf8(&rest[1..rest.len().min(4)]).ok())
+                    .or_else(|| std::str::from_utf8(&rest[1..rest.len().min(3)]).ok())
+                    .and_then(|s| s.chars().next());
+                ch.map(char::len_utf8).filter(|n| rest.get(1 + n) == Some(&b'\'')).map(|n| n + 2)
+            };
+            match len {
+                Some(n) => {
+                    blank(&mut out, &rest[..n]);
+                    i += n;
+                }
+                None => {
+                    out.push(b'\'');
+                    i += 1;
+                }
+            }
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn is_ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+/// The first segment of each path that follows `root::` in `code` (`use crate::{a::B, c}` gives
+/// `a` and `c`), with its line.
+fn references(code: &str, root: &str) -> Vec<(String, usize)> {
+    let b = code.as_bytes();
+    let needle = format!("{root}::");
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find(&needle) {
+        let at = from + at;
+        from = at + needle.len();
+        if at > 0 && (is_ident(b[at - 1]) || b[at - 1] == b'$' || b[at - 1] == b':') {
+            continue;
+        }
+        let line = code[..at].matches('\n').count() + 1;
+        let mut j = from;
+        while j < b.len() && b[j].is_ascii_whitespace() {
+            j += 1;
+        }
+        if j < b.len() && b[j] == b'{' {
+            // A group: split its top level at commas.
+            let mut depth = 0;
+            let mut item_start = j + 1;
+            let mut k = j;
+            while k < b.len() {
+                match b[k] {
+                    b'{' => depth += 1,
+                    b'}' | b',' if depth == 1 => {
+                        let item = code[item_start..k].trim();
+                        let name: String =
+                            item.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                        if !name.is_empty() && name != "self" {
+                            found.push((name, line + code[j..item_start].matches('\n').count()));
+                        }
+                        item_start = k + 1;
+                        if b[k] == b'}' {
+                            break;
+                        }
+                    }
+                    b'}' => depth -= 1,
+                    _ => {}
+                }
+                k += 1;
+            }
+        } else {
+            let name: String = code[j..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if !name.is_empty() {
+                found.push((name, line));
+            }
+        }
+    }
+    found
+}
+
+/// The unit a source file belongs to: `src/registry.rs` and `src/manager/stop.rs` -> `registry`,
+/// `manager`; `src/main.rs` -> `main`. `None` for the crate root.
+fn unit_of_file(rel: &Path) -> Option<String> {
+    let mut parts = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned());
+    let first = parts.next()?;
+    if first == "lib.rs" {
+        return None;
+    }
+    Some(unit_of_name(&first))
+}
+
+/// Every `.rs` file under `dir`, relative to it, sorted.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("reading {}: {e}", d.display())) {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path.strip_prefix(dir).expect("below src").to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The edges between units in `files` (relative path, text): a library module's `crate::X`, a
+/// binary's `sheepdog::X`. References inside a unit (to itself) are not edges.
+fn edges(files: &[(PathBuf, String)]) -> Vec<Edge> {
+    let mut out = Vec::new();
+    for (rel, text) in files {
+        let Some(unit) = unit_of_file(rel) else { continue };
+        let root = if BINARIES.contains(&unit.as_str()) { "sheepdog" } else { "crate" };
+        for (to, line) in references(&code_only(text), root) {
+            if to != unit {
+                out.push(Edge { from: unit.clone(), to, file: format!("src/{}", rel.display()), line });
+            }
+        }
+    }
+    out
+}
+
+/// Everything wrong between the map and the code, one line each.
+fn violations(rows: &[Row], files: &[(PathBuf, String)]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut row_of: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, r) in rows.iter().enumerate() {
+        for m in &r.modules {
+            if row_of.insert(m, i).is_some() {
+                problems.push(format!("ARCHITECTURE.md:{}: `{m}` has two rows in the module map", r.line));
+            }
+        }
+    }
+    let library: BTreeSet<String> = row_of.keys().filter(|m| !BINARIES.contains(m)).map(|m| m.to_string()).collect();
+    let allowed = |i: usize| -> BTreeSet<String> {
+        match &rows[i].may_use {
+            MayUse::Library => library.clone(),
+            MayUse::Below => rows[i + 1..].iter().flat_map(|r| r.modules.iter().cloned()).collect(),
+            MayUse::Named(n) => n.clone(),
+        }
+    };
+    // The table is a ladder: a row may name only modules of rows below it.
+    for (i, r) in rows.iter().enumerate() {
+        if let MayUse::Named(names) = &r.may_use {
+            for n in names {
+                match row_of.get(n.as_str()) {
+                    None => {
+                        problems.push(format!("ARCHITECTURE.md:{}: \"may use\" names `{n}`, which has no row", r.line))
+                    }
+                    Some(&j) if j <= i => problems.push(format!(
+                        "ARCHITECTURE.md:{}: `{}` may use `{n}`, which is not below it: the map must be a ladder",
+                        r.line, r.modules[0]
+                    )),
+                    _ => {}
+                }
+            }
+        }
+    }
+    // Every module has a row, and every row a module.
+    let units: BTreeSet<String> = files.iter().filter_map(|(rel, _)| unit_of_file(rel)).collect();
+    for u in &units {
+        if !row_of.contains_key(u.as_str()) {
+            problems.push(format!("src/{u}: a module the map in ARCHITECTURE.md does not list"));
+        }
+    }
+    for (m, &i) in &row_of {
+        if !units.contains(*m) {
+            problems.push(format!("ARCHITECTURE.md:{}: `{m}` is in the map but not in src/", rows[i].line));
+        }
+    }
+    for e in edges(files) {
+        let Some(&i) = row_of.get(e.from.as_str()) else { continue };
+        if !allowed(i).contains(&e.to) {
+            problems.push(format!(
+                "{}:{}: `{}` uses `{}`, an edge ARCHITECTURE.md's module map does not allow (row at line {})",
+                e.file, e.line, e.from, e.to, rows[i].line
+            ));
+        }
+    }
+    problems
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read_tree() -> (Vec<Row>, Vec<(PathBuf, String)>) {
+    let map = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let rows = read_map(&map).unwrap_or_else(|e| panic!("{e}"));
+    let src = root().join("src");
+    let files = sources(&src)
+        .into_iter()
+        .map(|rel| {
+            let text = std::fs::read_to_string(src.join(&rel)).expect("a source file");
+            (rel, text)
+        })
+        .collect();
+    (rows, files)
+}
+
+#[test]
+fn every_dependency_points_down_the_module_map() {
+    let (rows, files) = read_tree();
+    let problems = violations(&rows, &files);
+    assert!(problems.is_empty(), "the code and ARCHITECTURE.md's module map disagree:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn one_forbidden_use_turns_the_check_red_naming_file_and_line() {
+    let (rows, mut files) = read_tree();
+    // `registry` sits below `manager`: a `use` of it is the kind of edge that made the circle.
+    let (_, text) = files.iter_mut().find(|(rel, _)| rel == Path::new("registry.rs")).expect("src/registry.rs");
+    let line = text.lines().count() + 1;
+    text.push_str("\nuse crate::manager;\n");
+    let problems = violations(&rows, &files);
+    let want = format!("src/registry.rs:{}: `registry` uses `manager`", line + 1);
+    assert!(problems.iter().any(|p| p.starts_with(&want)), "wanted {want:?} in {problems:#?}");
+}
+
+#[test]
+fn references_are_read_from_code_only_and_through_groups() {
+    let src = "use crate::{a::{self, B}, c as d};\n// crate::e in a comment\nlet s = \"crate::f\";\nlet c = '\"'; crate::g::h();\nfn x<'a>(y: &'a str) { $crate::i; }\nlet r = r#\"crate::j\"#;";
+    let got: Vec<(String, usize)> = references(&code_only(src), "crate");
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["a", "c", "g"], "{got:?}");
+    assert_eq!(got[2].1, 4, "line numbers survive the stripping");
+}
+
+#[test]
+fn the_map_must_be_a_ladder() {
+    let map =
+        "## Module map\n\n| module | what | may use |\n|---|---|---|\n| `a.rs` | x | `b` |\n| `b.rs` | y | `a` |\n";
+    let rows = read_map(map).expect("a table");
+    let files = vec![(PathBuf::from("a.rs"), String::new()), (PathBuf::from("b.rs"), String::new())];
+    let problems = violations(&rows, &files);
+    assert!(problems.iter().any(|p| p.contains("`b` may use `a`, which is not below it")), "{problems:#?}");
+}
