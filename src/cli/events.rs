@@ -64,7 +64,7 @@ fn text(v: &serde_json::Value) -> String {
         other => other.to_string(),
     };
     let who = if s("name").is_empty() { s("id").to_string() } else { format!("{} ({})", s("name"), s("id")) };
-    super::manage::printable(&format!("{seq} {who}: {what}"))
+    super::common::printable(&format!("{seq} {who}: {what}"))
 }
 
 pub(super) fn events(a: EventsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {

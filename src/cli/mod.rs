@@ -14,11 +14,22 @@ macro_rules! outln {
     }};
 }
 
+mod clear;
+mod common;
 mod doctor;
 mod events;
-mod manage;
+mod logs;
+mod ps;
+mod reap;
+mod restart;
 mod run;
+mod send;
+mod start;
+mod stop;
+mod supervise;
 mod top;
+mod update;
+mod wait;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -81,25 +92,25 @@ enum Command {
     /// Run CMD in the foreground under supervision: stop its whole process tree, then exit.
     Run(RunArgs),
     /// Start CMD in the background under its own detached supervisor; print its id.
-    Start(manage::StartArgs),
+    Start(start::StartArgs),
     /// List managed processes (running ones; --all for every entry).
-    Ps(manage::PsArgs),
+    Ps(ps::PsArgs),
     /// Print a managed process's logs.
-    Logs(manage::LogsArgs),
+    Logs(logs::LogsArgs),
     /// Stop managed processes: their whole tree, then their cleanup command.
-    Stop(manage::StopArgs),
+    Stop(stop::StopArgs),
     /// Stop managed processes and start them again with the same options; print the new ids.
-    Restart(manage::RestartArgs),
+    Restart(restart::RestartArgs),
     /// Change a process's cleanup command or name (running or exited entries).
-    Update(manage::UpdateArgs),
+    Update(update::UpdateArgs),
     /// Write to the stdin of a process started with `--stdin pipe` (`--eof`: then close it).
-    Send(manage::SendArgs),
+    Send(send::SendArgs),
     /// Block until managed processes exit; exit with the (last) one's status.
-    Wait(manage::WaitArgs),
+    Wait(wait::WaitArgs),
     /// Stop what a crash left behind (entries whose supervisor is gone) and record it.
-    Reap(manage::ReapArgs),
+    Reap(reap::ReapArgs),
     /// Remove finished entries and their logs.
-    Clear(manage::ClearArgs),
+    Clear(clear::ClearArgs),
     /// Follow what happens to entries: one JSON object per line with --json (started, ready,
     /// exited, stopped, cleanupFinished, cleared, setAside).
     Events(events::EventsArgs),
@@ -203,8 +214,8 @@ fn mcp(args: Vec<OsString>, dir: Option<PathBuf>) -> Result<i32, CliError> {
 pub fn main() -> i32 {
     let args: Vec<OsString> = std::env::args_os().collect();
     let json = args.iter().take_while(|a| *a != "--").any(|a| a == "--json");
-    if let Some((dir, a)) = manage::supervise_invocation(&args) {
-        return manage::supervise_entry(a, dir).unwrap_or_else(|e| report(&e, false));
+    if let Some((dir, a)) = supervise::supervise_invocation(&args) {
+        return supervise::supervise_entry(a, dir).unwrap_or_else(|e| report(&e, false));
     }
     if let Some((dir, rest)) = mcp_invocation(&args) {
         return mcp(rest, dir).unwrap_or_else(|e| report(&e, json));
@@ -217,16 +228,16 @@ pub fn main() -> i32 {
     let json = cli.json;
     let result = match cli.command {
         Command::Run(a) => run::run(a, json),
-        Command::Start(a) => manage::start(a, dir, json),
-        Command::Ps(a) => manage::ps(a, dir, json),
-        Command::Logs(a) => manage::logs(a, dir, json),
-        Command::Restart(a) => manage::restart(a, dir, json),
-        Command::Stop(a) => manage::stop(a, dir, json),
-        Command::Update(a) => manage::update(a, dir, json),
-        Command::Send(a) => manage::send(a, dir, json),
-        Command::Wait(a) => manage::wait(a, dir, json),
-        Command::Reap(a) => manage::reap(a, dir, json),
-        Command::Clear(a) => manage::clear(a, dir, json),
+        Command::Start(a) => start::start(a, dir, json),
+        Command::Ps(a) => ps::ps(a, dir, json),
+        Command::Logs(a) => logs::logs(a, dir, json),
+        Command::Restart(a) => restart::restart(a, dir, json),
+        Command::Stop(a) => stop::stop(a, dir, json),
+        Command::Update(a) => update::update(a, dir, json),
+        Command::Send(a) => send::send(a, dir, json),
+        Command::Wait(a) => wait::wait(a, dir, json),
+        Command::Reap(a) => reap::reap(a, dir, json),
+        Command::Clear(a) => clear::clear(a, dir, json),
         Command::Events(a) => events::events(a, dir, json),
         Command::Top(a) => top::top(a, dir),
         Command::Doctor(a) => doctor::doctor(a, json),
@@ -271,7 +282,7 @@ struct ContainmentArgs {
     containment: Option<String>,
     /// Memory limit of the tree (`memory.max` of its cgroup), like 512MiB; status 125 where it
     /// cannot be applied.
-    #[arg(long, value_name = "SIZE", value_parser = manage::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = common::parse_size)]
     memory_max: Option<u64>,
     /// Task limit of the tree (`pids.max` of its cgroup); status 125 where it cannot be applied.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]

@@ -1,0 +1,69 @@
+//! `sheepdog reap`: stop what a crash left behind and record it.
+
+use std::path::PathBuf;
+
+use sheepdog::exit;
+use sheepdog::inspect;
+use sheepdog::manager::{self};
+use sheepdog::status::ReapKind;
+use sheepdog::view;
+
+use super::CliError;
+use super::common::{entry_view, open, to_json, warn_set_aside};
+
+/// `sheepdog reap`.
+#[derive(Debug, clap::Args)]
+pub struct ReapArgs {
+    /// Say what would be done; signal and record nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
+    let reg = open(dir)?;
+    let (actions, aside) = manager::reap(&reg, a.dry_run);
+    warn_set_aside(&aside);
+    let mut code = if actions.iter().any(|x| x.cleanup_error.is_some()) { exit::REFUSED } else { exit::OK };
+    // What was done (or found) but could not be written: said, and status 74.
+    for x in actions.iter().filter(|x| x.not_recorded.is_some()) {
+        eprintln!(
+            "sheepdog: the result for {} ({}) was not recorded: {}",
+            x.name.as_deref().unwrap_or(&x.id),
+            x.id,
+            x.not_recorded.as_deref().unwrap_or_default()
+        );
+        code = exit::NOT_RECORDED;
+    }
+    if json {
+        let actions = actions
+            .iter()
+            .map(|x| view::ReapView {
+                action: x.clone(),
+                entry: reg
+                    .read(&x.id)
+                    .ok()
+                    .map(|e| entry_view(&reg, &e, inspect::live_status(&e, &Default::default()))),
+            })
+            .collect();
+        outln!("{}", to_json(&view::ReapDoc { v: view::Version, dry_run: a.dry_run, actions }));
+        return Ok(code);
+    }
+    let would = if a.dry_run { "Would reap" } else { "Reaped" };
+    for x in &actions {
+        let label = format!("{} ({})", x.name.as_deref().unwrap_or(&x.id), x.id);
+        match x.action {
+            ReapKind::Reaped => outln!("{would} {label}: {}.", x.reason),
+            ReapKind::Cleanup => {
+                let ran = if a.dry_run { "Would run" } else { "Ran" };
+                outln!("{ran} the cleanup of {label}: {}.", x.reason);
+            }
+            ReapKind::Lost => {
+                outln!("{} {label}: {}.", if a.dry_run { "Would record as lost" } else { "Lost" }, x.reason)
+            }
+        }
+        if let Some(line) = &x.cleanup_error {
+            outln!("{line}");
+        }
+    }
+    Ok(code)
+}

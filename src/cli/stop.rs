@@ -1,0 +1,121 @@
+//! `sheepdog stop`: the whole tree of each entry, then its cleanup command.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sheepdog::entry::Entry;
+use sheepdog::exit;
+use sheepdog::manager::{self, ManagerError};
+use sheepdog::view;
+
+use super::common::{open, to_json, warn_set_aside};
+use super::{CliError, parse_duration};
+
+/// `sheepdog stop`.
+#[derive(Debug, clap::Args)]
+pub struct StopArgs {
+    /// Ids or names.
+    #[arg(value_name = "ID|NAME")]
+    targets: Vec<String>,
+    /// Every entry of this session (the cancel of a whole agent turn).
+    #[arg(long, value_name = "ID", conflicts_with_all = ["targets", "all"])]
+    session: Option<String>,
+    /// Every running entry.
+    #[arg(long, conflicts_with = "targets")]
+    all: bool,
+    /// Override the entry's term grace for this stop.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    term_grace: Option<Duration>,
+}
+
+pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
+    let reg = open(dir)?;
+    let targets: Vec<Entry> = if let Some(s) = &a.session {
+        let (targets, aside) = manager::stop_selection(&reg, Some(s));
+        warn_set_aside(&aside);
+        if targets.is_empty() {
+            return Err(CliError::new(
+                exit::REFUSED,
+                format!(
+                    "stop: nothing matched --session {s} (no entry of that session is running or has a pending cleanup)"
+                ),
+            ));
+        }
+        targets
+    } else if a.all {
+        let (targets, aside) = manager::stop_selection(&reg, None);
+        warn_set_aside(&aside);
+        targets
+    } else if a.targets.is_empty() {
+        return Err(CliError::usage("stop: name an id or name, --session ID or --all"));
+    } else {
+        let mut out: Vec<Entry> = Vec::new();
+        for k in &a.targets {
+            let e = manager::find_for_stop(&reg, k)?;
+            if !out.iter().any(|x| x.id == e.id) {
+                out.push(e);
+            }
+        }
+        out
+    };
+    let results = manager::stop_many(&reg, &targets, a.term_grace);
+    let mut code = 0;
+    let mut list = Vec::new();
+    for (e, r) in targets.iter().zip(results) {
+        match r {
+            Ok(o) => {
+                let cleanup_failed = sheepdog::cleanup::failure_line(&o.entry);
+                if json {
+                    let v = view::StopView::new(
+                        view::view_with_status(&reg, &o.entry, o.entry.status, false),
+                        o.already_finished,
+                        o.tree_gone,
+                        cleanup_failed.clone(),
+                    );
+                    list.push(v);
+                } else {
+                    outln!("{}", o.headline());
+                    if let Some(line) = &o.not_signalled {
+                        outln!("{line}");
+                    }
+                    if let Some(line) = &cleanup_failed {
+                        outln!("{line}");
+                    }
+                }
+                if !o.tree_gone {
+                    code = code.max(exit::TIMED_OUT);
+                } else if cleanup_failed.is_some() {
+                    code = code.max(exit::REFUSED);
+                }
+            }
+            Err(err @ ManagerError::NotRecorded { .. }) => {
+                // The tree is gone: said on stdout too (the one document a host reads), with
+                // why nothing of it is on disk.
+                eprintln!("sheepdog: {err}");
+                code = code.max(err.exit_code());
+                if let ManagerError::NotRecorded { entry, source, .. } = &err {
+                    if json {
+                        let v = view::StopView::new(
+                            view::view_with_status(&reg, entry, entry.status, false),
+                            false,
+                            true,
+                            None,
+                        )
+                        .not_recorded(source.to_string());
+                        list.push(v);
+                    } else {
+                        outln!("Stopped {} (not recorded).", entry.label());
+                    }
+                }
+            }
+            Err(err) => {
+                eprintln!("sheepdog: unable to stop {}: {err}", e.label());
+                code = code.max(err.exit_code());
+            }
+        }
+    }
+    if json {
+        outln!("{}", to_json(&view::StopDoc { v: view::Version, stopped: list }));
+    }
+    Ok(code)
+}
