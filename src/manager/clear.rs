@@ -1,0 +1,48 @@
+//! `clear`: remove finished entries and their logs (`--force`: settle an abandoned cleanup first).
+
+use std::cell::OnceCell;
+
+use crate::entry::Entry;
+use crate::registry::Registry;
+use crate::status::CleanupRunner;
+use crate::sys::Signal;
+
+use super::*;
+
+/// Removes a finished entry and its logs. Refuses one that still runs, one whose cleanup is
+/// running, and one whose cleanup is pending (it has not run: `stop` runs it) unless `force`
+/// drops it. A supervisor that stayed for the pending cleanup is told, and leaves.
+pub fn clear(reg: &Registry, e: &Entry, force: bool) -> Result<(), ManagerError> {
+    // `--force` always works: a running cleanup is stopped first (its tree, by the tag).
+    if force && e.cleanup_running() {
+        crate::cleanup::settle_abandoned(reg, &e.id, CleanupRunner::Stop, true);
+    }
+    if e.cleanup_running() && !force {
+        return Err(ManagerError::Refused(format!(
+            "{} is still finishing (its cleanup command is running); try again when it is done",
+            e.label()
+        )));
+    }
+    let status = live_status(e, &OnceCell::new());
+    if status.is_live() {
+        return Err(ManagerError::Refused(format!(
+            "{} is {status}; stop it first ('sheepdog stop {}')",
+            e.label(),
+            e.id
+        )));
+    }
+    if e.cleanup_pending() && !force {
+        return Err(ManagerError::Refused(format!(
+            "{} has a cleanup command that has not run; 'sheepdog stop {}' runs it, 'sheepdog clear --force {}' drops it",
+            e.label(),
+            e.id,
+            e.id
+        )));
+    }
+    let lingering = verified_supervisor(e);
+    reg.remove(&e.id)?;
+    if let Some(sup) = lingering {
+        let _ = sup.send(Signal::USR1);
+    }
+    Ok(())
+}
