@@ -20,6 +20,7 @@ mod news;
 mod owner;
 mod schema;
 mod server;
+mod tools;
 mod transport;
 
 use std::path::PathBuf;

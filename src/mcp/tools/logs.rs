@@ -1,0 +1,128 @@
+//! `process_logs`: a process's output: the last lines, a pattern, or what came since a cursor.
+
+use std::cell::OnceCell;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::server::{Ctx, Done, ToolError, call_hint, find, sentence};
+use sheepdog::inspect;
+use sheepdog::logread::{self, Cursor, LogQuery, LogStream};
+
+/// Arguments of `process_logs`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LogsArgs {
+    /// Id (proc_N) or name.
+    pub id: String,
+    /// `out` (stdout), `err` (stderr) or `all` (both, interleaved, with sheepdog's markers;
+    /// the default).
+    pub stream: Option<String>,
+    /// Only the last N lines.
+    pub tail: Option<usize>,
+    /// Only lines matching this regular expression.
+    pub grep: Option<String>,
+    /// Continue after the previous call's `cursor`: only new output, none twice, none lost
+    /// across a log rotation.
+    pub cursor: Option<String>,
+    /// At most this many bytes of text (default 16384); `truncated` says when more is waiting.
+    /// Whole lines only: an unterminated last line comes once it ends (or the process does).
+    pub max_bytes: Option<usize>,
+}
+
+/// Result of `process_logs`.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LogsResult {
+    /// The process.
+    pub id: String,
+    /// `out`, `err` or `all`.
+    pub stream: String,
+    /// The output (lines end with a newline; `all` prefixes `[out] `, `[err] `, `[sheepdog] `).
+    pub text: String,
+    /// Pass as `cursor` to get only what comes after.
+    pub cursor: String,
+    /// More was available than `maxBytes` (or `tail`) allowed: call again with `cursor`.
+    pub truncated: bool,
+    /// Nothing more will come: the process and its cleanup are done and everything was read.
+    pub eof: bool,
+    /// The process's status now.
+    pub status: String,
+}
+
+/// Default `maxBytes` of `process_logs`: 16 KiB.
+pub(crate) const LOGS_MAX_BYTES: usize = 16 * 1024;
+
+pub(crate) fn logs(ctx: &Ctx, a: LogsArgs) -> Result<Done<LogsResult>, ToolError> {
+    let stream = match a.stream.as_deref() {
+        None => LogStream::All,
+        Some(s) => LogStream::parse(s).ok_or_else(|| format!("Unknown stream '{s}': use out, err or all."))?,
+    };
+    let grep = match &a.grep {
+        Some(p) => Some(regex::Regex::new(p).map_err(|e| {
+            let why = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+            format!("`grep` '{p}' is not a valid regular expression: {why}")
+        })?),
+        None => None,
+    };
+    let cursor = match &a.cursor {
+        Some(c) => Some(Cursor::parse(c).map_err(|_| {
+            format!("Invalid cursor '{c}': pass the `cursor` of a previous process_logs result, or leave it out.")
+        })?),
+        None => None,
+    };
+    if a.max_bytes == Some(0) {
+        return Err("`maxBytes` must be more than 0.".into());
+    }
+    let e = find(&ctx.reg, &a.id)?;
+    let q = LogQuery {
+        stream,
+        tail: a.tail,
+        grep,
+        cursor,
+        max_bytes: Some(a.max_bytes.unwrap_or(LOGS_MAX_BYTES)),
+        // Whole lines only (an unterminated last line waits for its newline, or for the end of
+        // the process): a cursor never splits a line across two reads.
+        partial: false,
+        ..LogQuery::default()
+    };
+    let chunk = logread::read(&ctx.reg, &e.id, &q).map_err(|err| sentence(&err.to_string()))?;
+    let status = inspect::live_status(&ctx.reg.read(&e.id).unwrap_or(e.clone()), &OnceCell::new());
+    let text = String::from_utf8_lossy(&chunk.bytes).into_owned();
+    let mut summary = if text.is_empty() {
+        format!("No {}output from {}.", if cursor.is_some() { "new " } else { "" }, e.label())
+    } else {
+        text.trim_end_matches('\n').to_string()
+    };
+    if chunk.truncated {
+        summary.push_str("\n[more output: call again with this cursor, or use tail/grep]");
+    }
+    summary.push_str(&format!(
+        "\n[cursor {}; {} is {}{}]",
+        chunk.cursor,
+        e.id,
+        status,
+        if chunk.eof { "; end of log" } else { "" }
+    ));
+    let mut next_args = json!({"id": e.id, "cursor": chunk.cursor});
+    if a.stream.is_some() {
+        next_args["stream"] = json!(stream.as_str());
+    }
+    let next = (!chunk.eof).then(|| {
+        let why = if chunk.truncated { "for the rest" } else { "for what comes next" };
+        format!("{} {why}", call_hint("process_logs", next_args))
+    });
+    let result = LogsResult {
+        id: e.id.clone(),
+        stream: stream.as_str().into(),
+        text,
+        cursor: chunk.cursor,
+        truncated: chunk.truncated,
+        eof: chunk.eof,
+        status: status.as_str().into(),
+    };
+    let mut done = Done::ok(result, summary);
+    done.next = next;
+    Ok(done)
+}
