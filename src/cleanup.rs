@@ -23,7 +23,7 @@ use crate::duration;
 use crate::entry::{CleanupResult, Entry};
 use crate::files;
 use crate::logs::{COMBINED_LOG, CappedFile, DEFAULT_LOG_MAX};
-use crate::registry::{self, Registry};
+use crate::registry::Registry;
 use crate::status::CleanupRunner;
 use crate::stop::{self, StopPolicy};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
@@ -138,7 +138,7 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
     if e.cleanup_result.is_some() || !e.this_boot() {
         return true;
     }
-    if !force && registry::identity_alive(e.cleanup_runner_pid, e.cleanup_runner_start_time) {
+    if !force && crate::identity::alive(e.cleanup_runner_pid, e.cleanup_runner_start_time) {
         return false;
     }
     let Some(tree) = recorded_cleanup_tree(&e) else { return true };

@@ -10,7 +10,8 @@
 //!   identity-checked signals.
 //! - `spawn` (crate-private): a command into its own process group, with the pre-exec steps.
 //! - [`entry`]: what an entry is: the record, its data and transitions (no I/O).
-//! - [`registry`]: entries on disk, crash-safe writes, identity.
+//! - [`identity`]: a process's identity, and what the kernel says of an entry's processes.
+//! - [`registry`]: entries on disk, crash-safe writes.
 //! - [`files`]: the atomic write, lock files, private directories, the unix-ms clock.
 //! - [`inspect`]: the live look at an entry's tree: its status now, its live processes.
 //! - [`manager`]: start / stop / wait / reap / clear and the detached supervisor's body.
@@ -44,6 +45,7 @@ pub mod entry;
 pub mod events;
 pub mod exit;
 pub mod files;
+pub mod identity;
 pub mod inspect;
 pub mod journal;
 pub mod keeper;

@@ -30,8 +30,8 @@ use serde::{Deserialize, Serialize};
 use crate::entry::{Entry, StopTimings};
 use crate::files::{self, FileError, now_ms};
 use crate::status::Status;
+use crate::sys::process;
 use crate::sys::procfs;
-use crate::sys::{Pid, process};
 
 /// The state dir's environment override.
 pub const STATE_DIR_ENV: &str = "SHEEPDOG_STATE_DIR";
@@ -94,89 +94,6 @@ impl RegistryError {
     pub fn is_not_written(&self) -> bool {
         matches!(self, RegistryError::NotWritten { .. })
     }
-}
-
-/// What the kernel says of an entry's recorded processes: each check is by full identity (boot,
-/// pid, start time, uid), never by pid alone.
-impl Entry {
-    /// True if the entry was recorded during this boot.
-    pub fn this_boot(&self) -> bool {
-        self.boot_id == procfs::boot_id()
-    }
-
-    /// True if the recorded supervisor, or its keeper, is still that process (boot, pid, start
-    /// time) and alive: either one stops the tree when the other is killed (`crate::keeper`).
-    pub fn supervisor_alive(&self) -> bool {
-        self.this_boot()
-            && (identity_alive(self.supervisor_pid, self.supervisor_start_time)
-                || identity_alive(self.keeper_pid, self.keeper_start_time))
-    }
-
-    /// The live process of the supervisor's chain to signal and wait on: the supervisor, else
-    /// (after its SIGKILL, while the keeper stops the tree) the keeper. `None` if both are gone.
-    pub fn live_supervisor(&self) -> Option<(i32, Option<u64>)> {
-        if !self.this_boot() {
-            return None;
-        }
-        [(self.supervisor_pid, self.supervisor_start_time), (self.keeper_pid, self.keeper_start_time)]
-            .into_iter()
-            .find(|(p, t)| identity_alive(*p, *t))
-            .and_then(|(p, t)| Some((p?, t)))
-    }
-
-    /// The root below which the entry's tree hangs while it is supervised: the keeper while it
-    /// lives (the tree is its descendants), else the supervisor.
-    pub fn tree_root(&self) -> Option<i32> {
-        if identity_alive(self.keeper_pid, self.keeper_start_time) { self.keeper_pid } else { self.supervisor_pid }
-    }
-
-    /// True while the entry is `starting` and its `sheepdog start` process still lives.
-    pub fn starter_alive(&self) -> bool {
-        self.status == crate::status::Status::Starting
-            && self.this_boot()
-            && identity_alive(self.starter_pid, self.starter_start_time)
-    }
-
-    /// True while a claimed cleanup has no result and its runner still lives.
-    pub fn cleanup_running(&self) -> bool {
-        self.cleanup_started_at.is_some()
-            && self.cleanup_result.is_none()
-            && self.this_boot()
-            && (identity_alive(self.cleanup_runner_pid, self.cleanup_runner_start_time)
-                || identity_alive(self.cleanup_pid, self.cleanup_start_time))
-    }
-
-    /// True while a cleanup is set, has not been claimed, and could still run (this boot): a
-    /// stop, owner death, the turn timeout or `reap` will run it; `clear` refuses to drop it.
-    pub fn cleanup_pending(&self) -> bool {
-        self.cleanup.is_some() && self.cleanup_started_at.is_none() && self.this_boot()
-    }
-
-    /// True if the entry has an owner and it is no longer that process (identity-checked when
-    /// its start time was recorded).
-    pub fn owner_gone(&self) -> bool {
-        let Some(pid) = self.owner_pid.and_then(Pid::new) else { return false };
-        if !self.this_boot() {
-            return true;
-        }
-        match self.owner_start_time {
-            Some(t) => procfs::start_time(pid) != Some(t),
-            None => !procfs::is_alive(pid),
-        }
-    }
-
-    /// True if the recorded provider is still that process and alive.
-    pub fn provider_alive(&self) -> bool {
-        self.this_boot() && identity_alive(self.pid, self.start_time)
-    }
-}
-
-/// True if `pid` is alive with exactly `start_time` (and our uid).
-pub fn identity_alive(pid: Option<i32>, start_time: Option<u64>) -> bool {
-    let (Some(pid), Some(t)) = (pid.and_then(Pid::new), start_time) else {
-        return false;
-    };
-    procfs::start_time(pid) == Some(t) && procfs::uid(pid) == Some(process::getuid())
 }
 
 /// A fresh random token: 32 hex digits from /dev/urandom (time and pid if unreadable).
@@ -541,7 +458,7 @@ impl Registry {
     pub fn live_supervisor(&self, id: &str) -> Option<SupervisorFile> {
         let bytes = fs::read(self.file(id, "supervisor.json")).ok()?;
         let f: SupervisorFile = serde_json::from_slice(&bytes).ok()?;
-        (f.boot_id == procfs::boot_id() && identity_alive(Some(f.pid), Some(f.start_time))).then_some(f)
+        (f.boot_id == procfs::boot_id() && crate::identity::alive(Some(f.pid), Some(f.start_time))).then_some(f)
     }
 
     /// What a `stop` needs of an entry that cannot be read but whose supervisor lives: its id

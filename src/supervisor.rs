@@ -7,6 +7,10 @@
 //! [`Observer`] adds (a managed process's log pipes). After every wake it reaps every child it
 //! has (the provider and any orphan re-parented to it) and re-checks "all gone", so it exits
 //! within a millisecond of the last descendant's death.
+//!
+//! Longer than the ~700 lines a file here usually keeps to (about 690 of code, the rest unit
+//! tests), on purpose: the loop, its wake-ups and its one exit path are read as one piece, as
+//! tini's `main` is; split, a reader would follow a stop across files.
 
 use std::ffi::OsString;
 use std::io;

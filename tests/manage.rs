@@ -227,7 +227,7 @@ fn sigkill_of_writers_at_random_moments_never_leaves_an_unreadable_entry() {
             let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
             if let Ok(e) = reg.find(&format!("w{round}"))
                 && let Some(s) = e.supervisor_pid
-                && sheepdog::registry::identity_alive(Some(s), e.supervisor_start_time)
+                && sheepdog::identity::alive(Some(s), e.supervisor_start_time)
             {
                 signal(s, libc::SIGKILL);
             }

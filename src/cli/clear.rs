@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use sheepdog::entry::Entry;
 use sheepdog::inspect;
-use sheepdog::manager::{self};
+use sheepdog::manager;
 use sheepdog::view;
 
 use super::CliError;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use sheepdog::exit;
 use sheepdog::inspect;
-use sheepdog::manager::{self};
+use sheepdog::manager;
 use sheepdog::status::ReapKind;
 use sheepdog::view;
 

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sheepdog::exit;
-use sheepdog::manager::{self};
+use sheepdog::manager;
 use sheepdog::view;
 
 use super::common::{open, resolve, to_json};

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use sheepdog::exit;
 use sheepdog::inspect;
-use sheepdog::manager::{self};
+use sheepdog::manager;
 use sheepdog::view;
 
 use super::CliError;

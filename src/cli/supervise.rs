@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use sheepdog::manager::{self};
+use sheepdog::manager;
 
 use super::CliError;
 use super::common::open;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sheepdog::inspect;
-use sheepdog::manager::{self};
+use sheepdog::manager;
 use sheepdog::view;
 
 use super::common::{check_name, entry_view, open, to_json};

@@ -26,7 +26,7 @@ use crate::duration;
 use crate::entry::{Entry, OutsideResult};
 use crate::exit;
 use crate::logs::{self, LogSet, Stream};
-use crate::registry::{self, Registry, RegistryError};
+use crate::registry::{Registry, RegistryError};
 use crate::spawn::{SpawnOptions, Spawned};
 use crate::status::Status;
 use crate::status::{CleanupRunner, StopReason};
@@ -141,7 +141,7 @@ fn verified_supervisor(e: &Entry) -> Option<PidFd> {
     }
     let (pid, start) = e.live_supervisor()?;
     let fd = PidFd::open(Pid::new(pid)?).ok()?;
-    registry::identity_alive(Some(pid), start).then_some(fd)
+    crate::identity::alive(Some(pid), start).then_some(fd)
 }
 
 /// A pidfd on the entry's keeper, opened before its identity is checked (see
@@ -151,7 +151,7 @@ fn verified_keeper(e: &Entry) -> Option<PidFd> {
         return None;
     }
     let fd = PidFd::open(Pid::new(e.keeper_pid?)?).ok()?;
-    registry::identity_alive(e.keeper_pid, e.keeper_start_time).then_some(fd)
+    crate::identity::alive(e.keeper_pid, e.keeper_start_time).then_some(fd)
 }
 
 /// Tells an entry's supervisor that stayed after its command exited (a cleanup pending) to

@@ -32,7 +32,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
     }
     // Cleanups whose runner was killed: past their deadline they are stopped here.
     for e in entries.iter().filter(|e| e.cleanup_started_at.is_some() && e.cleanup_result.is_none()) {
-        if dry_run || !e.this_boot() || registry::identity_alive(e.cleanup_runner_pid, e.cleanup_runner_start_time) {
+        if dry_run || !e.this_boot() || crate::identity::alive(e.cleanup_runner_pid, e.cleanup_runner_start_time) {
             continue;
         }
         if crate::cleanup::settle_abandoned(reg, &e.id, CleanupRunner::Reap, false)

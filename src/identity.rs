@@ -1,0 +1,91 @@
+//! A process's identity, and what the kernel says of an entry's recorded processes. A process
+//! is (boot id, pid, start time in clock ticks, uid): nothing is trusted, and nothing signalled,
+//! unless all four still match (ARCHITECTURE.md, "The registry and identity"). These are the
+//! `Entry` methods that look at the kernel (`this_boot`, `supervisor_alive`, `owner_gone`, ...),
+//! kept apart from `entry`, which is data only, and below everything that asks them.
+
+use crate::entry::Entry;
+use crate::sys::{Pid, process, procfs};
+
+/// What the kernel says of an entry's recorded processes: each check is by full identity (boot,
+/// pid, start time, uid), never by pid alone.
+impl Entry {
+    /// True if the entry was recorded during this boot.
+    pub fn this_boot(&self) -> bool {
+        self.boot_id == procfs::boot_id()
+    }
+
+    /// True if the recorded supervisor, or its keeper, is still that process (boot, pid, start
+    /// time) and alive: either one stops the tree when the other is killed (`crate::keeper`).
+    pub fn supervisor_alive(&self) -> bool {
+        self.this_boot()
+            && (alive(self.supervisor_pid, self.supervisor_start_time)
+                || alive(self.keeper_pid, self.keeper_start_time))
+    }
+
+    /// The live process of the supervisor's chain to signal and wait on: the supervisor, else
+    /// (after its SIGKILL, while the keeper stops the tree) the keeper. `None` if both are gone.
+    pub fn live_supervisor(&self) -> Option<(i32, Option<u64>)> {
+        if !self.this_boot() {
+            return None;
+        }
+        [(self.supervisor_pid, self.supervisor_start_time), (self.keeper_pid, self.keeper_start_time)]
+            .into_iter()
+            .find(|(p, t)| alive(*p, *t))
+            .and_then(|(p, t)| Some((p?, t)))
+    }
+
+    /// The root below which the entry's tree hangs while it is supervised: the keeper while it
+    /// lives (the tree is its descendants), else the supervisor.
+    pub fn tree_root(&self) -> Option<i32> {
+        if alive(self.keeper_pid, self.keeper_start_time) { self.keeper_pid } else { self.supervisor_pid }
+    }
+
+    /// True while the entry is `starting` and its `sheepdog start` process still lives.
+    pub fn starter_alive(&self) -> bool {
+        self.status == crate::status::Status::Starting
+            && self.this_boot()
+            && alive(self.starter_pid, self.starter_start_time)
+    }
+
+    /// True while a claimed cleanup has no result and its runner still lives.
+    pub fn cleanup_running(&self) -> bool {
+        self.cleanup_started_at.is_some()
+            && self.cleanup_result.is_none()
+            && self.this_boot()
+            && (alive(self.cleanup_runner_pid, self.cleanup_runner_start_time)
+                || alive(self.cleanup_pid, self.cleanup_start_time))
+    }
+
+    /// True while a cleanup is set, has not been claimed, and could still run (this boot): a
+    /// stop, owner death, the turn timeout or `reap` will run it; `clear` refuses to drop it.
+    pub fn cleanup_pending(&self) -> bool {
+        self.cleanup.is_some() && self.cleanup_started_at.is_none() && self.this_boot()
+    }
+
+    /// True if the entry has an owner and it is no longer that process (identity-checked when
+    /// its start time was recorded).
+    pub fn owner_gone(&self) -> bool {
+        let Some(pid) = self.owner_pid.and_then(Pid::new) else { return false };
+        if !self.this_boot() {
+            return true;
+        }
+        match self.owner_start_time {
+            Some(t) => procfs::start_time(pid) != Some(t),
+            None => !procfs::is_alive(pid),
+        }
+    }
+
+    /// True if the recorded provider is still that process and alive.
+    pub fn provider_alive(&self) -> bool {
+        self.this_boot() && alive(self.pid, self.start_time)
+    }
+}
+
+/// True if `pid` is alive with exactly `start_time` (and our uid).
+pub fn alive(pid: Option<i32>, start_time: Option<u64>) -> bool {
+    let (Some(pid), Some(t)) = (pid.and_then(Pid::new), start_time) else {
+        return false;
+    };
+    procfs::start_time(pid) == Some(t) && procfs::uid(pid) == Some(process::getuid())
+}
