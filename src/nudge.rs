@@ -37,8 +37,12 @@ pub enum NudgeKind {
 /// as `sheepdog: warning: MESSAGE`; `matched` names what was found (`nohup, &`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Warning {
+    /// `outsideTree` (stopping the tree will not end the work: give a cleanup) or
+    /// `stoppedOnExit` (the work is stopped as soon as the command exits).
     pub kind: NudgeKind,
+    /// One sentence.
     pub message: String,
+    /// What was found (`nohup, &`).
     pub matched: String,
 }
 

@@ -222,19 +222,6 @@ impl Proc {
     }
 }
 
-/// One nudge (as `sheepdog start --json` gives it).
-#[derive(Debug, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Warning {
-    /// `outsideTree` (stopping the tree will not end the work: give a cleanup) or
-    /// `stoppedOnExit` (the work is stopped as soon as the command exits).
-    pub kind: String,
-    /// One sentence.
-    pub message: String,
-    /// What was found (`nohup, &`).
-    pub matched: String,
-}
-
 /// How a readiness wait went.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -503,8 +503,11 @@ export type ReadyReport = {
 
 /** One nudge: `{kind, message, matched}` in JSON; `message` is one sentence, printed on stderr as `sheepdog: warning: MESSAGE`; `matched` names what was found (`nohup, &`). */
 export type Warning = {
+  /** `outsideTree` (stopping the tree will not end the work: give a cleanup) or `stoppedOnExit` (the work is stopped as soon as the command exits). */
   kind: NudgeKind;
+  /** One sentence. */
   message: string;
+  /** What was found (`nohup, &`). */
   matched: string;
 };
 

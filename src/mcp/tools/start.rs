@@ -11,14 +11,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::server::{
-    CLEANUP_TIMEOUT_MS, CleanupArg, Ctx, Done, Proc, RESULT_LINES, Readiness, ToolError, WAIT_CAP_MS, Warning,
-    adopt_supervisor, call_hint, cut_lines, fresh_view, ready_text, sentence,
+    CLEANUP_TIMEOUT_MS, CleanupArg, Ctx, Done, Proc, RESULT_LINES, Readiness, ToolError, WAIT_CAP_MS, adopt_supervisor,
+    call_hint, cut_lines, fresh_view, ready_text, sentence,
 };
 use sheepdog::entry::Cleanup;
 use sheepdog::entry::ReadySpec;
 use sheepdog::manager::{self, StartRequest};
 use sheepdog::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome};
 use sheepdog::stop::StopPolicy;
+use sheepdog::view;
 
 /// `ready` at start: wait until the process is ready before returning.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -92,7 +93,7 @@ pub struct StartResult {
     /// Nudges: the command looks like its work outlives its tree (or dies with it) and it has no
     /// cleanup.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<Warning>,
+    pub warnings: Vec<view::Nudge>,
     /// Its last lines of output (`[out] `/`[err] `), when it already ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_lines: Option<Vec<String>>,
@@ -233,14 +234,7 @@ pub(crate) fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolEr
             call_hint("process_logs", json!({"id": id}))
         )),
     };
-    let warnings = nudges
-        .iter()
-        .map(|w| Warning {
-            kind: serde_json::to_value(w.kind).ok().and_then(|k| k.as_str().map(str::to_string)).unwrap_or_default(),
-            message: w.message.clone(),
-            matched: w.matched.clone(),
-        })
-        .collect();
+    let warnings = nudges;
     Ok(Done {
         result: StartResult { process, ready: outcome.as_ref().map(Readiness::of), warnings, last_lines: tail },
         text,
