@@ -343,60 +343,89 @@ impl Registry {
         self.read_with(None, id, &mut Vec::new())
     }
 
-    /// [`Registry::read`] into `buf` (cleared first): a listing reuses one buffer, and reading
-    /// into its spare capacity needs no `statx` for the size (10,000 entries: 10,000 syscalls).
-    /// With `procs` (the open `procs/` directory), the file is opened relative to it.
+    /// [`Registry::read`] with `buf` as scratch space: a listing reuses one buffer. With `procs`
+    /// (the open `procs/` directory), the file is opened relative to it.
     fn read_with(&self, procs: Option<&File>, id: &str, buf: &mut Vec<u8>) -> Result<Entry, RegistryError> {
         use std::os::fd::AsFd;
         let path = self.file(id, "entry.json");
-        buf.clear();
         let file = match procs {
             Some(d) => process::open_at(d.as_fd(), Path::new(id).join("entry.json").as_os_str()),
             None => File::open(&path),
         };
-        match file.and_then(|mut f| io::Read::read_to_end(&mut f, buf)) {
-            Ok(_) => {}
+        let len = match file.and_then(|f| read_whole(f, buf)) {
+            Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(RegistryError::NotFound(id.to_string())),
             Err(e) => return Err(RegistryError::Corrupt { path, reason: e.to_string() }),
-        }
-        serde_json::from_slice(buf).map_err(|e| RegistryError::Corrupt { path, reason: e.to_string() })
+        };
+        serde_json::from_slice(&buf[..len]).map_err(|e| RegistryError::Corrupt { path, reason: e.to_string() })
     }
 
     /// Every readable entry, oldest first, and the ones that could not be read (reported, left
     /// in place: a listing never moves files; [`Registry::list_sweeping`] does, for writers).
+    /// Past [`PARALLEL_LIST_MIN`] entries the files are read and parsed on up to
+    /// [`PARALLEL_LIST_THREADS`] scoped threads (a listing is a front end's work, never a
+    /// supervisor's); every entry is still parsed whole, so a corrupt one is always reported.
     pub fn list(&self) -> (Vec<Entry>, Vec<SetAside>) {
-        let mut entries = Vec::new();
-        let mut aside = Vec::new();
         let Ok(dir) = fs::read_dir(self.procs()) else {
-            return (entries, aside);
+            return (Vec::new(), Vec::new());
         };
-        let mut buf = Vec::with_capacity(64 * 1024);
+        let names: Vec<(String, PathBuf)> = dir
+            .flatten()
+            .map(|d| (d.file_name().to_string_lossy().into_owned(), d.path()))
+            .filter(|(name, _)| !name.starts_with('.'))
+            .collect();
         let procs = File::open(self.procs()).ok();
-        for d in dir.flatten() {
-            let name = d.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue;
-            }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(PARALLEL_LIST_THREADS);
+        let (mut entries, mut aside) = if names.len() < PARALLEL_LIST_MIN || threads < 2 {
+            self.read_all(procs.as_ref(), &names)
+        } else {
+            let chunk = names.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                let parts: Vec<_> = names
+                    .chunks(chunk)
+                    .map(|part| (part, scope.spawn(|| self.read_all(procs.as_ref(), part))))
+                    .collect();
+                let (mut entries, mut aside) = (Vec::with_capacity(names.len()), Vec::new());
+                for (part, reader) in parts {
+                    // A reader cannot panic on an entry's content (every error is a value); should
+                    // one die anyway, its share is read again here rather than lost.
+                    let (e, a) = reader.join().unwrap_or_else(|_| self.read_all(procs.as_ref(), part));
+                    entries.extend(e);
+                    aside.extend(a);
+                }
+                (entries, aside)
+            })
+        };
+        // Keys computed once and the entries moved once: comparing by `id_number` and moving
+        // ~1 KiB entries inside the sort cost a listing of 10,000 about a fifth of its time.
+        entries.sort_by_cached_key(|e| (e.started_at, id_number(&e.id)));
+        aside.sort_by(|a, b| a.path.cmp(&b.path));
+        (entries, aside)
+    }
+
+    /// The entries named in `names` (directory name, path), read with one reused buffer.
+    fn read_all(&self, procs: Option<&File>, names: &[(String, PathBuf)]) -> (Vec<Entry>, Vec<SetAside>) {
+        let mut entries = Vec::with_capacity(names.len());
+        let mut aside = Vec::new();
+        let mut buf = Vec::new();
+        for (name, dir) in names {
             let unreadable = |path: PathBuf, reason: String| SetAside {
                 path,
                 reason,
                 moved_to: None,
-                supervisor_alive: self.live_supervisor(&name).is_some(),
+                supervisor_alive: self.live_supervisor(name).is_some(),
             };
-            match self.read_with(procs.as_ref(), &name, &mut buf) {
+            match self.read_with(procs, name, &mut buf) {
                 Ok(e) => entries.push(e),
                 Err(RegistryError::Corrupt { path, reason }) => aside.push(unreadable(path, reason)),
                 // Removed meanwhile (a `clear`), or a directory being made: not an entry.
-                Err(RegistryError::NotFound(_)) if !d.path().is_dir() => {}
+                Err(RegistryError::NotFound(_)) if !dir.is_dir() => {}
                 Err(RegistryError::NotFound(_)) => {
-                    aside.push(unreadable(self.file(&name, "entry.json"), "entry.json is missing".into()))
+                    aside.push(unreadable(self.file(name, "entry.json"), "entry.json is missing".into()))
                 }
-                Err(e) => aside.push(unreadable(d.path(), e.to_string())),
+                Err(e) => aside.push(unreadable(dir.clone(), e.to_string())),
             }
         }
-        // Keys computed once and the entries moved once: comparing by `id_number` and moving
-        // ~1 KiB entries inside the sort cost a listing of 10,000 about a fifth of its time.
-        entries.sort_by_cached_key(|e| (e.started_at, id_number(&e.id)));
         (entries, aside)
     }
 
@@ -581,6 +610,43 @@ impl Registry {
     }
 }
 
+/// Reads all of `f` into `buf` (its length is the scratch space, grown as needed and kept for
+/// the next file) and returns how many bytes it holds. An entry file is never written in place
+/// (a new version is renamed over it), so a read that does not fill the space is its end: one
+/// `read` per entry, not `read_to_end`'s `statx`, `lseek` and a second `read` (a listing of
+/// 10,000 entries: 30,000 syscalls fewer). Errors: the read's.
+fn read_whole(mut f: File, buf: &mut Vec<u8>) -> io::Result<usize> {
+    use std::io::Read;
+    if buf.len() < ENTRY_READ_SPACE {
+        buf.resize(ENTRY_READ_SPACE, 0);
+    }
+    let mut len = 0;
+    loop {
+        match f.read(&mut buf[len..]) {
+            Ok(0) => return Ok(len),
+            Ok(n) => {
+                len += n;
+                if len < buf.len() {
+                    return Ok(len);
+                }
+                buf.resize(buf.len() * 2, 0);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A listing of at least this many entries is read on several threads: 512 (below that, the
+/// threads' start costs more than they save).
+const PARALLEL_LIST_MIN: usize = 512;
+/// At most this many reader threads: 4 (past that the directory's lookups contend).
+const PARALLEL_LIST_THREADS: usize = 4;
+
+/// The scratch space one entry file is read into: 64 KiB (entries are about 1.5 KiB; a larger
+/// one grows it).
+const ENTRY_READ_SPACE: usize = 64 * 1024;
+
 fn id_number(id: &str) -> u64 {
     id.strip_prefix("proc_").and_then(|n| n.parse().ok()).unwrap_or(u64::MAX)
 }
@@ -589,4 +655,46 @@ fn to_json(entry: &Entry) -> Vec<u8> {
     let mut v = serde_json::to_vec_pretty(entry).unwrap_or_default();
     v.push(b'\n');
     v
+}
+
+#[cfg(test)]
+mod list_tests {
+    use super::*;
+
+    /// Writes an entry file as a forger (or an older sheepdog) would: straight into `procs/`.
+    fn put(reg: &Registry, id: &str, text: &str) {
+        let dir = reg.procs().join(id);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("entry.json"), text).unwrap();
+    }
+
+    #[test]
+    fn a_large_listing_is_whole_in_order_and_reports_the_corrupt_entry() {
+        let tmp = tempfile::tempdir().unwrap();
+        let reg = Registry::open(Some(tmp.path().join("s"))).unwrap();
+        let n = PARALLEL_LIST_MIN + 88;
+        for i in 1..=n {
+            // started_at runs backwards, so the order comes from the sort, not the directory.
+            let e = Entry { id: format!("proc_{i}"), started_at: (n - i) as u64 / 2, ..Entry::default() };
+            put(&reg, &e.id, &serde_json::to_string(&e).unwrap());
+        }
+        put(&reg, "proc_9999", "{\"id\": \"proc_9999\", \"pid\": \"not a number\"}");
+        let (entries, aside) = reg.list();
+        assert_eq!(entries.len(), n, "every readable entry is listed");
+        let keys: Vec<(u64, u64)> = entries.iter().map(|e| (e.started_at, id_number(&e.id))).collect();
+        assert!(keys.windows(2).all(|w| w[0] <= w[1]), "oldest first, ids breaking ties");
+        assert_eq!(aside.len(), 1, "{aside:?}");
+        assert!(aside[0].path.ends_with("proc_9999/entry.json"), "{:?}", aside[0].path);
+    }
+
+    #[test]
+    fn an_entry_larger_than_the_read_space_is_read_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let reg = Registry::open(Some(tmp.path().join("s"))).unwrap();
+        let long = "x".repeat(ENTRY_READ_SPACE * 2 + 7);
+        let e = Entry { id: "proc_1".into(), command_preview: long.clone(), ..Entry::default() };
+        put(&reg, "proc_1", &serde_json::to_string(&e).unwrap());
+        assert_eq!(reg.read("proc_1").unwrap().command_preview, long);
+        assert_eq!(reg.list().0[0].command_preview, long);
+    }
 }
