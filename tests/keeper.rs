@@ -331,10 +331,29 @@ fn cleanup_with_escapes() -> (State, Guard, String, i32, Vec<i32>) {
         assert!(Instant::now() < end, "the cleanup's three processes never started: {pids:?}");
         std::thread::sleep(Duration::from_millis(10));
     };
-    for p in &pids {
-        guard.track(*p);
-    }
-    (st, guard, id, sup, pids)
+    // Every process of the cleanup, by the entry's tag: the three above and the `sleep 202`
+    // child of the cleanup's `sh` (four in all), so the guard kills each of them on failure too.
+    let tag = entry_tag(&st, &id);
+    let end = Instant::now() + SECS(10);
+    let all = loop {
+        // The provider's tree (tagged too) was stopped before the cleanup began.
+        let all: Vec<i32> = with_env("SHEEPDOG_TAG", &tag).iter().map(|m| m.pid.as_raw()).collect();
+        for p in &all {
+            guard.track(*p);
+        }
+        if pids.iter().all(|p| all.contains(p)) && all.len() == 4 {
+            break all;
+        }
+        assert!(Instant::now() < end, "the cleanup's four processes never ran: {all:?} (pids {pids:?})");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (st, guard, id, sup, all)
+}
+
+/// The entry's `SHEEPDOG_TAG` (from its file: no document shows it).
+fn entry_tag(st: &State, id: &str) -> String {
+    let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
+    reg.read(id).unwrap().tag
 }
 
 #[test]
@@ -362,7 +381,7 @@ fn a_cleanup_whose_runner_died_is_stopped_by_the_next_reap_past_its_deadline() {
     // The runner (the keeper) and the supervisor die together: nobody bounds the cleanup now.
     kill_supervisor_and_keeper(sup);
     assert_eq!(st.ok(&["reap"]), "", "within its bound a cleanup is left to finish");
-    assert!(wait_gone(&pids, Duration::ZERO).len() == 3, "reap stopped a cleanup within its bound");
+    assert!(wait_gone(&pids, Duration::ZERO).len() == 4, "reap stopped a cleanup within its bound");
     let out = st.run(&["clear", &id]);
     assert_eq!(out.status.code(), Some(1), "clear without --force refuses a running cleanup");
     std::thread::sleep(SECS(3));
@@ -385,4 +404,78 @@ fn clear_force_always_works_even_while_an_abandoned_cleanup_runs() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(wait_gone(&pids, SECS(2)), Vec::<i32>::new(), "clear --force left the cleanup running");
     assert!(st.entries().is_empty());
+}
+
+/// A finished entry whose cleanup was claimed `timeout_ms` bound ago by a runner that died before
+/// it wrote `cleanupPid` (killed between the spawn and that write): forged, with processes
+/// carrying the entry's tag started around it. Returns (id, before, after): a tagged process
+/// that started before the claim (not the cleanup's) and the cleanup's own two, one of them in
+/// a session of its own.
+fn cleanup_without_a_pid(st: &State, guard: &Guard, timeout_ms: u64) -> (String, i32, Vec<i32>) {
+    let tag = sheepdog::registry::new_tag();
+    let tagged = |script: &str| {
+        let child = std::process::Command::new("sh")
+            .args(["-c", script])
+            .env("SHEEPDOG_TAG", &tag)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        guard.track_child(&child);
+        child
+    };
+    let mut before = tagged("echo $$; exec sleep 205");
+    let before_pid = Lines::new(before.stdout.take().unwrap()).pids("", SECS(5))[0];
+    // Past the claim's slack (100 ms) and a clock tick: the claim is clearly later.
+    std::thread::sleep(Duration::from_millis(400));
+    let id = forge_entry(st, 60_000, |e| {
+        e.tag = tag.clone();
+        e.status = sheepdog::status::Status::Stopped;
+        e.status_text = Some("stopped".into());
+        e.tree_gone = Some(true);
+        e.pid = Some(i32::MAX - 1);
+        e.start_time = Some(1);
+        e.pgid = Some(i32::MAX - 1);
+        e.cleanup = Some(sheepdog::entry::Cleanup { command: "sleep 206".into(), timeout_ms });
+        e.cleanup_started_at = Some(sheepdog::files::now_ms());
+        // A runner that is gone (no such pid), and no `cleanupPid`.
+        e.cleanup_runner_pid = Some(i32::MAX - 2);
+        e.cleanup_runner_start_time = Some(1);
+    });
+    let mut after = tagged("setsid sh -c 'echo $$; exec sleep 207' & echo $$; exec sleep 208");
+    let lines = Lines::new(after.stdout.take().unwrap());
+    let mut cleanup = lines.pids("", SECS(5));
+    cleanup.extend(lines.pids("", SECS(5)));
+    for p in &cleanup {
+        guard.track(*p);
+    }
+    (id, before_pid, cleanup)
+}
+
+#[test]
+fn clear_force_stops_a_cleanup_whose_runner_died_before_recording_its_pid() {
+    let st = State::new();
+    let guard = Guard::new();
+    let (id, before, cleanup) = cleanup_without_a_pid(&st, &guard, 60_000);
+    let out = st.run(&["clear", &id]);
+    assert_eq!(out.status.code(), Some(1), "clear without --force refuses a cleanup within its bound");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is still finishing"), "{out:?}");
+    let out = st.run(&["clear", "--force", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(wait_gone(&cleanup, SECS(3)), Vec::<i32>::new(), "clear --force left the cleanup running");
+    assert!(alive(before), "a tagged process older than the claim is not the cleanup's");
+    assert!(st.entries().is_empty());
+}
+
+#[test]
+fn reap_stops_a_cleanup_whose_runner_died_before_recording_its_pid_past_its_bound() {
+    let st = State::new();
+    let guard = Guard::new();
+    let (id, before, cleanup) = cleanup_without_a_pid(&st, &guard, 500);
+    std::thread::sleep(Duration::from_millis(700));
+    let out = st.run(&["reap"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.starts_with(&format!("Ran the cleanup of sleep ({id}): its runner was killed")), "{text}");
+    assert_eq!(wait_gone(&cleanup, SECS(3)), Vec::<i32>::new(), "reap left the cleanup running");
+    assert!(alive(before), "a tagged process older than the claim is not the cleanup's");
+    assert_eq!(st.entry(&id)["cleanupResult"]["timedOut"], true);
 }
