@@ -406,25 +406,20 @@ fn clear_force_always_works_even_while_an_abandoned_cleanup_runs() {
     assert!(st.entries().is_empty());
 }
 
-/// A finished entry whose cleanup was claimed `timeout_ms` bound ago by a runner that died before
+/// A finished entry whose cleanup (bounded by `timeout_ms`) was claimed just now by a runner that died before
 /// it wrote `cleanupPid` (killed between the spawn and that write): forged, with processes
 /// carrying the entry's tag started around it. Returns (id, before, after): a tagged process
 /// that started before the claim (not the cleanup's) and the cleanup's own two, one of them in
 /// a session of its own.
 fn cleanup_without_a_pid(st: &State, guard: &Guard, timeout_ms: u64) -> (String, i32, Vec<i32>) {
     let tag = sheepdog::registry::new_tag();
+    // Reaped by the guard, which tracks each (spawn_lines).
     let tagged = |script: &str| {
-        let child = std::process::Command::new("sh")
-            .args(["-c", script])
-            .env("SHEEPDOG_TAG", &tag)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        guard.track_child(&child);
-        child
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", script]).env("SHEEPDOG_TAG", &tag);
+        spawn_lines(cmd, guard).1
     };
-    let mut before = tagged("echo $$; exec sleep 205");
-    let before_pid = Lines::new(before.stdout.take().unwrap()).pids("", SECS(5))[0];
+    let before_pid = tagged("echo $$; exec sleep 205").pids("", SECS(5))[0];
     // Past the claim's slack (100 ms) and a clock tick: the claim is clearly later.
     std::thread::sleep(Duration::from_millis(400));
     let id = forge_entry(st, 60_000, |e| {
@@ -441,8 +436,7 @@ fn cleanup_without_a_pid(st: &State, guard: &Guard, timeout_ms: u64) -> (String,
         e.cleanup_runner_pid = Some(i32::MAX - 2);
         e.cleanup_runner_start_time = Some(1);
     });
-    let mut after = tagged("setsid sh -c 'echo $$; exec sleep 207' & echo $$; exec sleep 208");
-    let lines = Lines::new(after.stdout.take().unwrap());
+    let lines = tagged("setsid sh -c 'echo $$; exec sleep 207' & echo $$; exec sleep 208");
     let mut cleanup = lines.pids("", SECS(5));
     cleanup.extend(lines.pids("", SECS(5)));
     for p in &cleanup {
