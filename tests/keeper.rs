@@ -406,9 +406,9 @@ fn clear_force_always_works_even_while_an_abandoned_cleanup_runs() {
     assert!(st.entries().is_empty());
 }
 
-/// A finished entry whose cleanup (bounded by `timeout_ms`) was claimed just now by a runner that died before
-/// it wrote `cleanupPid` (killed between the spawn and that write): forged, with processes
-/// carrying the entry's tag started around it. Returns (id, before, after): a tagged process
+/// A finished entry whose cleanup (bounded by `timeout_ms`) was claimed just now by a runner
+/// that died before it wrote `cleanupPid` (killed between the spawn and that write): forged,
+/// with processes carrying the entry's tag started around it. Returns (id, before, after): a tagged process
 /// that started before the claim (not the cleanup's) and the cleanup's own two, one of them in
 /// a session of its own.
 fn cleanup_without_a_pid(st: &State, guard: &Guard, timeout_ms: u64) -> (String, i32, Vec<i32>) {
