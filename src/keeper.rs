@@ -28,7 +28,8 @@
 //! The keeper tells the supervisor what happened on a pipe, in fixed 12-byte records that one
 //! `write` delivers whole (below `PIPE_BUF`): the provider was spawned, the provider exited
 //! (its wait status, which only the keeper can reap), done. A keeper that exits without "done"
-//! after it spawned the provider was killed.
+//! after it spawned the provider was killed; one killed between the spawn and its "spawned"
+//! leaves the provider as the supervisor's child, which the supervisor finds by itself.
 
 use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};

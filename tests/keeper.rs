@@ -163,6 +163,62 @@ fn a_keeper_killed_in_sheepdog_run_makes_the_supervisor_exit_with_the_providers_
     assert!(wait_gone(&pids, Duration::ZERO).is_empty());
 }
 
+/// What made the test above flake under load: the keeper killed after it spawned the provider
+/// but before it told the supervisor so (the provider can print before the keeper runs again).
+/// The supervisor then exited as the keeper did, by SIGKILL, and the provider lived on. Now it
+/// finds the provider among the children it inherited and runs the stop. The window is a few
+/// hundred microseconds wide, so the kill comes the instant the provider prints, many times, on
+/// one CPU where `taskset` exists (the keeper then waits for the CPU the provider holds).
+#[test]
+fn a_keeper_killed_right_after_the_spawn_still_leaves_the_supervisor_in_charge_of_the_stop() {
+    let pin = std::process::Command::new("taskset").args(["-c", "0", "true"]).status().is_ok_and(|s| s.success());
+    for round in 0..80 {
+        let guard = Guard::new();
+        // Every process of this round carries the mark: what is left of it is found (and
+        // killed) by it, never by name.
+        let mark = sheepdog::registry::new_tag();
+        let mut cmd = if pin {
+            let mut c = std::process::Command::new("taskset");
+            c.args(["-c", "0", bin()]);
+            c
+        } else {
+            sheepdog()
+        };
+        cmd.args(["run", "--term-grace", GRACE, "--kill-wait", GRACE, "--", "sh", "-c"])
+            .arg("trap 'exit 0' TERM; echo $$; sleep 303 & wait $!")
+            .env("SHEEPDOG_TEST_MARK", &mark)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .stdout(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn sheepdog run");
+        guard.track_child(&child);
+        let mut out = child.stdout.take().unwrap();
+        // Read here, byte by byte, not on a thread: the kill must follow the provider's line.
+        let (mut text, mut byte) = (Vec::new(), [0u8; 1]);
+        while out.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
+            text.push(byte[0]);
+        }
+        let provider: i32 = String::from_utf8_lossy(&text).trim().parse().expect("the provider's pid");
+        let keeper = procfs::stat(pid(provider)).expect("the provider's stat").ppid;
+        kill9(keeper);
+        let left = || with_env("SHEEPDOG_TEST_MARK", &mark);
+        for m in left() {
+            guard.track(m.pid.as_raw());
+        }
+        let st = wait_child(&mut child, BOUND + SECS(1));
+        let end = Instant::now() + SECS(2);
+        while !left().is_empty() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let left = left();
+        for m in &left {
+            guard.track(m.pid.as_raw());
+        }
+        assert_eq!(st.code(), Some(0), "round {round}: the supervisor did not run the stop: {st:?}, left {left:?}");
+        assert!(left.is_empty(), "round {round}: left alive {left:?}");
+    }
+}
+
 /// A managed entry whose supervisor (or keeper, or the supervisor's group) is SIGKILLed: the
 /// survivor stops the tree and records it, and the pending cleanup runs once.
 fn managed_survives(how: Kill) {
