@@ -102,6 +102,25 @@ fn recorded_cleanup_tree(e: &Entry) -> Option<Tree> {
     Some(Tree::recorded(pid, pid.as_group(), start, e.uid, tag))
 }
 
+/// How far before the recorded claim a process may have started and still count as the
+/// cleanup's in [`tagged_since_claim`]: 100 ms. The claim is a wall-clock time and start times
+/// are clock ticks since boot; this covers the tick rounding and a small wall-clock step. What
+/// it lets in carries the entry's tag all the same (the entry's own tree, stopped before its
+/// cleanup began).
+const CLAIM_SLACK_MS: u64 = 100;
+
+/// The cleanup of `e`, claimed at `claimed_ms`, known only by the entry's tag: every process of
+/// the entry's uid that carries it and started no earlier than the claim. `None` for an entry
+/// without a tag, or where start times cannot be compared.
+fn tagged_since_claim(e: &Entry, claimed_ms: u64) -> Option<Tree> {
+    if e.tag.is_empty() {
+        return None;
+    }
+    let since = crate::sys::procfs::ticks_at(claimed_ms, CLAIM_SLACK_MS)?;
+    let since = e.start_time.map_or(since, |p| since.max(p));
+    Some(Tree::tagged(e.uid, &e.tag, since))
+}
+
 /// `e` with the cleanup's spawned identity filled in (the runner knows it before the entry on
 /// disk says so).
 fn registry_view(e: &Entry, pid: Pid, start: Option<u64>) -> Entry {
@@ -141,7 +160,16 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
     if !force && crate::identity::alive(e.cleanup_runner_pid, e.cleanup_runner_start_time) {
         return false;
     }
-    let Some(tree) = recorded_cleanup_tree(&e) else { return true };
+    // A runner killed between the spawn and the write of `cleanupPid` left no pid: the cleanup
+    // is then what carries the entry's tag and started after the claim.
+    let tree = match recorded_cleanup_tree(&e) {
+        Some(t) => t,
+        None if cfg!(target_os = "linux") => match tagged_since_claim(&e, started) {
+            Some(t) => t,
+            None => return true,
+        },
+        None => return true,
+    };
     if tree.is_gone() {
         return true;
     }

@@ -28,7 +28,8 @@
 //! The keeper tells the supervisor what happened on a pipe, in fixed 12-byte records that one
 //! `write` delivers whole (below `PIPE_BUF`): the provider was spawned, the provider exited
 //! (its wait status, which only the keeper can reap), done. A keeper that exits without "done"
-//! after it spawned the provider was killed.
+//! after it spawned the provider was killed; one killed between the spawn and its "spawned"
+//! leaves the provider as the supervisor's child, which the supervisor finds by itself.
 
 use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -109,7 +110,6 @@ pub(crate) struct Front {
     from_keeper: OwnedFd,
     /// Held, never written: the keeper's [`supervisor_gone_fd`] hangs up when it closes.
     _life: OwnedFd,
-    partial: Vec<u8>,
 }
 
 /// Which process this is after [`split`].
@@ -131,7 +131,7 @@ pub(crate) fn split(signals: &SignalPipe) -> io::Result<Role> {
     match process::fork()? {
         Forked::Parent(keeper) => {
             drop((to_supervisor, from_supervisor));
-            Ok(Role::Supervisor(Front { keeper, from_keeper, _life: life, partial: Vec::new() }))
+            Ok(Role::Supervisor(Front { keeper, from_keeper, _life: life }))
         }
         Forked::Child => {
             drop((from_keeper, life));
@@ -205,17 +205,18 @@ impl Front {
     /// The supervisor's loop while the keeper works: every signal it gets goes on to the keeper
     /// (SIGTERM is how `sheepdog stop` and a host ask for the one stop); children it inherited
     /// before the split are reaped as they exit, never stopped. Returns once the keeper exited.
+    ///
+    /// Only signals wake it (SIGCHLD among them), not the keeper's messages: they matter only
+    /// once the keeper is gone, and they wait in the pipe until then (three records, far below
+    /// its capacity). Every wake here is a process competing with the keeper and the provider
+    /// for a CPU on their start and exit path.
     pub fn relay(&mut self, signals: &SignalPipe) -> Report {
         let mut report = Report::default();
         loop {
-            let mut fds = [
-                process::PollFd::new(signals.as_raw_fd(), process::POLL_IN),
-                process::PollFd::new(self.from_keeper.as_raw_fd(), process::POLL_IN),
-            ];
+            let mut fds = [process::PollFd::new(signals.as_raw_fd(), process::POLL_IN)];
             if process::poll(&mut fds, None).is_err() {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            self.read_messages(&mut report);
             for sig in signals.drain() {
                 if sig != Signal::CHLD {
                     let _ = process::kill(self.keeper, sig);
@@ -227,23 +228,25 @@ impl Front {
                 }
             }
             if report.keeper.is_some() {
-                // Whatever it wrote before it died is in the pipe already.
+                // Whatever it wrote before it died is in the pipe.
                 self.read_messages(&mut report);
                 return report;
             }
         }
     }
 
+    /// Reads every record the keeper left in the pipe (it is gone: nothing more comes). A
+    /// keeper writes at most three (spawned, provider exited, done), each in one `write`.
     fn read_messages(&mut self, report: &mut Report) {
-        let mut buf = [0u8; 1200];
-        loop {
-            match process::read_raw(self.from_keeper.as_raw_fd(), &mut buf) {
+        let mut buf = [0u8; 12 * 16];
+        let mut len = 0;
+        while len < buf.len() {
+            match process::read_raw(self.from_keeper.as_raw_fd(), &mut buf[len..]) {
                 Ok(0) | Err(_) => break,
-                Ok(n) => self.partial.extend_from_slice(&buf[..n]),
+                Ok(n) => len += n,
             }
         }
-        let whole = self.partial.len() / 12 * 12;
-        for rec in self.partial[..whole].chunks_exact(12) {
+        for rec in buf[..len].chunks_exact(12) {
             match Message::decode(rec) {
                 Some(Message::Spawned(s)) => report.spawned = Some(s),
                 Some(Message::Provider(ws)) => report.provider = Some(ws),
@@ -251,7 +254,6 @@ impl Front {
                 None => {}
             }
         }
-        self.partial.drain(..whole);
     }
 }
 

@@ -377,7 +377,13 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                 drop(opts.spawn);
                 opts.spawn = SpawnOptions::default();
                 observer.handed_to_keeper();
-                let report = front.relay(signals);
+                let mut report = front.relay(signals);
+                if !report.done && report.spawned.is_none() {
+                    // Killed after its fork of the provider but before it said so (the provider
+                    // can print before the keeper is scheduled again): the provider is this
+                    // process's child now, as the orphan of a child of a subreaper.
+                    report.spawned = unannounced_provider(foreign.as_deref().unwrap_or_default());
+                }
                 if !report.keeper_killed() {
                     exit_as(report.keeper);
                 }
@@ -593,6 +599,22 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         cgroup_left,
         left: if machine.phase() == Phase::Unfinished { tree.live() } else { Vec::new() },
     })
+}
+
+/// The provider of a keeper that died before it reported the spawn: a live child of this
+/// process that is not one of `foreign` (the children from before the split). The kernel moves
+/// a dying process's children to the nearest subreaper before its parent can reap it, so they
+/// are this process's children by the time the keeper is reaped. The provider leads its own
+/// group (`spawn` makes it so), or is about to: the one whose group is its pid, else the oldest.
+/// `None` if the keeper died before it forked the provider.
+fn unannounced_provider(foreign: &[Member]) -> Option<Spawned> {
+    let mut children: Vec<procfs::Stat> = procfs::children(process::getpid())
+        .into_iter()
+        .filter_map(|p| procfs::stat(p).ok())
+        .filter(|s| !foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time)))
+        .collect();
+    children.sort_by_key(|s| (s.pgrp != s.pid.as_raw(), s.start_time));
+    children.first().map(|s| Spawned { pid: s.pid, pgid: s.pid.as_group() })
 }
 
 /// Waits, with nothing left to supervise, for a reason to stop: SIGTERM/SIGINT/SIGHUP, the

@@ -30,6 +30,13 @@ pub const ID_ENV: &str = "SHEEPDOG_ID";
 /// 128-bit token recorded in the entry, unique across state dirs and users.
 pub const TAG_ENV: &str = "SHEEPDOG_TAG";
 
+/// The group number of a tree that has none ([`Tree::tagged`]): `i32::MAX`, above the kernel's
+/// largest `pid_max` (2^22), so `kill(-NO_GROUP)` can only fail with ESRCH.
+const NO_GROUP: Pgid = match Pgid::new(i32::MAX) {
+    Some(g) => g,
+    None => unreachable!(),
+};
+
 /// One live process of a tree, with the start time that identifies it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Member {
@@ -51,7 +58,9 @@ enum Scope {
     /// or a process substitution behind; those are not the provider's).
     Supervised { root: Pid, foreign: Vec<Member> },
     Recorded {
-        provider: Pid,
+        /// `None` for a tree known only by its tag ([`Tree::tagged`]).
+        provider: Option<Pid>,
+        /// The provider's start time (clock ticks): nothing that started earlier is the tree's.
         provider_start: u64,
         uid: u32,
         tag: String,
@@ -111,7 +120,7 @@ impl Tree {
     pub fn recorded(provider: Pid, pgid: Pgid, provider_start: u64, uid: u32, tag: &str) -> Tree {
         Tree {
             scope: Scope::Recorded {
-                provider,
+                provider: Some(provider),
                 provider_start,
                 uid,
                 tag: tag.to_string(),
@@ -120,6 +129,28 @@ impl Tree {
                 leaders: vec![Member { pid: provider, start_time: Some(provider_start) }],
             },
             pgid,
+            leader_held: Cell::new(false),
+            cgroup: None,
+        }
+    }
+
+    /// The processes of `uid` that carry `SHEEPDOG_TAG=tag` and started no earlier than `since`
+    /// (clock ticks): a tree known by nothing else, such as a cleanup whose runner died before
+    /// it recorded the cleanup's pid. The tag is evidence only for an entry being stopped
+    /// anyway (ARCHITECTURE.md, "The registry and identity"). No group is known: the group
+    /// number is [`NO_GROUP`], which no process can have, so no group signal reaches anyone.
+    pub fn tagged(uid: u32, tag: &str, since: u64) -> Tree {
+        Tree {
+            scope: Scope::Recorded {
+                provider: None,
+                provider_start: since,
+                uid,
+                tag: tag.to_string(),
+                members: Vec::new(),
+                sid: None,
+                leaders: Vec::new(),
+            },
+            pgid: NO_GROUP,
             leader_held: Cell::new(false),
             cgroup: None,
         }
@@ -213,7 +244,7 @@ impl Tree {
                     if s.is_zombie() || s.start_time < *provider_start {
                         continue;
                     }
-                    let is_provider = s.pid == *provider && s.start_time == *provider_start;
+                    let is_provider = Some(s.pid) == *provider && s.start_time == *provider_start;
                     let is_recorded = members.iter().any(|m| m.pid == s.pid && m.start_time == Some(s.start_time));
                     // By full identity (pid and start time, this boot): the supervisor saw it as
                     // its own, whatever uid it switched to since (`su`, `setpriv`).

@@ -163,6 +163,62 @@ fn a_keeper_killed_in_sheepdog_run_makes_the_supervisor_exit_with_the_providers_
     assert!(wait_gone(&pids, Duration::ZERO).is_empty());
 }
 
+/// What made the test above flake under load: the keeper killed after it spawned the provider
+/// but before it told the supervisor so (the provider can print before the keeper runs again).
+/// The supervisor then exited as the keeper did, by SIGKILL, and the provider lived on. Now it
+/// finds the provider among the children it inherited and runs the stop. The window is a few
+/// hundred microseconds wide, so the kill comes the instant the provider prints, many times, on
+/// one CPU where `taskset` exists (the keeper then waits for the CPU the provider holds).
+#[test]
+fn a_keeper_killed_right_after_the_spawn_still_leaves_the_supervisor_in_charge_of_the_stop() {
+    let pin = std::process::Command::new("taskset").args(["-c", "0", "true"]).status().is_ok_and(|s| s.success());
+    for round in 0..80 {
+        let guard = Guard::new();
+        // Every process of this round carries the mark: what is left of it is found (and
+        // killed) by it, never by name.
+        let mark = sheepdog::registry::new_tag();
+        let mut cmd = if pin {
+            let mut c = std::process::Command::new("taskset");
+            c.args(["-c", "0", bin()]);
+            c
+        } else {
+            sheepdog()
+        };
+        cmd.args(["run", "--term-grace", GRACE, "--kill-wait", GRACE, "--", "sh", "-c"])
+            .arg("trap 'exit 0' TERM; echo $$; sleep 303 & wait $!")
+            .env("SHEEPDOG_TEST_MARK", &mark)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .stdout(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn sheepdog run");
+        guard.track_child(&child);
+        let mut out = child.stdout.take().unwrap();
+        // Read here, byte by byte, not on a thread: the kill must follow the provider's line.
+        let (mut text, mut byte) = (Vec::new(), [0u8; 1]);
+        while out.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
+            text.push(byte[0]);
+        }
+        let provider: i32 = String::from_utf8_lossy(&text).trim().parse().expect("the provider's pid");
+        let keeper = procfs::stat(pid(provider)).expect("the provider's stat").ppid;
+        kill9(keeper);
+        let left = || with_env("SHEEPDOG_TEST_MARK", &mark);
+        for m in left() {
+            guard.track(m.pid.as_raw());
+        }
+        let st = wait_child(&mut child, BOUND + SECS(1));
+        let end = Instant::now() + SECS(2);
+        while !left().is_empty() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let left = left();
+        for m in &left {
+            guard.track(m.pid.as_raw());
+        }
+        assert_eq!(st.code(), Some(0), "round {round}: the supervisor did not run the stop: {st:?}, left {left:?}");
+        assert!(left.is_empty(), "round {round}: left alive {left:?}");
+    }
+}
+
 /// A managed entry whose supervisor (or keeper, or the supervisor's group) is SIGKILLed: the
 /// survivor stops the tree and records it, and the pending cleanup runs once.
 fn managed_survives(how: Kill) {
@@ -331,10 +387,29 @@ fn cleanup_with_escapes() -> (State, Guard, String, i32, Vec<i32>) {
         assert!(Instant::now() < end, "the cleanup's three processes never started: {pids:?}");
         std::thread::sleep(Duration::from_millis(10));
     };
-    for p in &pids {
-        guard.track(*p);
-    }
-    (st, guard, id, sup, pids)
+    // Every process of the cleanup, by the entry's tag: the three above and the `sleep 202`
+    // child of the cleanup's `sh` (four in all), so the guard kills each of them on failure too.
+    let tag = entry_tag(&st, &id);
+    let end = Instant::now() + SECS(10);
+    let all = loop {
+        // The provider's tree (tagged too) was stopped before the cleanup began.
+        let all: Vec<i32> = with_env("SHEEPDOG_TAG", &tag).iter().map(|m| m.pid.as_raw()).collect();
+        for p in &all {
+            guard.track(*p);
+        }
+        if pids.iter().all(|p| all.contains(p)) && all.len() == 4 {
+            break all;
+        }
+        assert!(Instant::now() < end, "the cleanup's four processes never ran: {all:?} (pids {pids:?})");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (st, guard, id, sup, all)
+}
+
+/// The entry's `SHEEPDOG_TAG` (from its file: no document shows it).
+fn entry_tag(st: &State, id: &str) -> String {
+    let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
+    reg.read(id).unwrap().tag
 }
 
 #[test]
@@ -362,7 +437,7 @@ fn a_cleanup_whose_runner_died_is_stopped_by_the_next_reap_past_its_deadline() {
     // The runner (the keeper) and the supervisor die together: nobody bounds the cleanup now.
     kill_supervisor_and_keeper(sup);
     assert_eq!(st.ok(&["reap"]), "", "within its bound a cleanup is left to finish");
-    assert!(wait_gone(&pids, Duration::ZERO).len() == 3, "reap stopped a cleanup within its bound");
+    assert!(wait_gone(&pids, Duration::ZERO).len() == 4, "reap stopped a cleanup within its bound");
     let out = st.run(&["clear", &id]);
     assert_eq!(out.status.code(), Some(1), "clear without --force refuses a running cleanup");
     std::thread::sleep(SECS(3));
@@ -385,4 +460,72 @@ fn clear_force_always_works_even_while_an_abandoned_cleanup_runs() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(wait_gone(&pids, SECS(2)), Vec::<i32>::new(), "clear --force left the cleanup running");
     assert!(st.entries().is_empty());
+}
+
+/// A finished entry whose cleanup (bounded by `timeout_ms`) was claimed just now by a runner
+/// that died before it wrote `cleanupPid` (killed between the spawn and that write): forged,
+/// with processes carrying the entry's tag started around it. Returns (id, before, after): a tagged process
+/// that started before the claim (not the cleanup's) and the cleanup's own two, one of them in
+/// a session of its own.
+fn cleanup_without_a_pid(st: &State, guard: &Guard, timeout_ms: u64) -> (String, i32, Vec<i32>) {
+    let tag = sheepdog::registry::new_tag();
+    // Reaped by the guard, which tracks each (spawn_lines).
+    let tagged = |script: &str| {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", script]).env("SHEEPDOG_TAG", &tag);
+        spawn_lines(cmd, guard).1
+    };
+    let before_pid = tagged("echo $$; exec sleep 205").pids("", SECS(5))[0];
+    // Past the claim's slack (100 ms) and a clock tick: the claim is clearly later.
+    std::thread::sleep(Duration::from_millis(400));
+    let id = forge_entry(st, 60_000, |e| {
+        e.tag = tag.clone();
+        e.status = sheepdog::status::Status::Stopped;
+        e.status_text = Some("stopped".into());
+        e.tree_gone = Some(true);
+        e.pid = Some(i32::MAX - 1);
+        e.start_time = Some(1);
+        e.pgid = Some(i32::MAX - 1);
+        e.cleanup = Some(sheepdog::entry::Cleanup { command: "sleep 206".into(), timeout_ms });
+        e.cleanup_started_at = Some(sheepdog::files::now_ms());
+        // A runner that is gone (no such pid), and no `cleanupPid`.
+        e.cleanup_runner_pid = Some(i32::MAX - 2);
+        e.cleanup_runner_start_time = Some(1);
+    });
+    let lines = tagged("setsid sh -c 'echo $$; exec sleep 207' & echo $$; exec sleep 208");
+    let mut cleanup = lines.pids("", SECS(5));
+    cleanup.extend(lines.pids("", SECS(5)));
+    for p in &cleanup {
+        guard.track(*p);
+    }
+    (id, before_pid, cleanup)
+}
+
+#[test]
+fn clear_force_stops_a_cleanup_whose_runner_died_before_recording_its_pid() {
+    let st = State::new();
+    let guard = Guard::new();
+    let (id, before, cleanup) = cleanup_without_a_pid(&st, &guard, 60_000);
+    let out = st.run(&["clear", &id]);
+    assert_eq!(out.status.code(), Some(1), "clear without --force refuses a cleanup within its bound");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is still finishing"), "{out:?}");
+    let out = st.run(&["clear", "--force", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(wait_gone(&cleanup, SECS(3)), Vec::<i32>::new(), "clear --force left the cleanup running");
+    assert!(alive(before), "a tagged process older than the claim is not the cleanup's");
+    assert!(st.entries().is_empty());
+}
+
+#[test]
+fn reap_stops_a_cleanup_whose_runner_died_before_recording_its_pid_past_its_bound() {
+    let st = State::new();
+    let guard = Guard::new();
+    let (id, before, cleanup) = cleanup_without_a_pid(&st, &guard, 500);
+    std::thread::sleep(Duration::from_millis(700));
+    let out = st.run(&["reap"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.starts_with(&format!("Ran the cleanup of sleep ({id}): its runner was killed")), "{text}");
+    assert_eq!(wait_gone(&cleanup, SECS(3)), Vec::<i32>::new(), "reap left the cleanup running");
+    assert!(alive(before), "a tagged process older than the claim is not the cleanup's");
+    assert_eq!(st.entry(&id)["cleanupResult"]["timedOut"], true);
 }

@@ -81,3 +81,34 @@ fn send_to_a_command_that_closed_its_stdin_says_nothing_reads_it() {
     // The FIFOs go with the supervisor.
     assert!(!st.path().join("procs").join(&id).join("stdin").exists());
 }
+
+/// The send race (issue 16, the npm `send()` flow): `send --eof TEXT` right after `start --stdin
+/// pipe` was refused as "already closed" about one time in three. The command read the line and
+/// exited before the sender opened the control FIFO, and its supervisor had removed both FIFOs:
+/// the text had reached it, the refusal was false. Looped, since the window is a few ms wide.
+#[test]
+fn send_right_after_start_always_reaches_the_command() {
+    let st = State::new();
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        // Every fourth round: a plain send, then `--eof` alone (`cat` waits for the end).
+        let plain = i % 4 == 3;
+        let script = if plain { "read line; echo \"got $line\"; cat" } else { "read line; echo \"got $line\"" };
+        let v = st.start(&["--stdin", "pipe", "--", "sh", "-c", script]);
+        let id = v["id"].as_str().unwrap().to_string();
+        let text = format!("yes {i}\n");
+        let out = if plain {
+            let out = send(&st, &[&id, &text]);
+            assert!(out.status.success(), "round {i}: {}", String::from_utf8_lossy(&out.stderr));
+            send(&st, &["--eof", &id])
+        } else {
+            send(&st, &["--eof", &id, &text])
+        };
+        assert!(out.status.success(), "round {i}: {}", String::from_utf8_lossy(&out.stderr));
+        ids.push(id);
+    }
+    for (i, id) in ids.iter().enumerate() {
+        st.ok(&["wait", id, "--timeout", "10s"]);
+        st.wait_log(id, "combined.log", &format!("[out] got yes {i}"));
+    }
+}

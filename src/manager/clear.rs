@@ -13,11 +13,17 @@ use super::*;
 /// running, and one whose cleanup is pending (it has not run: `stop` runs it) unless `force`
 /// drops it. A supervisor that stayed for the pending cleanup is told, and leaves.
 pub fn clear(reg: &Registry, e: &Entry, force: bool) -> Result<(), ManagerError> {
+    // A claimed cleanup without a result may still run even when nothing recorded says so (its
+    // runner died before it wrote `cleanupPid`): `settle_abandoned` looks by the tag too.
+    let unsettled = e.cleanup_started_at.is_some() && e.cleanup_result.is_none() && e.this_boot();
     // `--force` always works: a running cleanup is stopped first (its tree, by the tag).
-    if force && e.cleanup_running() {
+    if force && unsettled {
         crate::cleanup::settle_abandoned(reg, &e.id, CleanupRunner::Stop, true);
     }
-    if e.cleanup_running() && !force {
+    if !force
+        && (e.cleanup_running()
+            || (unsettled && !crate::cleanup::settle_abandoned(reg, &e.id, CleanupRunner::Stop, false)))
+    {
         return Err(ManagerError::Refused(format!(
             "{} is still finishing (its cleanup command is running); try again when it is done",
             e.label()

@@ -138,11 +138,29 @@ pub fn send(reg: &Registry, e: &Entry, finished: Option<String>, input: &[u8], e
     if input.len() > SEND_MAX {
         return Err(SendError::TooLong(input.len()));
     }
-    let path = reg.file(&e.id, STDIN_FIFO);
     let open = |p: &Path| OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(p);
-    let mut fifo = match open(&path) {
+    // A missing FIFO: the supervisor removed both, because the input was ended or because the
+    // tree is gone (it removes them only after the result is recorded, so the entry says which).
+    let gone = |label: String| match reg.read(&e.id) {
+        Ok(now) if now.is_finished() => SendError::Exited(label, crate::view::status_text(&now, now.status)),
+        _ => SendError::Closed(label),
+    };
+    // With `end`, the control FIFO is opened first, before a byte is written: a command that
+    // reads the input and exits at once (`read line; echo $line`) makes its supervisor remove
+    // both FIFOs, and an open after the write would find none and refuse a send that reached it.
+    let ctl = if end {
+        match open(&reg.file(&e.id, STDIN_CTL)) {
+            Ok(f) => Some(f),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Err(gone(label)),
+            Err(err) if err.raw_os_error() == Some(libc::ENXIO) => return Err(SendError::NotReading(label)),
+            Err(err) => return Err(SendError::Io(label, err)),
+        }
+    } else {
+        None
+    };
+    let mut fifo = match open(&reg.file(&e.id, STDIN_FIFO)) {
         Ok(f) => f,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Err(SendError::Closed(label)),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Err(gone(label)),
         Err(err) if err.raw_os_error() == Some(libc::ENXIO) => return Err(SendError::NotReading(label)),
         Err(err) => return Err(SendError::Io(label, err)),
     };
@@ -163,15 +181,11 @@ pub fn send(reg: &Registry, e: &Entry, finished: Option<String>, input: &[u8], e
             Err(err) => return Err(SendError::Io(label, err)),
         }
     }
-    if end {
-        // The supervisor closes its write end; the command reads EOF once ours is closed too.
-        match open(&reg.file(&e.id, STDIN_CTL)) {
-            Ok(mut ctl) => {
-                let _ = ctl.write_all(b"e");
-            }
-            Err(err) if err.kind() == io::ErrorKind::NotFound => return Err(SendError::Closed(label)),
-            Err(err) => return Err(SendError::Io(label, err)),
-        }
+    if let Some(mut ctl) = ctl {
+        // The supervisor closes its write end; the command reads EOF once ours is closed too. A
+        // refused write (EPIPE) means the supervisor already closed the input or its tree is
+        // gone: the data is in the pipe either way, and the end is moot.
+        let _ = ctl.write_all(b"e");
     }
     drop(fifo);
     Ok(written)

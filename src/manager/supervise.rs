@@ -127,10 +127,12 @@ pub fn run_supervisor(
         Err(supervisor::Error::Containment(r)) => return fail(exit::USAGE, r.render(name)),
         Err(e) => return fail(e.exit_code(), e.to_string()),
     };
-    managed.stdin = None;
     managed.drain(DRAIN_AFTER_EXIT);
     managed.logs.flush_partials();
     managed.finish(&outcome);
+    // The FIFOs go once the result is recorded: a sender that finds them gone reads the entry
+    // to tell "exited" from "input already closed" (stdin.rs).
+    managed.stdin = None;
     if outcome.trigger.is_none() {
         managed.linger(&signals);
     }

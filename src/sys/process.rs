@@ -30,8 +30,8 @@ impl Pid {
 }
 
 impl Pgid {
-    pub fn new(raw: i32) -> Option<Pgid> {
-        (raw > 0).then_some(Pgid(raw))
+    pub const fn new(raw: i32) -> Option<Pgid> {
+        if raw > 0 { Some(Pgid(raw)) } else { None }
     }
     pub fn as_raw(self) -> i32 {
         self.0

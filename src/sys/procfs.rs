@@ -182,6 +182,18 @@ pub fn now_ticks() -> Option<u64> {
     Some((secs * super::sysconf::clock_ticks_per_second() as f64).ceil() as u64)
 }
 
+/// The clock tick count since boot (`/proc/<pid>/stat`'s start-time unit) at the wall-clock
+/// time `wall_ms` (ms since the epoch), less `slack_ms`: a lower bound, so a process started
+/// at or after `wall_ms` has a start time no earlier than this (the two clocks agree to within
+/// one tick plus any wall-clock step between then and now, which `slack_ms` covers). `None`
+/// where `/proc/uptime` cannot be read.
+pub fn ticks_at(wall_ms: u64, slack_ms: u64) -> Option<u64> {
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as u64;
+    let hz = super::sysconf::clock_ticks_per_second();
+    let ago_ticks = (now_ms.saturating_sub(wall_ms) + slack_ms) * hz / 1000 + 1;
+    Some(now_ticks()?.saturating_sub(ago_ticks))
+}
+
 /// Every descendant of `root` (not `root` itself), zombies included.
 pub fn descendants(root: Pid) -> Vec<Stat> {
     descendants_except(root, |_| false)
