@@ -6,6 +6,7 @@
 
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { after } from "node:test";
+import assert from "node:assert/strict";
 import fs from "node:fs";
 import http from "node:http";
 import os from "node:os";
@@ -291,20 +292,18 @@ export function startPi(t, m, { env = {}, cwd } = {}) {
     send(cmd) {
       child.stdin.write(`${JSON.stringify(cmd)}\n`);
     },
-    /** Sends a prompt and resolves once pi answered that it took it. */
-    async prompt(message) {
+    /** Sends a prompt and resolves once the agent is done with it (its agent_end). */
+    async prompt(message, ms = 30000) {
       const id = `p${++reqNo}`;
+      const from = events.length;
       pi.send({ id, type: "prompt", message });
-      await pi.next((e) => e.type === "response" && e.id === id, 20000);
+      const accepted = await pi.next((e) => e.type === "response" && e.id === id, 20000, from);
+      assert.equal(accepted.success, true, JSON.stringify(accepted));
+      return pi.next((e) => e.type === "agent_end", ms, from);
     },
     /** The first event (from index `from`) that `pred` accepts. */
     next(pred, ms = 20000, from = 0) {
       return until(() => events.slice(from).find(pred), ms, `a pi event (stderr: ${stderr.slice(-2000)})`);
-    },
-    /** Resolves after the next agent_end from now. */
-    async idle(ms = 30000) {
-      const from = events.length;
-      return pi.next((e) => e.type === "agent_end", ms, from);
     },
     /** The sheepdog binary of the project, on this pi's state dir. */
     sheepdog(args) {

@@ -65,7 +65,6 @@ test("start, output, update the cleanup, stop with a failing cleanup: the exact 
     () => ({ text: "stopped" }),
   );
   await pi.prompt("run the worker");
-  await pi.idle();
   assert.deepEqual(m.errors.map((e) => e.stack), []);
   const ends = toolEnds(pi.events);
   assert.deepEqual(
@@ -103,13 +102,12 @@ test("a read -p prompt answered with write; the exit notice starts the next turn
       return { tool: ["process", { action: "output", id }] };
     },
     (body) => {
-      assert.match(lastToolResult(body), /\nanswer: y\n/);
+      assert.match(lastToolResult(body), /\n\[out\] answer: y\n/);
       return { text: "it said yes" };
     },
   );
   await pi.prompt("ask it");
   await until(() => m.requests.length >= 5 && m.steps.length === 0, 30000, "the whole script");
-  await pi.idle().catch(() => {}); // the last turn may have ended already
   const notices = allText(m.requests.at(-1)).split("Background process ask").length - 1;
   assert.equal(notices, 1, "one exit notice");
 });
@@ -128,7 +126,6 @@ test("an exit notice with notify onFailure: context reaches the next turn, once"
     },
   );
   await pi.prompt("start the job");
-  await pi.idle();
   const before = m.requests.length;
   // It exits; context never wakes the model...
   await until(() => pi.events.find((e) => e.type === "message_end" && e.message?.customType === "sheepdog-process"), 15000, "the notice");
@@ -142,7 +139,6 @@ test("an exit notice with notify onFailure: context reaches the next turn, once"
     return { text: "it failed with 3" };
   });
   await pi.prompt("how did it go?");
-  await pi.idle();
   assert.equal(m.requests.length, before + 1);
 });
 
@@ -167,7 +163,6 @@ test("kill -9 of pi with a running dev server and a pending cleanup: the tree is
     () => ({ text: "serving" }),
   );
   await pi.prompt("serve it");
-  await pi.idle();
   const [end] = toolEnds(pi.events);
   assert.equal(end.isError, false, JSON.stringify(end.result));
   assert.match(end.result.content[0].text, new RegExp(`Ready after \\d+ms: listening on port ${port}\\.`));
@@ -200,7 +195,6 @@ test("session_shutdown with reason quit stops the session: trees, then cleanups"
     () => ({ text: "watching" }),
   );
   await pi.prompt("watch");
-  await pi.idle();
   const w = toolEnds(pi.events)[0].result.details.process;
   pi.guard.track(w.pid);
   pi.guard.track(w.supervisorPid);
@@ -231,7 +225,6 @@ test("a new session keeps the processes; the new instance lists them. A nudge re
     },
   );
   await pi.prompt("start them");
-  await pi.idle();
   const notify = pi.events.find((e) => e.type === "extension_ui_request" && e.method === "notify" && /^db \(proc_\d+\): /.test(e.message));
   assert.ok(notify, "the nudge in pi's UI");
   assert.equal(notify.notifyType, "warning");
@@ -248,6 +241,33 @@ test("a new session keeps the processes; the new instance lists them. A nudge re
     },
   );
   await pi.prompt("what is running?");
-  await pi.idle();
   assert.equal(m.steps.length, 0);
+});
+
+test("a log-match watch brings the model back once, with the line", async (t) => {
+  const m = await scripted(t);
+  const pi = startPi(t, m);
+  let id;
+  m.steps.push(
+    () => ({
+      tool: [
+        "process",
+        { action: "start", name: "srv", command: "sleep 0.3; echo booting; echo listening on 8123; sleep 1000", notify: { logMatches: [{ pattern: "listening on" }] } },
+      ],
+    }),
+    (body) => {
+      id = startedId(lastToolResult(body));
+      assert.match(lastToolResult(body), /\nWatching for "listening on"; /);
+      return { text: "waiting" };
+    },
+    (body) => {
+      assert.match(allText(body), new RegExp(`Background process srv \\(${id}\\) printed a line matching "listening on" on stdout:\\n  listening on 8123`));
+      return { text: "it listens" };
+    },
+  );
+  await pi.prompt("start the server");
+  await until(() => m.steps.length === 0 && m.requests.length === 3, 20000, "the match's turn");
+  await sleep(500);
+  assert.equal(m.requests.length, 3, "one match, one turn");
+  pi.guard.track(toolEnds(pi.events)[0].result.details.process.pid);
 });
