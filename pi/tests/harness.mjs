@@ -274,9 +274,18 @@ export function startPi(t, m, { env = {}, cwd } = {}) {
       env: { ...process.env, ...env },
     });
   });
-  t.after(() => {
+  t.after(async () => {
+    // A test that leaves a process behind fails: every entry's command and supervisor, pi and
+    // what the test tracked must be gone (then they are killed anyway, by pid and start time).
+    const r = spawnSync(path.join(dir, "node_modules/.bin/sheepdog"), ["--state-dir", stateDir, "--json", "ps", "--all"], { encoding: "utf8" });
+    for (const e of r.status === 0 ? JSON.parse(r.stdout).entries : []) {
+      for (const p of [e.pid, e.supervisorPid]) if (p) guard.track(p, String(p === e.pid ? e.startTimeTicks : e.supervisorStartTimeTicks));
+    }
+    await until(() => guard.left().length === 0, 10000, "nothing left").catch(() => {});
+    const survivors = guard.left();
     guard.killAll();
     fs.rmSync(home, { recursive: true, force: true });
+    assert.deepEqual(survivors, [], "processes left behind");
   });
   let reqNo = 0;
   const pi = {

@@ -3,10 +3,11 @@
 
 import test from "node:test";
 import assert from "node:assert/strict";
+import { execFileSync, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
-import { alive, allText, descendants, lastToolResult, model, sleep, startPi, toolEnds, until } from "./harness.mjs";
+import { alive, allText, descendants, installProject, lastToolResult, model, sleep, startPi, toolEnds, until } from "./harness.mjs";
 
 async function scripted(t) {
   const m = await model();
@@ -271,3 +272,40 @@ test("a log-match watch brings the model back once, with the line", async (t) =>
   assert.equal(m.requests.length, 3, "one match, one turn");
   pi.guard.track(toolEnds(pi.events)[0].result.details.process.pid);
 });
+
+test("the extension type-checks against the installed sheepdog types (tsc --strict)", (t) => {
+  const tsc = findTsc();
+  if (!tsc) {
+    t.skip("SKIPPED: no typescript (npm i -g typescript @types/node)");
+    return;
+  }
+  const dir = installProject();
+  fs.writeFileSync(
+    path.join(dir, "tsconfig.json"),
+    JSON.stringify({
+      compilerOptions: {
+        strict: true,
+        noEmit: true,
+        module: "esnext",
+        moduleResolution: "bundler", // as jiti loads it: relative imports without extensions
+        target: "es2022",
+        types: ["node"],
+        typeRoots: [tsc.types],
+      },
+      files: ["node_modules/@sheepdog/pi/extensions/index.ts"],
+    }),
+  );
+  const r = spawnSync(process.execPath, [tsc.bin, "-p", "."], { cwd: dir, encoding: "utf8" });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+});
+
+function findTsc() {
+  let root;
+  try {
+    root = execFileSync("npm", ["root", "-g"], { encoding: "utf8" }).trim();
+  } catch {
+    return null;
+  }
+  const bin = path.join(root, "typescript/bin/tsc");
+  return fs.existsSync(bin) && fs.existsSync(path.join(root, "@types/node")) ? { bin, types: path.join(root, "@types") } : null;
+}
