@@ -284,8 +284,12 @@ export function startPi(t, m, { env = {}, cwd } = {}) {
     await until(() => guard.left().length === 0, 10000, "nothing left").catch(() => {});
     const survivors = guard.left();
     guard.killAll();
-    fs.rmSync(home, { recursive: true, force: true });
-    assert.deepEqual(survivors, [], "processes left behind");
+    await until(() => guard.left().length === 0, 10000, "the survivors killed").catch(() => {});
+    try {
+      fs.rmSync(home, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
+    } finally {
+      assert.deepEqual(survivors, [], "processes left behind");
+    }
   });
   let reqNo = 0;
   const pi = {
