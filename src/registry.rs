@@ -362,9 +362,6 @@ impl Registry {
 
     /// Every readable entry, oldest first, and the ones that could not be read (reported, left
     /// in place: a listing never moves files; [`Registry::list_sweeping`] does, for writers).
-    /// Past [`PARALLEL_LIST_MIN`] entries the files are read and parsed on up to
-    /// [`PARALLEL_LIST_THREADS`] scoped threads (a listing is a front end's work, never a
-    /// supervisor's); every entry is still parsed whole, so a corrupt one is always reported.
     pub fn list(&self) -> (Vec<Entry>, Vec<SetAside>) {
         let Ok(dir) = fs::read_dir(self.procs()) else {
             return (Vec::new(), Vec::new());
@@ -375,31 +372,10 @@ impl Registry {
             .filter(|(name, _)| !name.starts_with('.'))
             .collect();
         let procs = File::open(self.procs()).ok();
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(PARALLEL_LIST_THREADS);
-        let (mut entries, mut aside) = if names.len() < PARALLEL_LIST_MIN || threads < 2 {
-            self.read_all(procs.as_ref(), &names)
-        } else {
-            let chunk = names.len().div_ceil(threads);
-            std::thread::scope(|scope| {
-                let parts: Vec<_> = names
-                    .chunks(chunk)
-                    .map(|part| (part, scope.spawn(|| self.read_all(procs.as_ref(), part))))
-                    .collect();
-                let (mut entries, mut aside) = (Vec::with_capacity(names.len()), Vec::new());
-                for (part, reader) in parts {
-                    // A reader cannot panic on an entry's content (every error is a value); should
-                    // one die anyway, its share is read again here rather than lost.
-                    let (e, a) = reader.join().unwrap_or_else(|_| self.read_all(procs.as_ref(), part));
-                    entries.extend(e);
-                    aside.extend(a);
-                }
-                (entries, aside)
-            })
-        };
+        let (mut entries, aside) = self.read_all(procs.as_ref(), &names);
         // Keys computed once and the entries moved once: comparing by `id_number` and moving
         // ~1 KiB entries inside the sort cost a listing of 10,000 about a fifth of its time.
         entries.sort_by_cached_key(|e| (e.started_at, id_number(&e.id)));
-        aside.sort_by(|a, b| a.path.cmp(&b.path));
         (entries, aside)
     }
 
@@ -637,15 +613,10 @@ fn read_whole(mut f: File, buf: &mut Vec<u8>) -> io::Result<usize> {
     }
 }
 
-/// A listing of at least this many entries is read on several threads: 512 (below that, the
-/// threads' start costs more than they save).
-const PARALLEL_LIST_MIN: usize = 512;
-/// At most this many reader threads: 4 (past that the directory's lookups contend).
-const PARALLEL_LIST_THREADS: usize = 4;
-
-/// The scratch space one entry file is read into: 64 KiB (entries are about 1.5 KiB; a larger
-/// one grows it).
-const ENTRY_READ_SPACE: usize = 64 * 1024;
+/// The scratch space one entry file is read into first: 4 KiB (entries are about 1.5 KiB; a
+/// larger one doubles it). Small on purpose: a supervisor reads its own entry with a fresh
+/// buffer, and every KiB it dirties stays in its heap for its whole life (BENCHMARKS.md).
+const ENTRY_READ_SPACE: usize = 4 * 1024;
 
 fn id_number(id: &str) -> u64 {
     id.strip_prefix("proc_").and_then(|n| n.parse().ok()).unwrap_or(u64::MAX)
@@ -669,10 +640,10 @@ mod list_tests {
     }
 
     #[test]
-    fn a_large_listing_is_whole_in_order_and_reports_the_corrupt_entry() {
+    fn a_listing_is_whole_in_order_and_reports_the_corrupt_entry() {
         let tmp = tempfile::tempdir().unwrap();
         let reg = Registry::open(Some(tmp.path().join("s"))).unwrap();
-        let n = PARALLEL_LIST_MIN + 88;
+        let n = 300;
         for i in 1..=n {
             // started_at runs backwards, so the order comes from the sort, not the directory.
             let e = Entry { id: format!("proc_{i}"), started_at: (n - i) as u64 / 2, ..Entry::default() };
