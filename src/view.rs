@@ -15,8 +15,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::entry::ReadySpec;
-use crate::entry::{Cleanup, CleanupResult, Entry, StopTimings};
+use crate::entry::{Cleanup, CleanupResult, Entry, ReadySpec, StopTimings};
 use crate::inspect::TreeProc;
 use crate::logs::{COMBINED_LOG, STDERR_LOG, STDOUT_LOG};
 use crate::registry::Registry;

@@ -4,8 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sheepdog::entry::ReadySpec;
-use sheepdog::entry::{Cleanup, Entry};
+use sheepdog::entry::{Cleanup, Entry, ReadySpec};
 use sheepdog::exit;
 use sheepdog::inspect;
 use sheepdog::manager::{self, StartRequest};

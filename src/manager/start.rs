@@ -11,9 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cgroup;
-use crate::entry;
-use crate::entry::ReadySpec;
-use crate::entry::{Cleanup, Entry, OutsideResult};
+use crate::entry::{self, Cleanup, Entry, OutsideResult, ReadySpec};
 use crate::exit;
 use crate::files;
 use crate::ready::ReadyOutcome;

@@ -3,12 +3,10 @@
 
 use std::time::Duration;
 
-use crate::entry;
-use crate::entry::{Entry, OutsideResult};
+use crate::entry::{self, Entry, OutsideResult};
 use crate::logs;
 use crate::registry::{self, Registry, RegistryError};
-use crate::status::CleanupRunner;
-use crate::status::Status;
+use crate::status::{CleanupRunner, Status};
 use crate::stop::{self, StopPolicy};
 use crate::sys::process;
 use crate::sys::{Pid, Signal, procfs};

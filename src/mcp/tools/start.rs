@@ -14,8 +14,7 @@ use crate::server::{
     CLEANUP_TIMEOUT_MS, CleanupArg, Ctx, Done, Proc, RESULT_LINES, Readiness, ToolError, WAIT_CAP_MS, adopt_supervisor,
     call_hint, cut_lines, fresh_view, ready_text, sentence,
 };
-use sheepdog::entry::Cleanup;
-use sheepdog::entry::ReadySpec;
+use sheepdog::entry::{Cleanup, ReadySpec};
 use sheepdog::manager::{self, StartRequest};
 use sheepdog::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome};
 use sheepdog::stop::StopPolicy;
