@@ -4,8 +4,10 @@
 //!
 //! - [`supervisor`]: the event loop of one supervisor (`sheepdog run`, and each managed
 //!   process's detached supervisor).
+//! - [`keeper`]: the supervisor → keeper → provider chain that survives either one's SIGKILL.
 //! - [`stop`]: [`stop::StopPolicy`] and the one stop sequence, as a small state machine.
-//! - [`cgroup`]: the cgroup v2 tier: the probe, a tree's cgroup, usage, limits, `doctor`.
+//! - [`cgroup`]: the cgroup v2 tier: the probe, a tree's cgroup, usage, limits, leftovers,
+//!   `doctor`.
 //! - `tree` (crate-private): which processes belong to a provider, "all gone",
 //!   identity-checked signals.
 //! - `spawn` (crate-private): a command into its own process group, with the pre-exec steps.
