@@ -230,6 +230,10 @@ pub struct StopView {
     pub ok: bool,
     /// The cleanup's failure line (`Cleanup command failed with exit code 1.`), else null.
     pub cleanup_error: Option<String>,
+    /// Exactly what `sheepdog stop` prints for this entry, one line each: `Stopped NAME (ID).`
+    /// (or `NAME (ID) had already exited (3).`, `Could not stop NAME (ID).`), then why processes
+    /// could not be signalled, then the cleanup's failure line.
+    pub lines: Vec<String>,
     /// Why this stop's result is not in the registry (a full disk, a read-only state dir);
     /// absent when it is. `ok` is false then, and the entry's fields are what the stop knows.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -243,6 +247,7 @@ impl StopView {
         already_finished: bool,
         tree_gone: bool,
         cleanup_error: Option<String>,
+        lines: Vec<String>,
     ) -> StopView {
         entry.tree_gone = Some(tree_gone);
         StopView {
@@ -250,6 +255,7 @@ impl StopView {
             already_finished,
             ok: tree_gone && cleanup_error.is_none(),
             cleanup_error,
+            lines,
             not_recorded: None,
         }
     }
@@ -686,15 +692,17 @@ mod tests {
             assert_eq!(m.len(), want.as_object().unwrap().len() + n);
             m.iter().skip(m.len() - n).map(|(k, v)| (k.clone(), v.clone())).collect()
         };
-        let stop = serde_json::to_value(StopView::new(entry.clone(), true, false, None)).unwrap();
+        let lines = vec!["Could not stop web (proc_7).".to_string()];
+        let stop = serde_json::to_value(StopView::new(entry.clone(), true, false, None, lines)).unwrap();
         assert_eq!(stop["treeGone"], false, "what the stop found, in the entry's place");
-        let got = tail(stop, 3);
+        let got = tail(stop, 4);
         assert_eq!(
             got,
             [
                 ("alreadyFinished".into(), serde_json::json!(true)),
                 ("ok".into(), serde_json::json!(false)),
-                ("cleanupError".into(), serde_json::Value::Null)
+                ("cleanupError".into(), serde_json::Value::Null),
+                ("lines".into(), serde_json::json!(["Could not stop web (proc_7)."])),
             ]
         );
         let start =

@@ -194,13 +194,11 @@ async function stop(p: Params, watchers: Watchers): Promise<Result> {
   shared().told.add(e.id); // this result tells how it ended: no exit notice besides
   watchers.stop(e.id);
   const [v] = (await sheepdog(sd.stop(e.id))) as unknown as Array<
-    View & { alreadyFinished: boolean; treeGone: boolean | null; ok: boolean; cleanupError: string | null; notRecorded?: string | null }
+    View & { alreadyFinished: boolean; treeGone: boolean | null; ok: boolean; cleanupError: string | null; lines: string[]; notRecorded?: string | null }
   >;
-  const label = `${v.name} (${v.id})`;
-  const lines = [
-    !v.treeGone ? `Could not stop ${label}: ${v.statusText}.` : v.alreadyFinished ? `${label} had already ended: ${v.statusText}.` : `Stopped ${label}.`,
-  ];
-  if (v.cleanupError) lines.push(v.cleanupError);
+  // Exactly what `sheepdog stop` prints: `Stopped NAME (ID).`, then the cleanup's failure line.
+  const lines = [...v.lines];
+  if (!v.treeGone && lines.length === 1) lines.push(`The tree of ${v.name} (${v.id}) was not confirmed gone.`);
   if (v.notRecorded) lines.push(`The result was not recorded: ${v.notRecorded}`);
   const text = lines.join("\n");
   // The stop fails when the cleanup failed or the tree was not confirmed gone; the text says

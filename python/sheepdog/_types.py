@@ -436,6 +436,7 @@ class StopView(_StopViewOptional):
     alreadyFinished: bool
     ok: bool
     cleanupError: Union[str, None]
+    lines: List[str]
 
 
 _StopDocOptional = TypedDict("_StopDocOptional", {

@@ -65,20 +65,18 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         match r {
             Ok(o) => {
                 let cleanup_failed = sheepdog::cleanup::failure_line(&o.entry);
+                let lines = o.lines(cleanup_failed.as_deref());
                 if json {
                     let v = view::StopView::new(
                         view::view_with_status(&reg, &o.entry, o.entry.status, false),
                         o.already_finished,
                         o.tree_gone,
                         cleanup_failed.clone(),
+                        lines,
                     );
                     list.push(v);
                 } else {
-                    outln!("{}", o.headline());
-                    if let Some(line) = &o.not_signalled {
-                        outln!("{line}");
-                    }
-                    if let Some(line) = &cleanup_failed {
+                    for line in &lines {
                         outln!("{line}");
                     }
                 }
@@ -100,6 +98,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                             false,
                             true,
                             None,
+                            vec![format!("Stopped {} (not recorded).", entry.label())],
                         )
                         .not_recorded(source.to_string());
                         list.push(v);

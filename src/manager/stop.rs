@@ -109,6 +109,18 @@ impl StopOutcome {
     }
 }
 
+impl StopOutcome {
+    /// Every line a front end shows for this stop, as `sheepdog stop` prints them: the
+    /// [`headline`](StopOutcome::headline), then why processes could not be signalled, then the
+    /// cleanup's failure line (`cleanup_error`, from [`crate::cleanup::failure_line`]).
+    pub fn lines(&self, cleanup_error: Option<&str>) -> Vec<String> {
+        let mut lines = vec![self.headline()];
+        lines.extend(self.not_signalled.clone());
+        lines.extend(cleanup_error.map(str::to_string));
+        lines
+    }
+}
+
 /// Stops one entry: asks its supervisor (SIGTERM through a pidfd, after its identity is
 /// verified), waits up to the entry's `maxStopMs` plus [`STOP_MARGIN`], and if the supervisor is
 /// gone or does not finish, stops the recorded tree itself with the same sequence.

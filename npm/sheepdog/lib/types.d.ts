@@ -714,6 +714,8 @@ export type StopView = {
   ok: boolean;
   /** The cleanup's failure line (`Cleanup command failed with exit code 1.`), else null. */
   cleanupError: string | null;
+  /** Exactly what `sheepdog stop` prints for this entry, one line each: `Stopped NAME (ID).` (or `NAME (ID) had already exited (3).`, `Could not stop NAME (ID).`), then why processes could not be signalled, then the cleanup's failure line. */
+  lines: string[];
   /** Why this stop's result is not in the registry (a full disk, a read-only state dir); absent when it is. `ok` is false then, and the entry's fields are what the stop knows. */
   notRecorded?: string | null;
 };

@@ -102,14 +102,9 @@ pub(crate) fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError
         match r {
             Ok(o) => {
                 let failure = sheepdog::cleanup::failure_line(&o.entry);
-                let mut lines = vec![o.headline()];
-                if let Some(line) = &o.not_signalled {
-                    lines.push(line.clone());
-                } else if !o.tree_gone {
-                    lines.push(format!("The tree of {} was not confirmed gone.", o.entry.label()));
-                }
-                if let Some(f) = &failure {
-                    lines.push(f.clone());
+                let mut lines = o.lines(failure.as_deref());
+                if o.not_signalled.is_none() && !o.tree_gone {
+                    lines.insert(1, format!("The tree of {} was not confirmed gone.", o.entry.label()));
                 }
                 let ok = o.tree_gone && failure.is_none();
                 is_error |= !ok;
