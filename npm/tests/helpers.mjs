@@ -15,7 +15,7 @@ export const repo = path.resolve(here, "../..");
 /** Where scripts/package wrote the tarballs: $SHEEPDOG_PACKAGES, default target/package. */
 export const packages = path.resolve(process.env.SHEEPDOG_PACKAGES || path.join(repo, "target/package"));
 
-/** /proc/PID/stat's state and start time, or null when the pid is gone. */
+/** /proc/PID/stat's state, ppid and start time, or null when the pid is gone. */
 export function stat(pid) {
   let s;
   try {
@@ -24,7 +24,7 @@ export function stat(pid) {
     return null;
   }
   const rest = s.slice(s.lastIndexOf(")") + 2).split(" ");
-  return { state: rest[0], startTime: rest[19] };
+  return { state: rest[0], ppid: Number(rest[1]), startTime: rest[19] };
 }
 
 /** Alive and not a zombie. */
@@ -50,19 +50,19 @@ export class Guard {
   constructor() {
     this.procs = [];
   }
-  track(pid) {
-    const s = stat(pid);
-    if (s) this.procs.push({ pid, startTime: s.startTime });
+  track(pid, startTime = stat(pid)?.startTime) {
+    if (startTime) this.procs.push({ pid, startTime });
+  }
+  /** The tracked processes still alive as themselves (same start time). */
+  left() {
+    return this.procs.filter(({ pid, startTime }) => alive(pid) && stat(pid)?.startTime === startTime);
   }
   killAll() {
-    for (const { pid, startTime } of this.procs) {
-      const s = stat(pid);
-      if (s && s.startTime === startTime) {
-        try {
-          process.kill(pid, "SIGKILL");
-        } catch {
-          // gone meanwhile
-        }
+    for (const { pid } of this.left()) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // gone meanwhile
       }
     }
   }

@@ -11,32 +11,11 @@ import fs from "node:fs";
 import http from "node:http";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 
-export const here = path.dirname(fileURLToPath(import.meta.url));
-export const repo = path.resolve(here, "../..");
-export const packages = path.resolve(process.env.SHEEPDOG_PACKAGES || path.join(repo, "target/package"));
-/** The pi this package is tested with: 0.73.x runs on Node 20 (later ones need Node 22). */
+import { Guard, alive, packages, repo, sleep, stat } from "../../npm/tests/helpers.mjs";
+
+export { alive, sleep };
 export const PI = process.env.SHEEPDOG_PI_PACKAGE || "@mariozechner/pi-coding-agent@0.73.1";
-
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-/** /proc/PID/stat: state, ppid and start time, or null when the pid is gone. */
-export function stat(pid) {
-  let s;
-  try {
-    s = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
-  } catch {
-    return null;
-  }
-  const rest = s.slice(s.lastIndexOf(")") + 2).split(" ");
-  return { state: rest[0], ppid: Number(rest[1]), startTime: rest[19] };
-}
-
-export function alive(pid) {
-  const s = stat(pid);
-  return s !== null && s.state !== "Z" && s.state !== "X";
-}
 
 /** Every live descendant of `pid` (by /proc ppid links), with its start time. */
 export function descendants(pid) {
@@ -69,28 +48,6 @@ export async function until(pred, ms, what) {
     if (v) return v;
     if (Date.now() >= end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
     await sleep(25);
-  }
-}
-
-/** Processes a test made, killed on cleanup only while their start time still matches. */
-export class Guard {
-  constructor() {
-    this.procs = [];
-  }
-  track(pid, startTime = stat(pid)?.startTime) {
-    if (startTime) this.procs.push({ pid, startTime });
-  }
-  left() {
-    return this.procs.filter(({ pid, startTime }) => alive(pid) && stat(pid)?.startTime === startTime);
-  }
-  killAll() {
-    for (const { pid } of this.left()) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {
-        // gone meanwhile
-      }
-    }
   }
 }
 
