@@ -285,10 +285,23 @@ impl Tree {
         }
         match &self.scope {
             Scope::Supervised { root, foreign } => {
-                // Fast path: the walk covers every descendant; the full scan for group members
-                // that are not descendants runs only while the group still has any member.
-                if any_live_descendant(*root, foreign) {
-                    return false;
+                // Fastest path, for the supervisor's own tree: a subreaper with no child at all
+                // has no descendant (every orphan below it is re-parented to it), and one with
+                // a child is not done: the child is alive, or a zombie that the loop reaps
+                // before it asks again. One waitid, where reading its own `children` list in a
+                // fork storm (thousands of zombies) is quadratic and the storm's CPU share
+                // leaves the supervisor a thirtieth of a core for it.
+                let own = *root == process::getpid() && foreign.is_empty();
+                match own.then(|| process::has_child(None)).flatten() {
+                    Some(true) => return false,
+                    Some(false) => {}
+                    // Fast path: the walk covers every descendant; the full scan for group
+                    // members that are not descendants runs only while the group has any.
+                    None => {
+                        if any_live_descendant(*root, foreign) {
+                            return false;
+                        }
+                    }
                 }
                 if !process::group_exists(self.pgid) {
                     return true;
@@ -370,6 +383,11 @@ impl Tree {
         let Scope::Supervised { root, foreign } = &self.scope else { return false };
         if *root != process::getpid() {
             return false;
+        }
+        // A process that holds the number holds it whoever it is, so the foreign children need
+        // no exclusion here; one waitid instead of a read of the children list (see is_gone).
+        if let Some(held) = process::has_child(Some(self.pgid)) {
+            return held;
         }
         procfs::children(*root).into_iter().filter_map(|p| procfs::stat(p).ok()).any(|s| {
             s.pgrp == self.pgid.as_raw()
