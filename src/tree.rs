@@ -380,19 +380,15 @@ impl Tree {
     /// This keeps the one atomic signal to a group after the provider was reaped: a fork storm
     /// in the group cannot outrun it, where one-by-one signals chase new pids.
     fn group_held(&self) -> bool {
-        let Scope::Supervised { root, foreign } = &self.scope else { return false };
+        let Scope::Supervised { root, .. } = &self.scope else { return false };
         if *root != process::getpid() {
             return false;
         }
         // A process that holds the number holds it whoever it is, so the foreign children need
         // no exclusion here; one waitid instead of a read of the children list (see is_gone).
-        if let Some(held) = process::has_child(Some(self.pgid)) {
-            return held;
-        }
-        procfs::children(*root).into_iter().filter_map(|p| procfs::stat(p).ok()).any(|s| {
-            s.pgrp == self.pgid.as_raw()
-                && !foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time))
-        })
+        // Unknown (an unexpected error) counts as not held: then only identity-checked
+        // per-process signals are sent.
+        process::has_child(Some(self.pgid)).unwrap_or(false)
     }
 
     /// Passes a signal on to the provider's process group (while the group number is safe),
