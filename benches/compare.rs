@@ -557,6 +557,17 @@ fn main() {
         reg.ps.median(),
         reg.ps.spread()
     );
+    let _ = writeln!(
+        md,
+        "| `sheepdog ps --json`, one reader thread (`SHEEPDOG_LIST_THREADS=1`, the read before issue 19) | {:.1} ms | {} |",
+        reg.ps_one_thread.median(),
+        reg.ps_one_thread.spread()
+    );
+    let _ = writeln!(
+        md,
+        "| `ps --json`: one thread ÷ default | {:.2}× | the earlier rounds' default: 89 ms, then 222 ms |",
+        reg.ps_one_thread.median() / reg.ps.median()
+    );
     let _ = writeln!(md, "| `sheepdog ps --all --json` | {:.1} ms | {} |", reg.ps_all.median(), reg.ps_all.spread());
     let _ = writeln!(
         md,
@@ -674,6 +685,8 @@ const REGISTRY_ENTRIES: usize = 10_000;
 
 struct RegistryFigures {
     ps: Samples,
+    /// `ps --json` read by one thread (`SHEEPDOG_LIST_THREADS=1`): the path before issue 19.
+    ps_one_thread: Samples,
     ps_all: Samples,
     reap_ms: f64,
     starts_per_s: f64,
@@ -727,17 +740,28 @@ fn registry_bench(sheepdog: &str, reps: usize) -> RegistryFigures {
     }
     forge_entries(&finished, REGISTRY_ENTRIES, false);
     forge_entries(&dead, REGISTRY_ENTRIES, true);
-    let run = |dir: &Path, args: &[&str]| {
+    let run_with = |dir: &Path, args: &[&str], threads: Option<&str>| {
+        let mut cmd = Command::new(sheepdog);
+        cmd.arg("--state-dir").arg(dir).args(args).stdout(Stdio::null()).env_remove("SHEEPDOG_LIST_THREADS");
+        if let Some(n) = threads {
+            cmd.env("SHEEPDOG_LIST_THREADS", n);
+        }
         let t = Instant::now();
-        let out = Command::new(sheepdog).arg("--state-dir").arg(dir).args(args).stdout(Stdio::null()).output().unwrap();
+        let out = cmd.output().unwrap();
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         ms(t.elapsed())
     };
+    let run = |dir: &Path, args: &[&str]| run_with(dir, args, None);
     let mut ps = Samples::default();
+    let mut ps_one_thread = Samples::default();
     let mut ps_all = Samples::default();
     run(&finished, &["ps", "--json"]); // warm the page cache like a second call would
-    for _ in 0..reps {
+    // Interleaved, and more samples than the other rows: one `ps` is ~0.1 s, noisy on a VM.
+    for _ in 0..reps * 4 {
         ps.push(run(&finished, &["ps", "--json"]));
+        ps_one_thread.push(run_with(&finished, &["ps", "--json"], Some("1")));
+    }
+    for _ in 0..reps {
         ps_all.push(run(&finished, &["ps", "--all", "--json"]));
     }
     let reap_ms = run(&dead, &["reap"]);
@@ -747,7 +771,7 @@ fn registry_bench(sheepdog: &str, reps: usize) -> RegistryFigures {
         run(&starts, &["start", "--", "true"]);
     }
     let starts_per_s = n as f64 / t.elapsed().as_secs_f64();
-    RegistryFigures { ps, ps_all, reap_ms, starts_per_s }
+    RegistryFigures { ps, ps_one_thread, ps_all, reap_ms, starts_per_s }
 }
 
 /// The tier `sheepdog run` gets here, from `sheepdog doctor --json`.
