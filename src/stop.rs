@@ -195,6 +195,11 @@ pub trait StopTarget {
     /// Freezes what can fork (SIGSTOP) before it is counted and killed, so the count does not
     /// chase new pids; nothing where one kill is atomic anyway (a cgroup's `cgroup.kill`).
     fn freeze(&self) {}
+    /// The time now, for a call that began at `began` and has just signalled: the real clock
+    /// (never earlier than `began`). A scripted target keeps `began`, so its sequence is exact.
+    fn after(&self, began: Instant) -> Instant {
+        began.max(Instant::now())
+    }
 }
 
 impl StopTarget for Tree {
@@ -278,7 +283,9 @@ impl StopMachine {
 
     fn terminate(&mut self, now: Instant, tree: &impl StopTarget) -> Step {
         let signalled = tree.signal_all(&[Signal::TERM, Signal::CONT]);
-        self.phase = Phase::Terminating { until: now + self.policy.term_grace };
+        // The grace runs from the signal, not from the call: the look before it can take a
+        // while (a fork storm's zombies are reaped first), and the tree is owed the whole grace.
+        self.phase = Phase::Terminating { until: tree.after(now) + self.policy.term_grace };
         Step::Terminated { signalled }
     }
 
@@ -313,7 +320,7 @@ impl StopMachine {
                 let remaining = tree.live_count();
                 tree.signal_all(&[Signal::KILL]);
                 self.escalated = true;
-                self.phase = Phase::Killing { until: now + self.policy.kill_wait };
+                self.phase = Phase::Killing { until: tree.after(now) + self.policy.kill_wait };
                 Some(Step::Escalated { remaining })
             }
             Phase::Killing { until } => {
@@ -420,6 +427,9 @@ mod tests {
                 self.alive.set(0);
             }
             n
+        }
+        fn after(&self, began: Instant) -> Instant {
+            began
         }
     }
 

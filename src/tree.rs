@@ -430,9 +430,14 @@ pub fn foreign_children() -> Vec<Member> {
 /// Children are looked at newest first: after a storm of exits the oldest are thousands of
 /// zombies waiting to be reaped, and the live ones were re-parented last.
 fn any_live_descendant(root: Pid, foreign: &[Member]) -> bool {
+    let me = process::getpid();
     let mut queue = vec![root];
     while let Some(pid) = queue.pop() {
         for child in procfs::children(pid).into_iter().rev() {
+            // This process's zombies, by one waitid each (no `stat` read, nothing below them).
+            if pid == me && process::is_zombie_child(child) {
+                continue;
+            }
             let Ok(s) = procfs::stat(child) else { continue };
             if foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time)) {
                 continue;

@@ -215,6 +215,35 @@ pub fn has_child(pgid: Option<Pgid>) -> Option<bool> {
     }
 }
 
+/// True if `pid` is a child of this process that has exited and waits to be reaped (a zombie):
+/// `waitid(P_PID, WEXITED | WNOHANG | WNOWAIT)`, which reaps nothing and costs one syscall
+/// where reading `/proc/<pid>/stat` costs three. A leader whose other threads still run is not
+/// reported (the kernel waits for the whole group). False for anything else, and on error.
+#[cfg(target_os = "linux")]
+pub fn is_zombie_child(pid: Pid) -> bool {
+    loop {
+        // SAFETY: all-zero is a valid siginfo_t; waitid writes at most one siginfo_t into it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: info is a valid out-pointer; WNOWAIT leaves the child as it was.
+        let rc = unsafe {
+            libc::waitid(libc::P_PID, pid.0 as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT)
+        };
+        if rc == 0 {
+            // SAFETY: waitid returned 0, so info is initialised; si_pid is 0 when nothing exited.
+            return unsafe { info.si_pid() } == pid.0;
+        }
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return false;
+        }
+    }
+}
+
+/// See the Linux version: never known here.
+#[cfg(not(target_os = "linux"))]
+pub fn is_zombie_child(_pid: Pid) -> bool {
+    false
+}
+
 /// See the Linux version: unknown here.
 #[cfg(not(target_os = "linux"))]
 pub fn has_child(_pgid: Option<Pgid>) -> Option<bool> {

@@ -71,7 +71,7 @@ pub fn parse_stat(line: &str) -> Option<Stat> {
 /// Reads `/proc/<pid>/stat`. ENOENT/ESRCH mean the process is gone.
 #[cfg(target_os = "linux")]
 pub fn stat(pid: Pid) -> io::Result<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let text = read_small(&format!("/proc/{pid}/stat"))?;
     let mut s = parse_stat(&text)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("unparsable /proc/{pid}/stat")))?;
     // Only a `Z` leader with other threads costs the look at them (a fork storm leaves thousands
@@ -80,6 +80,29 @@ pub fn stat(pid: Pid) -> io::Result<Stat> {
         s.threads_live = live_thread(pid).is_some();
     }
     Ok(s)
+}
+
+/// A small `/proc` file (a `stat` line, a `children` list) in one `read` where it fits: open,
+/// read, close, where `read_to_string` also asks for the size and reads again for the end (the
+/// kernel generates such a file whole at the first read). Larger: read to the end.
+#[cfg(target_os = "linux")]
+fn read_small(path: &str) -> io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = [0u8; 2048];
+    let n = loop {
+        match f.read(&mut buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => break r?,
+        }
+    };
+    let mut text = String::from_utf8_lossy(&buf[..n]).into_owned();
+    if n == buf.len() {
+        let mut rest = Vec::new();
+        f.read_to_end(&mut rest)?;
+        text.push_str(&String::from_utf8_lossy(&rest));
+    }
+    Ok(text)
 }
 
 /// A thread of `pid`'s group that is not a zombie: `pid` itself while its state is not `Z`/`X`,
@@ -162,7 +185,7 @@ pub fn children(pid: Pid) -> Vec<Pid> {
     for task in tasks.flatten() {
         let mut path = task.path();
         path.push("children");
-        if let Ok(text) = std::fs::read_to_string(&path) {
+        if let Ok(text) = path.to_str().map_or_else(|| std::fs::read_to_string(&path), read_small) {
             out.extend(text.split_whitespace().filter_map(|s| s.parse().ok()).filter_map(Pid::new));
         }
     }
@@ -200,12 +223,19 @@ pub fn descendants(root: Pid) -> Vec<Stat> {
 }
 
 /// Every descendant of `root`, zombies included, leaving out each process for which `skip`
-/// is true together with everything below it.
+/// is true together with everything below it. This process's own zombie children are left out
+/// too (one `waitid` each instead of a read of their `stat`: after a fork storm a subreaper has
+/// thousands of them waiting to be reaped).
 pub fn descendants_except(root: Pid, skip: impl Fn(&Stat) -> bool) -> Vec<Stat> {
+    let me = super::process::getpid();
     let mut out = Vec::new();
     let mut queue = vec![root];
     while let Some(pid) = queue.pop() {
+        let own = pid == me;
         for child in children(pid) {
+            if own && super::process::is_zombie_child(child) {
+                continue;
+            }
             if let Ok(s) = stat(child)
                 && !skip(&s)
             {
@@ -240,9 +270,25 @@ pub fn all() -> Vec<Stat> {
     Vec::new()
 }
 
-/// Live (non-zombie) members of a process group, by a full scan.
+/// Live (non-zombie) members of a process group, by a full scan. This process's zombie
+/// children are passed over without a read (see [`descendants_except`]).
+#[cfg(target_os = "linux")]
 pub fn live_group_members(pgid: Pgid) -> Vec<Stat> {
-    all().into_iter().filter(|s| s.pgrp == pgid.as_raw() && !s.is_zombie()).collect()
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter_map(Pid::new)
+        .filter(|pid| !super::process::is_zombie_child(*pid))
+        .filter_map(|pid| stat(pid).ok())
+        .filter(|s| s.pgrp == pgid.as_raw() && !s.is_zombie())
+        .collect()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn live_group_members(_pgid: Pgid) -> Vec<Stat> {
+    Vec::new()
 }
 
 /// True if `/proc/<pid>/environ` holds exactly `KEY=VALUE`. Unreadable (gone, another user):
