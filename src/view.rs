@@ -307,6 +307,9 @@ pub struct Listing {
     pub rows: Vec<EntryView>,
     pub hidden: usize,
     pub aside: Vec<crate::registry::SetAside>,
+    /// Every entry read, shown or not: a command that exits next may `std::mem::forget` them
+    /// (`ps`: freeing 10,000 entries' strings one by one is a tenth of its time).
+    pub entries: Vec<Entry>,
 }
 
 /// The rows of a listing, oldest first: with `status` or `all` every match in order; else the
@@ -339,7 +342,7 @@ pub fn list(reg: &Registry, q: &ListQuery) -> Listing {
         }
     }
     rows.extend(failed);
-    Listing { rows, hidden, aside }
+    Listing { rows, hidden, aside, entries }
 }
 
 /// The view of `e` with a status already known (no kernel reads for finished entries).

@@ -53,7 +53,9 @@ pub(super) fn ps(a: PsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, Cli
         recent_failures_ms: Some(PS_RECENT_FAILED_MS),
         tree: a.tree,
     };
-    let view::Listing { rows, hidden, aside } = view::list(&reg, &query);
+    let view::Listing { rows, hidden, aside, entries } = view::list(&reg, &query);
+    // The process exits after printing: the kernel takes the memory back at once.
+    std::mem::forget(entries);
     warn_set_aside(&aside);
     let mut out = io::BufWriter::new(io::stdout().lock());
     if json {
