@@ -82,9 +82,10 @@ pub fn stat(pid: Pid) -> io::Result<Stat> {
     Ok(s)
 }
 
-/// A small `/proc` file (a `stat` line, a `children` list) in one `read` where it fits: open,
-/// read, close, where `read_to_string` also asks for the size and reads again for the end (the
-/// kernel generates such a file whole at the first read). Larger: read to the end.
+/// A small `/proc` file (a `stat` line, a `children` list): open, one `read`, close, where
+/// `read_to_string` also asks for the size and reads again for the end. One read is taken as
+/// the whole file only when it is a complete line that did not fill the buffer (a `stat` line,
+/// which the kernel writes whole at the first read); anything else is read to the end.
 #[cfg(target_os = "linux")]
 fn read_small(path: &str) -> io::Result<String> {
     use std::io::Read;
@@ -97,7 +98,7 @@ fn read_small(path: &str) -> io::Result<String> {
         }
     };
     let mut text = String::from_utf8_lossy(&buf[..n]).into_owned();
-    if n == buf.len() {
+    if n > 0 && (n == buf.len() || !text.ends_with('\n')) {
         let mut rest = Vec::new();
         f.read_to_end(&mut rest)?;
         text.push_str(&String::from_utf8_lossy(&rest));
