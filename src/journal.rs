@@ -291,9 +291,17 @@ impl Reader {
             if !self.lines(filter, emit) {
                 return Ok(false);
             }
-            // Rotated: the old file is read to its end above; go on with the new one.
+            // Rotated: nothing more is written to the old file, but a line may have been
+            // appended to it between the read above and the rename: read it to its end once
+            // more, then go on with the new one.
             match fs::metadata(self.dir.join(FILE)) {
                 Ok(m) if m.ino() != self.ino => {
+                    if let Some(f) = self.file.as_mut() {
+                        f.read_to_end(&mut self.pending)?;
+                    }
+                    if !self.lines(filter, emit) {
+                        return Ok(false);
+                    }
                     self.file = None;
                     self.pending.clear();
                 }
@@ -430,5 +438,38 @@ pub fn follow(
             }
             std::thread::sleep(std::time::Duration::from_millis(500));
         }
+    }
+}
+
+#[cfg(test)]
+mod reader_tests {
+    use super::*;
+
+    /// The journal's twin of `logread`'s lost-write race: a writer appends a line between the
+    /// reader's read and its look at the file's name, then rotates. The line is still read.
+    #[test]
+    fn a_line_appended_just_before_a_rotation_is_not_lost() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let line = |seq: u64| format!("{{\"seq\":{seq},\"event\":\"cleared\"}}\n");
+        fs::write(dir.join(FILE), line(1)).unwrap();
+        let mut r = Reader { dir: dir.clone(), file: None, ino: 0, pending: Vec::new(), last: 0 };
+        let mut seen = Vec::new();
+        let filter = Filter { session: None, id: None, since: Some(0) };
+        let more = r
+            .drain(&filter, &mut |l: Line| {
+                let seq = l.value["seq"].as_u64().unwrap();
+                seen.push(seq);
+                if seq == 1 {
+                    let mut f = OpenOptions::new().append(true).open(dir.join(FILE)).unwrap();
+                    f.write_all(line(2).as_bytes()).unwrap();
+                    fs::rename(dir.join(FILE), dir.join(ROTATED)).unwrap();
+                    fs::write(dir.join(FILE), line(3)).unwrap();
+                }
+                true
+            })
+            .unwrap();
+        assert!(more);
+        assert_eq!(seen, [1, 2, 3]);
     }
 }

@@ -549,12 +549,25 @@ pub fn follow(
         }
         let now_ino = ino_of(&path);
         if now_ino.is_some() && now_ino != Some(ino) {
-            // The followed file is finished (read to its end above). If the log rotated more
-            // than once since the last look, the file in between is now `.1`: print it whole
-            // before the new file.
+            // The followed file was renamed away, so nothing more is written to it; but the
+            // writer may have added to it between the read above and the rename: read it to its
+            // end once more before leaving it.
+            if let Some(file) = &mut f {
+                let mut tail = Vec::new();
+                let _ = file.seek(SeekFrom::Start(pos));
+                let _ = file.read_to_end(&mut tail);
+                if !tail.is_empty() && !out(&tail, false, emit) {
+                    return Ok(());
+                }
+            }
+            // If the log rotated more than once since the last look, the file in between is now
+            // `.1`: print it whole before the new file. The pair is opened as one, so a rotation
+            // during these opens cannot skip a file.
+            let (cur, old) = open_pair(&path, &rotated);
+            let ino_of_file = |f: &File| f.metadata().ok().map(|m| m.ino());
             if f.is_some()
-                && let Some((i, mut m)) = open(&rotated)
-                && i != ino
+                && let Some(mut m) = old
+                && ino_of_file(&m) != Some(ino)
             {
                 let mut all = Vec::new();
                 let _ = m.read_to_end(&mut all);
@@ -562,7 +575,9 @@ pub fn follow(
                     return Ok(());
                 }
             }
-            if let Some((i, nf)) = open(&path) {
+            if let Some(nf) = cur
+                && let Some(i) = ino_of_file(&nf)
+            {
                 ino = i;
                 f = Some(nf);
                 pos = 0;
@@ -591,5 +606,64 @@ pub fn follow(
             return Ok(());
         }
         std::thread::sleep(FOLLOW_TICK);
+    }
+}
+
+#[cfg(test)]
+mod follow_tests {
+    use super::*;
+    use std::io::Write;
+
+    /// CI run of stop 25 (`rotation_keeps_lines_whole_and_follow_loses_nothing`, 19,971 of 20,000
+    /// lines): the writer appended to the followed file between `follow`'s read and its look at
+    /// the file's name, then rotated; those lines were never read. Here the writer acts inside
+    /// `emit`, which `follow` calls between the two.
+    #[test]
+    fn a_write_just_before_a_rotation_is_not_lost() {
+        let tmp = tempfile::tempdir().unwrap();
+        let reg = Registry::open(Some(tmp.path().join("s"))).unwrap();
+        let id = "proc_1";
+        let dir = reg.dir(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        let me = crate::sys::process::getpid();
+        // The writer is alive (this process stands in for the supervisor) until the test says.
+        let entry = |alive: bool| Entry {
+            id: id.into(),
+            boot_id: crate::sys::procfs::boot_id(),
+            supervisor_pid: alive.then_some(me.as_raw()),
+            supervisor_start_time: crate::sys::procfs::start_time(me),
+            ..Entry::default()
+        };
+        let put = |e: &Entry| std::fs::write(dir.join("entry.json"), serde_json::to_vec(e).unwrap()).unwrap();
+        put(&entry(true));
+        let log = reg.file(id, STDOUT_LOG);
+        std::fs::write(&log, "a\n").unwrap();
+        let append = |text: &str| {
+            std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(text.as_bytes()).unwrap()
+        };
+
+        let mut got = Vec::new();
+        let q = LogQuery { stream: LogStream::Out, ..LogQuery::default() };
+        follow(&reg, id, &q, &mut |bytes: &[u8]| {
+            got.extend_from_slice(bytes);
+            match (bytes, got.as_slice()) {
+                // A quiet tick after the first read: more output comes.
+                (b"", b"a\n") => append("b\n"),
+                // `b` was just read: before follow looks at the name, one more line, then a
+                // rotation, and the writers end.
+                (b"b\n", _) => {
+                    append("c\n");
+                    let mut old = log.clone().into_os_string();
+                    old.push(".1");
+                    std::fs::rename(&log, old).unwrap();
+                    std::fs::write(&log, "d\n").unwrap();
+                    put(&entry(false));
+                }
+                _ => {}
+            }
+            true
+        })
+        .unwrap();
+        assert_eq!(String::from_utf8_lossy(&got), "a\nb\nc\nd\n");
     }
 }
