@@ -45,6 +45,25 @@ export async function waitGone(pids, ms) {
   }
 }
 
+/**
+ * SIGKILL of a supervisor chain (supervisor and keeper) "in one instant", as `kill -9 -1` would:
+ * the one window the keeper leaves. Both are frozen first (SIGSTOP, until /proc says `T`), so
+ * neither can start the stop when the other dies, and the keeper is killed first: a stopped
+ * keeper whose supervisor died would get SIGHUP and SIGCONT from the kernel (its process group
+ * became orphaned with a stopped member) and would run the stop. As tests/common's
+ * kill_supervisor_and_keeper.
+ */
+export async function killChain(supervisor, keeper) {
+  const chain = [keeper, supervisor].filter(Boolean);
+  for (const p of chain) process.kill(p, "SIGSTOP");
+  const end = Date.now() + 5000;
+  while (!chain.every((p) => ["T", "Z", "X", undefined].includes(stat(p)?.state))) {
+    if (Date.now() >= end) throw new Error(`the supervisor chain ${chain} did not stop`);
+    await sleep(1);
+  }
+  for (const p of chain) process.kill(p, "SIGKILL");
+}
+
 /** Processes a test made, killed on cleanup only while their start time still matches. */
 export class Guard {
   constructor() {
@@ -122,6 +141,7 @@ export function host(script, args, env = {}) {
     env: { ...process.env, ...env },
   });
   child.lines = lines(child.stdout);
+  closed(child);
   return child;
 }
 
@@ -167,5 +187,8 @@ export function lines(stream) {
 
 /** Resolves with [code, signal] when `child` closes. */
 export function closed(child) {
-  return new Promise((resolve) => child.on("close", (code, signal) => resolve([code, signal])));
+  // One promise per child, made at its spawn by `host`: a close that came while the test was
+  // awaiting something else is still seen.
+  child.closing ??= new Promise((resolve) => child.once("close", (code, signal) => resolve([code, signal])));
+  return child.closing;
 }

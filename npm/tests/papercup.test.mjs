@@ -5,7 +5,7 @@ import test from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import { api, closed, host, stateDir, waitGone } from "./helpers.mjs";
+import { api, closed, host, killChain, stateDir, waitGone } from "./helpers.mjs";
 
 /** The keeper of an entry's supervisor (issue 16), from the entry file (the view omits it). */
 function keeperOf(dir, id) {
@@ -50,9 +50,7 @@ test("a bot that crashed comes back and reaps what it left, and nothing of anyon
   guard.track(keeper);
   bot.kill("SIGKILL");
   const chain = [b.supervisorPid, keeper].filter(Boolean);
-  // In one instant (`kill -9 -1`): the keeper frozen first, so it cannot start the stop.
-  if (keeper) process.kill(keeper, "SIGSTOP");
-  for (const p of chain) process.kill(p, "SIGKILL");
+  await killChain(b.supervisorPid, keeper);
   await closed(bot);
   assert.deepEqual(await waitGone([a.pid, a.supervisorPid, ...chain], 10000), [], "turn A outlived its owner");
   assert.equal((await sd.list({ stateDir: dir, all: true })).find((e) => e.id === b.id).status, "orphaned");

@@ -37,6 +37,22 @@ def alive(pid):
     return s is not None and s[0] not in ("Z", "X")
 
 
+def kill_chain(supervisor, keeper):
+    """SIGKILL of a supervisor and its keeper "in one instant" (`kill -9 -1`), as
+    tests/common's kill_supervisor_and_keeper: both frozen first (SIGSTOP, until /proc says T),
+    the keeper killed first. A stopped keeper whose supervisor died would get SIGHUP and SIGCONT
+    from the kernel (its process group became orphaned with a stopped member) and run the stop."""
+    chain = [p for p in (keeper, supervisor) if p]
+    for p in chain:
+        os.kill(p, signal.SIGSTOP)
+    end = time.monotonic() + 5
+    while not all((stat(p) or ("X",))[0] in ("T", "Z", "X") for p in chain):
+        assert time.monotonic() < end, f"the supervisor chain {chain} did not stop"
+        time.sleep(0.001)
+    for p in chain:
+        os.kill(p, signal.SIGKILL)
+
+
 def wait_gone(pids, secs):
     end = time.monotonic() + secs
     while True:
@@ -215,11 +231,7 @@ def test_papercup_crash_reap_cancel_and_turn_timeout(venv, state):
     for p in chain:
         guard.track(p)
     bot.kill()
-    # In one instant (`kill -9 -1`): the keeper frozen first, so it cannot start the stop.
-    if keeper:
-        os.kill(keeper, signal.SIGSTOP)
-    for p in chain:
-        os.kill(p, signal.SIGKILL)
+    kill_chain(b["supervisorPid"], keeper)
     bot.wait()
     assert wait_gone(chain, 10) == []
     reaped = run_host(venv, "import json, sys, sheepdog; print(json.dumps(sheepdog.reap(state_dir=sys.argv[1])))", d)
