@@ -615,9 +615,15 @@ impl Registry {
         Ok((changed, true))
     }
 
-    /// Removes an entry and its logs.
+    /// Removes an entry and its logs, under the entry's lock: a write in progress (the
+    /// supervisor recording the result, whose `exited` event is appended under the lock) ends
+    /// first, so `cleared` is always an entry's last event. Errors: `NotFound` when it is gone.
     pub fn remove(&self, id: &str) -> Result<(), RegistryError> {
         let dir = self.dir(id);
+        if !dir.is_dir() {
+            return Err(RegistryError::NotFound(id.to_string()));
+        }
+        let lock = self.entry_lock(id)?;
         let was = self.read(id).ok();
         // Rename first so a concurrent reader never sees a half-deleted entry.
         let tmp = self.procs().join(format!(".del-{id}-{}", now_ms()));
@@ -625,6 +631,7 @@ impl Registry {
         if let Some(e) = &was {
             let _ = crate::journal::append(&self.root, e, crate::journal::Kind::Cleared);
         }
+        drop(lock);
         fs::remove_dir_all(&tmp).map_err(io_at(&tmp))?;
         sync_dir(&self.procs())
     }
@@ -745,5 +752,37 @@ mod list_tests {
         put(&reg, "proc_1", &serde_json::to_string(&e).unwrap());
         assert_eq!(reg.read("proc_1").unwrap().command_preview, long);
         assert_eq!(reg.list().0[0].command_preview, long);
+    }
+
+    /// The helper's trial of this round (`start -- true; wait; clear` in a loop, under load):
+    /// `cleared` came before `exited` for 2 entries in 150, and once `exited` never came. A
+    /// remove that does not wait for the entry's lock renames the entry away while a write is
+    /// in progress: its event comes after, or the write fails and its event never comes.
+    #[test]
+    fn remove_waits_for_a_write_in_progress_so_cleared_is_the_last_event() {
+        let tmp = tempfile::tempdir().unwrap();
+        let reg = Registry::open(Some(tmp.path().join("s"))).unwrap();
+        let e = Entry { id: "proc_1".into(), status: Status::Running, pid: Some(42), ..Entry::default() };
+        put(&reg, &e.id, &serde_json::to_string(&e).unwrap());
+        std::thread::scope(|s| {
+            // The supervisor recording the result: the lock is held from before the read until
+            // after the event is appended.
+            let writer = s.spawn(|| {
+                reg.update("proc_1", |e| {
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    e.status = Status::Exited;
+                    e.exit_code = Some(0);
+                })
+            });
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            reg.remove("proc_1").unwrap();
+            let _ = writer.join();
+        });
+        let journal = fs::read_to_string(tmp.path().join("s/events/journal.jsonl")).unwrap();
+        let kinds: Vec<String> = journal
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["event"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(kinds, ["exited", "cleared"]);
     }
 }
