@@ -495,7 +495,15 @@ impl Registry {
         let path = self.file(id, "supervisor.json");
         let tmp = self.file(id, &format!(".supervisor.json.tmp-{}", me.as_raw()));
         let bytes = serde_json::to_vec(&f).unwrap_or_default();
-        let written = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, &path));
+        // Private as every other file of the entry (no fsync: a hint, checked before use).
+        let written = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut t| io::Write::write_all(&mut t, &bytes))
+            .and_then(|()| fs::rename(&tmp, &path));
         if written.is_err() {
             let _ = fs::remove_file(&tmp);
         }

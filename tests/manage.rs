@@ -477,6 +477,24 @@ fn the_state_dir_is_created_private_from_the_environment() {
     assert!(xdg.join("sheepdog/procs").is_dir());
 }
 
+/// A helper's trial: `supervisor.json` was 0644 where every other file of an entry is 0600.
+#[test]
+fn every_file_of_an_entry_is_private_to_its_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let st = State::new();
+    let id = id_of(&st.start(&["--cleanup", "true", "--", "sleep", "100"]));
+    let dir = st.path().join("procs").join(&id);
+    let mut seen = Vec::new();
+    for f in std::fs::read_dir(&dir).unwrap().flatten() {
+        let mode = f.metadata().unwrap().permissions().mode() & 0o777;
+        let name = f.file_name().to_string_lossy().into_owned();
+        assert_eq!(mode & 0o077, 0, "{name} is {mode:o}");
+        seen.push(name);
+    }
+    assert!(seen.iter().any(|n| n == "supervisor.json") && seen.iter().any(|n| n == "entry.json"), "{seen:?}");
+    st.ok(&["stop", &id]);
+}
+
 #[test]
 fn messages_keep_the_name_id_shape_without_a_name_and_json_errors_go_to_stdout() {
     let st = State::new();
