@@ -195,7 +195,11 @@ export function startPi(t, m, { env = {}, cwd } = {}) {
     {
       cwd: cwd || home,
       stdio: ["pipe", "pipe", "pipe"],
-      env: { ...process.env, PI_CODING_AGENT_DIR: agentDir, SHEEPDOG_STATE_DIR: stateDir, PI_OFFLINE: "1", PI_TELEMETRY: "0", ...env },
+      // HOME is the test's own: the tool runs commands as `bash -lc`, and a login shell that
+      // read this machine's ~/.profile ran `pyenv rehash`; a tree stopped mid-rehash (SIGKILL
+      // after the grace) left pyenv's lock behind, and every later `bash -lc` on the machine
+      // then waited 60 s for it (a CI run here: the log-match test timed out, then 6 of 6).
+      env: { ...process.env, HOME: home, PI_CODING_AGENT_DIR: agentDir, SHEEPDOG_STATE_DIR: stateDir, PI_OFFLINE: "1", PI_TELEMETRY: "0", ...env },
     },
   );
   guard.track(child.pid);
