@@ -412,9 +412,17 @@ mod tests {
         while procfs::cmdline(pid) != "sh -c while :; do :; done" && std::time::Instant::now() < end {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        let mut s = Sampler::new();
-        s.round();
-        let first = s.tree(&[pid]);
+        // Right after the exec the new image may have no resident page yet (rss 0 in a loaded
+        // CI run): look again on a fresh sampler until it has.
+        let (mut s, first) = loop {
+            let mut s = Sampler::new();
+            s.round();
+            let first = s.tree(&[pid]);
+            if first.memory_bytes > 0 || std::time::Instant::now() >= end {
+                break (s, first);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
         assert_eq!(first.cpu_percent, 0.0, "no baseline on the first round");
         assert!(first.memory_bytes > 0);
         std::thread::sleep(std::time::Duration::from_millis(500));
