@@ -3,8 +3,11 @@
 
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::process::{Command, Stdio};
 
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+use crate::sys::exec;
 use crate::sys::process::{self, Isolation};
 use crate::sys::{Pgid, Pid};
 
@@ -77,8 +80,8 @@ pub struct SpawnOptions {
     pub cwd: Option<std::path::PathBuf>,
     /// Added to (or replacing in) the inherited environment.
     pub env: Vec<(OsString, OsString)>,
-    /// `None`: inherit the supervisor's stdio unchanged.
-    pub stdio: Option<(Stdio, Stdio, Stdio)>,
+    /// stdin, stdout and stderr; `None`: inherit the supervisor's stdio unchanged.
+    pub stdio: Option<[OwnedFd; 3]>,
 }
 
 /// Sets `cmd` apart as `isolation` says, in the forked child before `exec` (see
@@ -101,10 +104,15 @@ pub struct CgroupJoin {
 /// Spawns `argv` as the leader of a new process group with default signal dispositions and an
 /// empty signal mask (if the supervisor holds the terminal's foreground, the new group takes
 /// it), the child joining `join`'s cgroup first when given. Returns only after `exec`
-/// succeeded (std reports exec errors through a close-on-exec pipe), so an error means the
-/// command never ran. Returns the spawned provider and, when the join failed and `fallback`
-/// allowed running it outside the cgroup, why the join failed. Errors: [`SpawnError`]
-/// (`Cgroup` when the join failed without a fallback).
+/// succeeded, so an error means the command never ran. Returns the spawned provider and, when
+/// the join failed and `fallback` allowed running it outside the cgroup, why the join failed.
+/// Errors: [`SpawnError`] (`Cgroup` when the join failed without a fallback).
+///
+/// The fast way is `clone3(CLONE_VM | CLONE_VFORK)` with the child created inside the cgroup
+/// (`sys::exec`, as `posix_spawn` does): no copy of the supervisor's memory. Where the kernel
+/// refuses that clone (before Linux 5.7, a seccomp filter, a cgroup that cannot take
+/// processes), or `SHEEPDOG_CGROUP_NO_CLONE3` is set, std forks and the child joins with a
+/// write to `cgroup.procs` before `exec`.
 pub fn spawn_joined(
     argv: &[OsString],
     opts: SpawnOptions,
@@ -114,6 +122,18 @@ pub fn spawn_joined(
         program: String::new(),
         source: io::Error::new(io::ErrorKind::InvalidInput, "empty command"),
     })?;
+    let take_terminal = process::owns_terminal_foreground();
+    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    if std::env::var_os(crate::sys::cgroup::NO_CLONE3_ENV).is_none() {
+        let stdio = opts.stdio.as_ref().map(|fds| fds.each_ref().map(std::os::fd::AsRawFd::as_raw_fd));
+        let plan = exec::Plan::new(program, args, &opts.env, opts.cwd.as_deref(), stdio, take_terminal)
+            .map_err(|e| SpawnError::classify(program, e))?;
+        match exec::spawn(&plan, join.map(|j| j.fds.dir)) {
+            Ok(pid) => return Ok((Spawned { pid, pgid: pid.as_group() }, None)),
+            Err(exec::Failed::Exec(e)) => return Err(SpawnError::classify(program, e)),
+            Err(exec::Failed::Clone) => {}
+        }
+    }
     let mut cmd = Command::new(program);
     cmd.args(args);
     if let Some(cwd) = &opts.cwd {
@@ -122,10 +142,9 @@ pub fn spawn_joined(
     for (k, v) in &opts.env {
         cmd.env(k, v);
     }
-    if let Some((i, o, e)) = opts.stdio {
-        cmd.stdin(i).stdout(o).stderr(e);
+    if let Some([i, o, e]) = opts.stdio {
+        cmd.stdin(Stdio::from(i)).stdout(Stdio::from(o)).stderr(Stdio::from(e));
     }
-    let take_terminal = process::owns_terminal_foreground();
     // Read in the forked child: set by the parent before a retry outside the cgroup.
     let skip_join = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let skip = skip_join.clone();
@@ -138,16 +157,6 @@ pub fn spawn_joined(
         process::pre_exec(Isolation::Group { take_terminal })
     });
     let mut refused = None;
-    // The fast way into the cgroup: the child is created in it (clone3). Where the kernel
-    // refuses that, the child is forked and joins with a write to cgroup.procs (below).
-    if let Some(j) = join {
-        skip_join.store(true, std::sync::atomic::Ordering::Relaxed);
-        match crate::sys::cgroup::spawn_into(&mut cmd, j.fds.dir) {
-            Ok(pid) => return Ok((Spawned { pid, pgid: pid.as_group() }, None)),
-            Err(crate::sys::cgroup::SpawnInto::Exec(e)) => return Err(SpawnError::classify(program, e)),
-            Err(crate::sys::cgroup::SpawnInto::Clone) => skip_join.store(false, std::sync::atomic::Ordering::Relaxed),
-        }
-    }
     let child = match (cmd.spawn(), join) {
         (Ok(c), _) => c,
         (Err(e), Some(j)) => match crate::sys::cgroup::take_join_error(j.fds) {

@@ -89,18 +89,21 @@ pub fn run_supervisor(
     // `--stdin pipe`: the command reads a FIFO this supervisor holds open (stdin.rs).
     let (stdin_pipe, stdin) = if entry.stdin_pipe {
         match super::stdin::StdinPipe::open(&reg.dir(id)) {
-            Ok((pipe, reader)) => (Some(pipe), Stdio::from(reader)),
+            Ok((pipe, reader)) => (Some(pipe), OwnedFd::from(reader)),
             Err(e) => return fail(exit::USAGE, format!("unable to make the stdin pipe: {e}")),
         }
     } else {
-        (None, Stdio::null())
+        match File::open("/dev/null") {
+            Ok(null) => (None, OwnedFd::from(null)),
+            Err(e) => return fail(exit::USAGE, format!("unable to open /dev/null: {e}")),
+        }
     };
     let opts = Options {
         argv,
         spawn: SpawnOptions {
             cwd: Some(cwd),
             env: vec![(ID_ENV.into(), id.into()), (TAG_ENV.into(), entry.tag.clone().into())],
-            stdio: Some((stdin, Stdio::from(out_w), Stdio::from(err_w))),
+            stdio: Some([stdin, out_w, err_w]),
         },
         owner: entry.owner_pid.and_then(Pid::new).map(Owner::Process),
         on_stdin_eof: OnStdinEof::Ignore,

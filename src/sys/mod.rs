@@ -6,6 +6,8 @@
 //! values, not errors, so callers can handle them quietly (as tini does).
 
 pub mod cgroup;
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub mod exec;
 pub mod process;
 pub mod procfs;
 pub mod signal;
