@@ -405,8 +405,16 @@ mod tests {
 
     #[test]
     fn a_busy_process_shows_cpu_and_memory() {
-        let mut child = std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
-        let pid = Pid::new(child.id() as i32).unwrap();
+        /// Kills and reaps the spinning shell however the test ends (a failed assert included).
+        struct Spinner(std::process::Child);
+        impl Drop for Spinner {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let child = Spinner(std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap());
+        let pid = Pid::new(child.0.id() as i32).unwrap();
         // Past the exec: the shell's own figures, not the forking test's.
         let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while procfs::cmdline(pid) != "sh -c while :; do :; done" && std::time::Instant::now() < end {
@@ -428,8 +436,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(500));
         s.round();
         let second = s.tree(&[pid]);
-        let _ = child.kill();
-        let _ = child.wait();
+        drop(child);
         // A spinning shell on a shared machine: well above zero, at most a bit over one core.
         assert!(second.cpu_percent > 2.0 && second.cpu_percent < 250.0, "{second:?}");
         assert_eq!(second.processes, 1);
