@@ -24,6 +24,11 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use super::Pid;
 
+unsafe extern "C" {
+    /// The process's environment (POSIX).
+    static environ: *const *const libc::c_char;
+}
+
 /// Bytes of the child's stack, a buffer in the spawner's frame (which is suspended while the
 /// child runs). The child's deepest call is a libc wrapper around one system call.
 const CHILD_STACK: usize = 16 * 1024;
@@ -35,6 +40,7 @@ pub struct Plan {
     candidates: Vec<CString>,
     _argv: Vec<CString>,
     argv_ptrs: Vec<*const libc::c_char>,
+    /// The variables `env` sets; the rest of `envp_ptrs` points into `environ`.
     _envp: Vec<CString>,
     envp_ptrs: Vec<*const libc::c_char>,
     cwd: Option<CString>,
@@ -67,17 +73,32 @@ impl Plan {
         for a in args {
             argv.push(cstr(a.as_bytes())?);
         }
-        let mut envp = Vec::new();
-        let mut path = None;
-        for (k, v) in std::env::vars_os() {
-            if env.iter().any(|(n, _)| *n == k) {
-                continue;
+        // The child's environment points at this process's own strings (`environ`), minus
+        // the names `env` sets: no copy of each variable per spawn.
+        let mut envp_ptrs: Vec<*const libc::c_char> = Vec::new();
+        let mut path: Option<OsString> = None;
+        let overridden = |name: &[u8]| env.iter().any(|(n, _)| n.as_bytes() == name);
+        // SAFETY: `environ` is the process's NULL-terminated array of NUL-terminated strings;
+        // nothing in sheepdog changes the environment (no setenv), so the strings stay put for
+        // as long as the plan is used.
+        unsafe {
+            let mut p = environ;
+            while !p.is_null() && !(*p).is_null() {
+                let entry = std::ffi::CStr::from_ptr(*p).to_bytes();
+                let (name, value) = match entry.iter().position(|b| *b == b'=') {
+                    Some(i) => (&entry[..i], &entry[i + 1..]),
+                    None => (entry, &b""[..]),
+                };
+                if !overridden(name) {
+                    if name == b"PATH" {
+                        path = Some(OsStr::from_bytes(value).to_os_string());
+                    }
+                    envp_ptrs.push(*p);
+                }
+                p = p.add(1);
             }
-            if k == "PATH" {
-                path = Some(v.clone());
-            }
-            envp.push(cstr(&[k.as_bytes(), b"=", v.as_bytes()].concat())?);
         }
+        let mut envp = Vec::new();
         for (i, (k, v)) in env.iter().enumerate() {
             if env[i + 1..].iter().any(|(n, _)| n == k) {
                 continue;
@@ -87,6 +108,8 @@ impl Plan {
             }
             envp.push(cstr(&[k.as_bytes(), b"=", v.as_bytes()].concat())?);
         }
+        envp_ptrs.extend(envp.iter().map(|s| s.as_ptr()));
+        envp_ptrs.push(std::ptr::null());
         let candidates = if program.as_bytes().contains(&b'/') {
             vec![cstr(program.as_bytes())?]
         } else {
@@ -105,7 +128,7 @@ impl Plan {
             candidates,
             argv_ptrs: ptrs(&argv),
             _argv: argv,
-            envp_ptrs: ptrs(&envp),
+            envp_ptrs,
             _envp: envp,
             cwd: cwd.map(|c| cstr(c.as_os_str().as_bytes())).transpose()?,
             stdio,
@@ -366,6 +389,16 @@ mod tests {
         drop(w);
         assert_eq!(super::super::process::reap(pid, true).unwrap(), Some(super::super::WaitStatus::Exited(7)));
         assert_eq!(pgid, pid.as_raw());
+    }
+
+    #[test]
+    fn the_environment_is_the_spawners_with_the_plans_variables_on_top() {
+        let env = [("SHEEPDOG_EXEC_TEST".into(), "a".into()), ("HOME".into(), "/override".into())];
+        let script = r#"[ "$SHEEPDOG_EXEC_TEST" = a ] && [ "$HOME" = /override ] && [ -n "$PATH" ] && [ "$(env | grep -c '^HOME=')" = 1 ]"#;
+        let args = ["-c".into(), script.into()];
+        let p = Plan::new(OsStr::new("sh"), &args, &env, None, None, false).unwrap();
+        let pid = spawn(&p, None).unwrap();
+        assert_eq!(super::super::process::reap(pid, true).unwrap(), Some(super::super::WaitStatus::Exited(0)));
     }
 
     #[test]
