@@ -184,6 +184,30 @@ fn run_records_the_cgroup_and_its_inode_and_the_command_runs_inside_it() {
 }
 
 #[test]
+fn the_cgroups_members_made_below_the_trees_own_are_removed_with_it() {
+    let Some(own) = need_cgroup("the_cgroups_members_made_below_the_trees_own_are_removed_with_it") else {
+        return;
+    };
+    let guard = Guard::new();
+    let mount = own.to_string_lossy().into_owned();
+    let mount = mount.trim_end_matches(&*cgroup_of(std::process::id() as i32)).to_string();
+    let script = format!(
+        "--containment cgroup -- sh -c 'cg=$(sed -n \"s/^0:://p\" /proc/self/cgroup); mkdir -p {mount}$cg/a/b && echo made'"
+    );
+    let (mut child, lines) = run_with_events(&script, &[], &guard);
+    assert_eq!(wait_child(&mut child, SECS(10)).code(), Some(0));
+    let (events, out) = split_events(&lines);
+    assert_eq!(out, ["made"], "{events:?}");
+    let path = events[0]["cgroup"].as_str().expect("the cgroup tier").to_string();
+    let left = Path::new(&path).exists();
+    // Whatever the outcome, nothing of it stays (deepest first; the tree is gone, so they empty).
+    for d in ["a/b", "a", ""] {
+        let _ = std::fs::remove_dir(Path::new(&path).join(d));
+    }
+    assert!(!left, "the cgroup and the two below it are removed: {path}");
+}
+
+#[test]
 fn without_clone3_the_child_joins_its_cgroup_before_exec_by_writing_cgroup_procs() {
     if need_cgroup("without_clone3_the_child_joins_its_cgroup_before_exec_by_writing_cgroup_procs").is_none() {
         return;
