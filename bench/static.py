@@ -8,8 +8,8 @@ Prints a Markdown table (for bench/NOTES.md and BENCHMARKS.md):
 - `run -- true` start overhead: wall ms, median and p10-p90 of RUNS runs per peer, interleaved
   round by round with bare exec and `tini --` (the same measure as `cargo bench --bench compare`);
 - PSS per extra managed process: median PSS (`/proc/PID/smaps_rollup`) of one detached
-  supervisor with SUPERVISORS running (`sheepdog start -- sleep 300`; for tini, `tini -- sleep
-  300` each: one tini per process);
+  supervisor and its keeper together, with SUPERVISORS running (`sheepdog start -- sleep 300`;
+  for tini, `tini -- sleep 300` each: one tini per process);
 - binary size in bytes.
 Everything it starts is stopped by its recorded pid (and the state dirs removed) on every exit.
 """
@@ -34,6 +34,14 @@ def pss_kib(pid):
             if line.startswith("Pss:"):
                 return int(line.split()[1])
     return float("nan")
+
+
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
 
 
 def pct(xs, q):
@@ -88,7 +96,9 @@ def main():
                 ).stdout
                 sups.append(json.loads(out)["supervisorPid"])
             time.sleep(0.5)
-            pss[name] = statistics.median(pss_kib(p) for p in sups)
+            # Each managed process costs its supervisor and that supervisor's keeper (issue 16:
+            # the supervisor's only child).
+            pss[name] = statistics.median(pss_kib(p) + sum(pss_kib(k) for k in children(p)) for p in sups)
         finally:
             subprocess.run([b, "--state-dir", d, "stop", "--all", "--term-grace", "200ms"], capture_output=True)
             shutil.rmtree(d, ignore_errors=True)
@@ -97,7 +107,7 @@ def main():
     size["sheepdog (dynamic, glibc)"] = os.path.getsize(dyn)
     size["sheepdog (static, musl)"] = os.path.getsize(sta)
     base = statistics.median(start["bare exec"])
-    print(f"| peer | `run -- true` median ms (p10–p90) | over bare exec | PSS per extra managed process, KiB | binary size, bytes |")
+    print(f"| peer | `run -- true` median ms (p10–p90) | over bare exec | PSS per extra managed process (supervisor + keeper), KiB | binary size, bytes |")
     print("|---|---|---|---|---|")
     for name, _, _ in peers:
         s = start[name]
