@@ -60,7 +60,8 @@ pub struct Plan {
 impl Plan {
     /// The plan for `program args...` with the spawner's environment plus `env` (a later value
     /// of a name wins), in `cwd`, with `stdio` on 0, 1 and 2, as the leader of a new process
-    /// group. Errors: `InvalidInput` for an empty program or a NUL byte in any string.
+    /// group. Errors: ENOENT for an empty program (as `execvp` gives), `InvalidInput` for a NUL
+    /// byte in any string.
     pub fn new(
         program: &OsStr,
         args: &[OsString],
