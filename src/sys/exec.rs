@@ -29,6 +29,9 @@ unsafe extern "C" {
     static environ: *const *const libc::c_char;
 }
 
+/// The shell execvp runs a file with when the kernel cannot (no `#!` line).
+const SH: &std::ffi::CStr = c"/bin/sh";
+
 /// Bytes of the child's stack, mapped for the spawn with a guard page below it and unmapped
 /// after. The child's deepest call is a libc wrapper around one system call. (Not a buffer in
 /// the spawner's frame: stack probes would touch every page of it in each supervisor and its
@@ -45,6 +48,8 @@ pub struct Plan {
     candidates: Vec<CString>,
     _argv: Vec<CString>,
     argv_ptrs: Vec<*const libc::c_char>,
+    /// `/bin/sh`, the candidate, then the arguments: the retry for a script without `#!`.
+    sh_argv: std::cell::UnsafeCell<Vec<*const libc::c_char>>,
     /// The variables `env` sets; the rest of `envp_ptrs` points into `environ`.
     _envp: Vec<CString>,
     envp_ptrs: Vec<*const libc::c_char>,
@@ -92,12 +97,16 @@ impl Plan {
             while !p.is_null() && !(*p).is_null() {
                 let entry = std::ffi::CStr::from_ptr(*p).to_bytes();
                 let (name, value) = match entry.iter().position(|b| *b == b'=') {
-                    Some(i) => (&entry[..i], &entry[i + 1..]),
-                    None => (entry, &b""[..]),
+                    Some(i) => (&entry[..i], Some(&entry[i + 1..])),
+                    None => (entry, None),
                 };
                 if !overridden(name) {
-                    if name == b"PATH" {
-                        path = Some(OsStr::from_bytes(value).to_os_string());
+                    // The first PATH with a value, as getenv and execvp read it.
+                    if name == b"PATH"
+                        && path.is_none()
+                        && let Some(v) = value
+                    {
+                        path = Some(OsStr::from_bytes(v).to_os_string());
                     }
                     envp_ptrs.push(*p);
                 }
@@ -130,8 +139,14 @@ impl Plan {
             out
         };
         let ptrs = |v: &[CString]| v.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        // For a file without a `#!` line (ENOEXEC): `/bin/sh PATH ARGS...`, as execvp retries.
+        // Slot 1 is the candidate that failed, filled in by the child.
+        let mut sh_argv: Vec<*const libc::c_char> = vec![SH.as_ptr(), std::ptr::null()];
+        sh_argv.extend(argv[1..].iter().map(|s| s.as_ptr()));
+        sh_argv.push(std::ptr::null());
         Ok(Plan {
             candidates,
+            sh_argv: std::cell::UnsafeCell::new(sh_argv),
             argv_ptrs: ptrs(&argv),
             _argv: argv,
             envp_ptrs,
@@ -160,8 +175,9 @@ pub enum Failed {
 /// spawner is suspended until then). In the child, in order: `setpgid(0, 0)`, the terminal's
 /// foreground when the plan asks for it, the stdio fds on 0/1/2, `chdir`, every fd above 2
 /// marked close-on-exec, every signal's disposition set to default and an empty mask, then
-/// `execve` of each candidate path (as `execvp`: on to the next on ENOENT, ENOTDIR or EACCES,
-/// reporting EACCES if any candidate gave it). No `/bin/sh` retry on ENOEXEC.
+/// `execve` of each candidate path (as glibc's `execvp`: on to the next on ENOENT, ENOTDIR,
+/// ENAMETOOLONG or EACCES, reporting EACCES if any candidate gave it; a file the kernel cannot
+/// run, ENOEXEC, is run with `/bin/sh`).
 ///
 /// Must be called from a single-threaded process (the supervisor is): the child shares its
 /// memory, and another thread could change it underneath.
@@ -388,13 +404,29 @@ unsafe extern "C" fn child(arg: *const libc::c_void) -> ! {
         // SAFETY: as above; execve returns only on failure.
         unsafe { libc::execve(path.as_ptr(), plan.argv_ptrs.as_ptr(), plan.envp_ptrs.as_ptr()) };
         code = errno();
+        if code == libc::ENOEXEC {
+            // SAFETY: the spawner is suspended and never touches `sh_argv` while a child runs;
+            // slot 1 exists (the plan made it) and only the pointer is written, no reallocation.
+            unsafe {
+                let sh = &mut *plan.sh_argv.get();
+                sh[1] = path.as_ptr();
+                libc::execve(SH.as_ptr(), sh.as_ptr(), plan.envp_ptrs.as_ptr());
+            }
+            code = errno();
+            break;
+        }
         match code {
             libc::EACCES => denied = true,
-            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+            // As glibc's execvp: on to the next directory.
+            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT | libc::ENAMETOOLONG => {}
             _ => break,
         }
     }
-    fail(if denied && matches!(code, libc::ENOENT | libc::ENOTDIR) { libc::EACCES } else { code })
+    let searched_on = matches!(
+        code,
+        libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT | libc::ENAMETOOLONG
+    );
+    fail(if denied && searched_on { libc::EACCES } else { code })
 }
 
 #[cfg(test)]
@@ -428,6 +460,25 @@ mod tests {
         let p = Plan::new(OsStr::new("sh"), &args, &env, None, None, false).unwrap();
         let pid = spawn(&p, None).unwrap();
         assert_eq!(super::super::process::reap(pid, true).unwrap(), Some(super::super::WaitStatus::Exited(0)));
+    }
+
+    #[test]
+    fn a_script_without_a_shebang_runs_with_sh_and_a_too_long_path_entry_is_skipped() {
+        let dir = std::env::temp_dir().join(format!("sheepdog-exec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("noshebang");
+        std::fs::write(&script, "exit $(($1 + 1))\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let p = Plan::new(script.as_os_str(), &["4".into()], &[], None, None, false).unwrap();
+        let status = super::super::process::reap(spawn(&p, None).unwrap(), true).unwrap();
+        // A PATH element longer than PATH_MAX is passed over, as execvp does.
+        let long = format!("{}:{}", "/x".repeat(2100), dir.display());
+        let p = Plan::new(OsStr::new("noshebang"), &["1".into()], &[("PATH".into(), long.into())], None, None, false)
+            .unwrap();
+        let searched = spawn(&p, None).map(|pid| super::super::process::reap(pid, true).unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(status, Some(super::super::WaitStatus::Exited(5)));
+        assert!(matches!(searched, Ok(Some(super::super::WaitStatus::Exited(2)))), "{searched:?}");
     }
 
     #[test]
