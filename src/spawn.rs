@@ -102,8 +102,8 @@ pub struct CgroupJoin {
 }
 
 /// Spawns `argv` as the leader of a new process group with default signal dispositions and an
-/// empty signal mask (if the supervisor holds the terminal's foreground, the new group takes
-/// it), the child joining `join`'s cgroup first when given. Returns only after `exec`
+/// empty signal mask (with `take_terminal`, the new group takes the terminal's foreground: the
+/// supervisor held it, `sys::process::owns_terminal_foreground`), the child joining `join`'s cgroup first when given. Returns only after `exec`
 /// succeeded, so an error means the command never ran. Returns the spawned provider and, when
 /// the join failed and `fallback` allowed running it outside the cgroup, why the join failed.
 /// Errors: [`SpawnError`] (`Cgroup` when the join failed without a fallback).
@@ -117,12 +117,12 @@ pub fn spawn_joined(
     argv: &[OsString],
     opts: SpawnOptions,
     join: Option<CgroupJoin>,
+    take_terminal: bool,
 ) -> Result<(Spawned, Option<io::Error>), SpawnError> {
     let (program, args) = argv.split_first().ok_or_else(|| SpawnError::Other {
         program: String::new(),
         source: io::Error::new(io::ErrorKind::InvalidInput, "empty command"),
     })?;
-    let take_terminal = process::owns_terminal_foreground();
     #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
     if std::env::var_os(crate::sys::cgroup::NO_CLONE3_ENV).is_none() {
         let stdio = opts.stdio.as_ref().map(|fds| fds.each_ref().map(std::os::fd::AsRawFd::as_raw_fd));

@@ -359,6 +359,11 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
     // behind) are not the provider's: they are reaped when they exit, never stopped.
     let foreign = crate::tree::foreign_children();
 
+    // Whether the provider takes the terminal (this process's group is its foreground, as
+    // tini checks), decided here: the keeper moves to a group of its own before the spawn. The
+    // group to give it back to once the tree is gone.
+    let terminal_home = process::owns_terminal_foreground().then(process::getpgrp);
+
     // The keeper (crate::keeper): from here on two processes watch each other, and the one
     // left after the other's SIGKILL runs the stop. The supervisor relays signals until the
     // keeper is done and then exits as it did; it goes on below only if the keeper was killed.
@@ -414,7 +419,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                 fds,
                 fallback: opts.containment.mode == cgroup::Mode::Auto && !opts.containment.limits_asked(),
             });
-            let spawned = match spawn::spawn_joined(&opts.argv, opts.spawn, join) {
+            let spawned = match spawn::spawn_joined(&opts.argv, opts.spawn, join, terminal_home.is_some()) {
                 Ok((spawned, None)) => spawned,
                 Ok((spawned, Some(why))) => {
                     let path = containment.cgroup.as_ref().map(|c| c.path().display().to_string()).unwrap_or_default();
@@ -603,6 +608,11 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         }
     }
     let cgroup_left = tree.cgroup().is_some_and(|cg| cg.remove().is_err());
+    if let Some(home) = terminal_home {
+        // A script that ran `sheepdog run -- CMD` reads the terminal next: the foreground goes
+        // back from the provider's (now empty) group, unless someone else already took it.
+        process::give_terminal_back(spawned.pgid, home);
+    }
     Ok(Outcome {
         spawned,
         provider,

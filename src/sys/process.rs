@@ -587,6 +587,40 @@ pub fn owns_terminal_foreground() -> bool {
     unsafe { libc::isatty(libc::STDIN_FILENO) == 1 && libc::tcgetpgrp(libc::STDIN_FILENO) == libc::getpgrp() }
 }
 
+/// This process's group.
+pub fn getpgrp() -> Pgid {
+    // SAFETY: getpgrp has no preconditions and cannot fail.
+    Pgid(unsafe { libc::getpgrp() })
+}
+
+/// After a provider that took the terminal is gone: gives the foreground of the terminal on
+/// stdin back to `home` if it is still `provider`'s group or a group with nobody left in it
+/// (the provider may have handed it to a job of its own). A foreground that someone else
+/// took meanwhile (the shell, after `bg`) is left alone. SIGTTOU, which `tcsetpgrp` from a
+/// background group raises, is blocked for the call. Errors are ignored: the terminal may be
+/// gone.
+pub fn give_terminal_back(provider: Pgid, home: Pgid) {
+    // SAFETY: tcgetpgrp, kill with signal 0, sigprocmask and tcsetpgrp take integers and
+    // initialised sigsets.
+    unsafe {
+        let fg = libc::tcgetpgrp(libc::STDIN_FILENO);
+        if fg <= 0 || fg == home.as_raw() {
+            return;
+        }
+        let empty = libc::kill(-fg, 0) != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if fg != provider.as_raw() && !empty {
+            return;
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTTOU);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old);
+        libc::tcsetpgrp(libc::STDIN_FILENO, home.as_raw());
+        libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+}
+
 /// Takes ownership of an fd the caller inherited for sheepdog's own use (`--events-fd`), so
 /// commands spawned later do not inherit it: fds above 2 are marked close-on-exec and owned;
 /// 0, 1 and 2 are duplicated close-on-exec (the provider still inherits the originals).
