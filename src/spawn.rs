@@ -35,6 +35,15 @@ pub enum SpawnError {
         #[source]
         source: io::Error,
     },
+    /// The child could not enter its working directory: status 125 (the command itself was
+    /// not looked at).
+    #[error("unable to start {program}: working directory {dir}: {source}")]
+    Cwd {
+        program: String,
+        dir: String,
+        #[source]
+        source: io::Error,
+    },
     /// The child could not join the tree's cgroup before `exec` (the cgroup tier was
     /// demanded, so there is no fallback): status 125.
     #[error("unable to move {program} into its cgroup: {source}")]
@@ -51,7 +60,7 @@ impl SpawnError {
         match self {
             SpawnError::NotFound { .. } => crate::exit::NOT_FOUND,
             SpawnError::NotExecutable { .. } => crate::exit::NOT_EXECUTABLE,
-            SpawnError::Other { .. } | SpawnError::Cgroup { .. } => crate::exit::USAGE,
+            SpawnError::Other { .. } | SpawnError::Cgroup { .. } | SpawnError::Cwd { .. } => crate::exit::USAGE,
         }
     }
 
@@ -131,6 +140,13 @@ pub fn spawn_joined(
         match exec::spawn(&plan, join.map(|j| j.fds.dir)) {
             Ok(pid) => return Ok((Spawned { pid, pgid: pid.as_group() }, None)),
             Err(exec::Failed::Exec(e)) => return Err(SpawnError::classify(program, e)),
+            Err(exec::Failed::Cwd(source)) => {
+                return Err(SpawnError::Cwd {
+                    program: program.to_string_lossy().into_owned(),
+                    dir: opts.cwd.as_deref().map(|d| d.display().to_string()).unwrap_or_default(),
+                    source,
+                });
+            }
             Err(exec::Failed::Clone) => {}
         }
     }

@@ -60,6 +60,8 @@ pub struct Plan {
     take_terminal: bool,
     /// Set by the child to the errno of the step that failed; 0 while all went well.
     err: AtomicI32,
+    /// Set by the child when the step that failed was the `chdir`.
+    cwd_failed: std::sync::atomic::AtomicBool,
 }
 
 impl Plan {
@@ -155,6 +157,7 @@ impl Plan {
             stdio,
             take_terminal,
             err: AtomicI32::new(0),
+            cwd_failed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }
@@ -168,6 +171,9 @@ pub enum Failed {
     /// The child started but a step before `execve`, or `execve` itself, failed with this
     /// error; the child has been reaped.
     Exec(io::Error),
+    /// The child could not enter the working directory (gone, not a directory, no search
+    /// permission); the child has been reaped.
+    Cwd(io::Error),
 }
 
 /// Starts the plan's command as the leader of a new process group, inside the cgroup whose
@@ -270,7 +276,8 @@ pub fn spawn(plan: &Plan, cgroup: Option<RawFd>) -> Result<Pid, Failed> {
         0 => Ok(pid),
         code => {
             let _ = super::process::reap(pid, true);
-            Err(Failed::Exec(io::Error::from_raw_os_error(code)))
+            let e = io::Error::from_raw_os_error(code);
+            Err(if plan.cwd_failed.load(Ordering::Acquire) { Failed::Cwd(e) } else { Failed::Exec(e) })
         }
     }
 }
@@ -391,7 +398,9 @@ unsafe extern "C" fn child(arg: *const libc::c_void) -> ! {
         if let Some(cwd) = &plan.cwd
             && libc::chdir(cwd.as_ptr()) != 0
         {
-            fail(errno());
+            let code = errno();
+            plan.cwd_failed.store(true, Ordering::Release);
+            fail(code);
         }
     }
     super::process::close_inherited_on_exec();
@@ -479,6 +488,14 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(status, Some(super::super::WaitStatus::Exited(5)));
         assert!(matches!(searched, Ok(Some(super::super::WaitStatus::Exited(2)))), "{searched:?}");
+    }
+
+    #[test]
+    fn a_working_directory_that_cannot_be_entered_is_told_apart() {
+        let p = Plan::new(OsStr::new("true"), &[], &[], Some(std::path::Path::new("/nonexistent/dir")), None, false)
+            .unwrap();
+        let r = spawn(&p, None);
+        assert!(matches!(r, Err(Failed::Cwd(ref e)) if e.raw_os_error() == Some(libc::ENOENT)), "{r:?}");
     }
 
     #[test]
