@@ -694,3 +694,34 @@ fn ps_escapes_control_characters_from_commands_and_entries() {
     assert_eq!(text.lines().count(), 2, "the header and one line for the entry: {text:?}");
     assert!(text.contains("\\u{1b}[2Jwiped\\nsecond line"), "{text:?}");
 }
+
+#[test]
+fn start_env_reaches_the_command_and_its_cleanup_but_not_the_supervisor() {
+    let st = State::new();
+    // SHEEPDOG_KEEPER=off would turn the keeper off if it reached the supervisor.
+    let v = st.start(&[
+        "--env",
+        "SHEEPDOG_KEEPER=off",
+        "--env",
+        "SHEEPDOG_TEST_ENV=given",
+        "--cleanup",
+        "echo \"cleanup:$SHEEPDOG_TEST_ENV\"",
+        "--",
+        "sh",
+        "-c",
+        "echo \"cmd:$SHEEPDOG_TEST_ENV:$SHEEPDOG_KEEPER\"; exec sleep 100",
+    ]);
+    let id = id_of(&v);
+    let sup = v["supervisorPid"].as_i64().expect("supervisorPid") as i32;
+    let pid = v["pid"].as_i64().expect("pid") as i32;
+    let printed = st.wait_log(&id, "stdout.log", "cmd:");
+    let environ = |p: i32| std::fs::read(format!("/proc/{p}/environ")).unwrap_or_default();
+    let sup_env = environ(sup);
+    let parent = sheepdog::os::procfs::stat(sheepdog::os::Pid::new(pid).unwrap()).map(|s| s.ppid).unwrap_or(0);
+    st.ok(&["stop", &id]);
+    assert!(printed.contains("cmd:given:off"), "{printed}");
+    assert!(!sup_env.windows(b"SHEEPDOG_KEEPER".len()).any(|w| w == b"SHEEPDOG_KEEPER"), "the supervisor got --env");
+    assert_ne!(parent, sup, "the command's parent is the keeper, not the supervisor");
+    let log = st.wait_log(&id, "combined.log", "[cleanup] cleanup:");
+    assert!(log.contains("[cleanup] cleanup:given"), "{log}");
+}

@@ -169,7 +169,6 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         .arg(&cwd)
         .arg("--")
         .args(&req.argv)
-        .envs(req.env.iter().map(|(k, v)| (k, v)))
         .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -102,7 +102,16 @@ pub fn run_supervisor(
         argv,
         spawn: SpawnOptions {
             cwd: Some(cwd),
-            env: vec![(ID_ENV.into(), id.into()), (TAG_ENV.into(), entry.tag.clone().into())],
+            // `start --env` reaches the command here, not through this process's own
+            // environment: `--env SHEEPDOG_KEEPER=off` or `LD_PRELOAD=...` is the command's
+            // business, not the supervisor's. The id and tag win over anything given.
+            env: entry
+                .env
+                .iter()
+                .map(|kv| kv.split_env())
+                .filter(|(k, _)| !k.is_empty())
+                .chain([(ID_ENV.into(), id.into()), (TAG_ENV.into(), entry.tag.clone().into())])
+                .collect(),
             stdio: Some([stdin, out_w, err_w]),
         },
         owner: entry.owner_pid.and_then(Pid::new).map(Owner::Process),
