@@ -68,9 +68,16 @@ impl SpawnError {
         let program = program.to_string_lossy().into_owned();
         match source.raw_os_error() {
             Some(libc::ENOENT) | Some(libc::ENOTDIR) => SpawnError::NotFound { program, source },
-            Some(libc::EACCES) | Some(libc::ENOEXEC) | Some(libc::EISDIR) | Some(libc::EPERM) | Some(libc::ETXTBSY) => {
-                SpawnError::NotExecutable { program, source }
-            }
+            // What a shell reports with 126 too (bash: "Argument list too long", "File name
+            // too long", "Too many levels of symbolic links").
+            Some(libc::EACCES)
+            | Some(libc::ENOEXEC)
+            | Some(libc::EISDIR)
+            | Some(libc::EPERM)
+            | Some(libc::ETXTBSY)
+            | Some(libc::E2BIG)
+            | Some(libc::ENAMETOOLONG)
+            | Some(libc::ELOOP) => SpawnError::NotExecutable { program, source },
             _ => SpawnError::Other { program, source },
         }
     }

@@ -328,6 +328,11 @@ impl OwnerWatch {
 /// owner), then the subreaper bit, then the containment probe (the tree's cgroup exists and is
 /// recorded before the command runs), then the spawn.
 ///
+/// Call it from a single-threaded process, as the `sheepdog` binary is: the keeper is a `fork`
+/// that goes on running Rust code (a lock another thread held at the fork would stay held in
+/// it), it reaps every child of the process (`waitpid(-1)`), and it owns the process's signal
+/// handlers.
+///
 /// Errors: [`Error`]; on error nothing was spawned.
 pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
     let signals = install_signals()?;
