@@ -259,9 +259,10 @@ pub fn spawn(plan: &Plan, cgroup: Option<RawFd>) -> Result<Pid, Failed> {
         libc::sigprocmask(libc::SIG_SETMASK, &all, &mut old);
     }
     // SAFETY: `args` is a valid clone_args of the size passed, its stack the mapping above,
-    // which nothing else uses and which outlives the child's use of it; CLONE_VFORK suspends this thread until the child execs or
-    // exits, so the child alone runs on that stack and reads `plan`, which outlives the call.
-    // The child runs only `child`, which never returns (execve or _exit).
+    // which nothing else uses and which outlives the child's use of it. CLONE_VFORK suspends
+    // this thread until the child execs or exits, so the child alone runs on that stack and
+    // reads `plan`, which outlives the call. The child runs only `child`, which never returns
+    // (execve or _exit).
     let rc = unsafe { clone3_run(&args, std::mem::size_of::<CloneArgs>(), child, (plan as *const Plan).cast()) };
     let refused = rc < 0;
     // SAFETY: restores the mask saved above.
