@@ -119,8 +119,9 @@ pub struct CgroupJoin {
 
 /// Spawns `argv` as the leader of a new process group with default signal dispositions and an
 /// empty signal mask (with `take_terminal`, the new group takes the terminal's foreground: the
-/// supervisor held it, `sys::process::owns_terminal_foreground`), the child joining `join`'s cgroup first when given. Returns only after `exec`
-/// succeeded, so an error means the command never ran. Returns the spawned provider and, when
+/// supervisor held it, `sys::process::owns_terminal_foreground`), the child joining `join`'s
+/// cgroup first when given. Returns only after `exec` succeeded, so an error means the command
+/// never ran. Returns the spawned provider and, when
 /// the join failed and `fallback` allowed running it outside the cgroup, why the join failed.
 /// Errors: [`SpawnError`] (`Cgroup` when the join failed without a fallback).
 ///

@@ -465,7 +465,10 @@ mod tests {
     #[test]
     fn the_environment_is_the_spawners_with_the_plans_variables_on_top() {
         let env = [("SHEEPDOG_EXEC_TEST".into(), "a".into()), ("HOME".into(), "/override".into())];
-        let script = r#"[ "$SHEEPDOG_EXEC_TEST" = a ] && [ "$HOME" = /override ] && [ -n "$PATH" ] && [ "$(env | grep -c '^HOME=')" = 1 ]"#;
+        let script = concat!(
+            r#"[ "$SHEEPDOG_EXEC_TEST" = a ] && [ "$HOME" = /override ] && [ -n "$PATH" ] && "#,
+            r#"[ "$(env | grep -c '^HOME=')" = 1 ]"#
+        );
         let args = ["-c".into(), script.into()];
         let p = Plan::new(OsStr::new("sh"), &args, &env, None, None, false).unwrap();
         let pid = spawn(&p, None).unwrap();
