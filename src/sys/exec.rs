@@ -425,18 +425,19 @@ unsafe extern "C" fn child(arg: *const libc::c_void) -> ! {
             code = errno();
             break;
         }
-        match code {
-            libc::EACCES => denied = true,
-            // As glibc's execvp: on to the next directory.
-            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT | libc::ENAMETOOLONG => {}
-            _ => break,
+        if code == libc::EACCES {
+            denied = true;
+        } else if !search_goes_on(code) {
+            break;
         }
     }
-    let searched_on = matches!(
-        code,
-        libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT | libc::ENAMETOOLONG
-    );
-    fail(if denied && searched_on { libc::EACCES } else { code })
+    fail(if denied && search_goes_on(code) { libc::EACCES } else { code })
+}
+
+/// True for an `execve` error after which glibc's `execvp` tries the next directory of `PATH`
+/// (EACCES too, but it is remembered: see [`child`]).
+fn search_goes_on(code: i32) -> bool {
+    matches!(code, libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT | libc::ENAMETOOLONG)
 }
 
 #[cfg(test)]
