@@ -525,12 +525,7 @@ pub(crate) fn pre_exec(isolation: Isolation) -> io::Result<()> {
                     return Err(io::Error::last_os_error());
                 }
                 if take_terminal {
-                    // tcsetpgrp from a background group raises SIGTTOU: block it for the call.
-                    let mut set: libc::sigset_t = std::mem::zeroed();
-                    libc::sigemptyset(&mut set);
-                    libc::sigaddset(&mut set, libc::SIGTTOU);
-                    libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-                    libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
+                    set_terminal_foreground(libc::getpgrp());
                 }
             }
         }
@@ -600,8 +595,7 @@ pub fn getpgrp() -> Pgid {
 /// background group raises, is blocked for the call. Errors are ignored: the terminal may be
 /// gone.
 pub fn give_terminal_back(provider: Pgid, home: Pgid) {
-    // SAFETY: tcgetpgrp, kill with signal 0, sigprocmask and tcsetpgrp take integers and
-    // initialised sigsets.
+    // SAFETY: tcgetpgrp and kill with signal 0 take integers.
     unsafe {
         let fg = libc::tcgetpgrp(libc::STDIN_FILENO);
         if fg <= 0 || fg == home.as_raw() {
@@ -611,12 +605,22 @@ pub fn give_terminal_back(provider: Pgid, home: Pgid) {
         if fg != provider.as_raw() && !empty {
             return;
         }
+    }
+    set_terminal_foreground(home.as_raw());
+}
+
+/// `tcsetpgrp` on stdin to `pgrp`, with SIGTTOU (which it raises when called from a background
+/// group) blocked for the call and the mask restored after. Async-signal-safe; errors ignored.
+fn set_terminal_foreground(pgrp: libc::pid_t) {
+    // SAFETY: sigset calls on initialised sets, sigprocmask with a valid out-set, tcsetpgrp on
+    // integers.
+    unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTTOU);
         libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old);
-        libc::tcsetpgrp(libc::STDIN_FILENO, home.as_raw());
+        libc::tcsetpgrp(libc::STDIN_FILENO, pgrp);
         libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
     }
 }
