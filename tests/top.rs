@@ -5,102 +5,31 @@
 mod common;
 
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Guard, SECS, State, alive, wait_gone};
+use common::{SECS, State, TmuxServer, alive, wait_gone};
 
-static N: AtomicUsize = AtomicUsize::new(0);
+type Tmux = TmuxServer;
 
-/// One private tmux server with one pane running `sheepdog top` after a marker line, and a shell
-/// line that reports top's exit status.
-struct Tmux {
-    socket: String,
-    /// TMUX_TMPDIR: the socket lives here, and goes with it.
-    dir: tempfile::TempDir,
-    guard: Guard,
+/// A private tmux server whose pane runs `sheepdog top` after a marker line, and a shell line
+/// that reports top's exit status.
+fn start_top(state: &State, width: u16, height: u16, env: &[(&str, &str)]) -> Tmux {
+    let envs: String = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    let script = format!(
+        "echo BEFORE-TOP; {envs}'{}' --state-dir '{}' top; echo \"top exited $?\"; exec sleep 600",
+        common::bin(),
+        state.path().display()
+    );
+    TmuxServer::start("top", width, height, &script)
 }
 
-impl Tmux {
-    fn start(state: &State, width: u16, height: u16, env: &[(&str, &str)]) -> Tmux {
-        let socket = format!("sheepdog-top-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst));
-        let envs: String = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
-        let script = format!(
-            "echo BEFORE-TOP; {envs}'{}' --state-dir '{}' top; echo \"top exited $?\"; exec sleep 600",
-            common::bin(),
-            state.path().display()
-        );
-        let t = Tmux { socket, dir: tempfile::tempdir().expect("temp dir"), guard: Guard::new() };
-        let ok = t
-            .tmux(&["-f", "/dev/null", "new-session", "-d", "-x", &width.to_string(), "-y", &height.to_string()])
-            .arg(&script)
-            .status()
-            .expect("run tmux")
-            .success();
-        assert!(ok, "tmux new-session failed");
-        for f in ["#{pid}", "#{pane_pid}"] {
-            if let Ok(p) = t.display(f).parse() {
-                t.guard.track(p);
-            }
-        }
-        t
-    }
-
-    fn tmux(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("tmux");
-        c.env("TMUX_TMPDIR", self.dir.path()).env_remove("TMUX").args(["-L", &self.socket]).args(args);
-        c.stdin(Stdio::null());
-        c
-    }
-
-    fn display(&self, format: &str) -> String {
-        let out = self.tmux(&["display-message", "-p", format]).output().expect("tmux display");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    fn screen(&self) -> String {
-        let out = self.tmux(&["capture-pane", "-p"]).output().expect("tmux capture-pane");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Sends tmux key names (`Enter`, `j`, `Escape`).
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys"];
-        args.extend_from_slice(keys);
-        assert!(self.tmux(&args).status().expect("send-keys").success());
-    }
-
-    /// Waits until the screen satisfies `pred`; returns it, or panics with the last screen.
-    fn wait(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
-        let end = Instant::now() + timeout;
-        loop {
-            let s = self.screen();
-            if pred(&s) {
-                return s;
-            }
-            assert!(Instant::now() < end, "{what} not on screen within {timeout:?}:\n{s}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn wait_for(&self, needle: &str) -> String {
-        self.wait(needle, SECS(10), |s| s.contains(needle))
-    }
-
-    /// The pid of `sheepdog-top` (the pane shell's child that `sheepdog top` exec'd into).
-    fn top_pid(&self) -> i32 {
-        let sh: i32 = self.display("#{pane_pid}").parse().expect("pane pid");
-        let kids = sheepdog::os::procfs::children(common::pid(sh));
-        let p = kids.first().expect("top runs in the pane").as_raw();
-        self.guard.track(p);
-        p
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.tmux(&["kill-server"]).stderr(Stdio::null()).status();
-    }
+/// The pid of `sheepdog-top` (the pane shell's child that `sheepdog top` exec'd into).
+fn top_pid(t: &Tmux) -> i32 {
+    let sh: i32 = t.display("#{pane_pid}").parse().expect("pane pid");
+    let kids = sheepdog::os::procfs::children(common::pid(sh));
+    let p = kids.first().expect("top runs in the pane").as_raw();
+    t.guard.track(p);
+    p
 }
 
 /// The line of the list that starts with `name`.
@@ -115,7 +44,7 @@ fn entries_and_statuses_appear_and_an_exit_shows_within_2s() {
     let flag = st.path().join("go");
     let script = format!("while [ ! -e '{}' ]; do sleep 0.02; done; exit 3", flag.display());
     st.start(&["--name", "brief", "--", "sh", "-c", &script]);
-    let t = Tmux::start(&st, 140, 30, &[]);
+    let t = start_top(&st, 140, 30, &[]);
     let s = t.wait("both entries running", SECS(10), |s| {
         line_of(s, "web").contains("running") && line_of(s, "brief").contains("running")
     });
@@ -153,7 +82,7 @@ fn expanding_shows_the_member_that_called_setsid() {
         assert!(Instant::now() < end, "the setsid member never appeared");
         std::thread::sleep(Duration::from_millis(20));
     };
-    let t = Tmux::start(&st, 120, 40, &[]);
+    let t = start_top(&st, 120, 40, &[]);
     t.wait_for("tree");
     t.keys(&["Enter"]);
     let s = t.wait_for("[left the session]");
@@ -180,7 +109,7 @@ fn stop_with_confirmation_stops_the_whole_tree() {
         assert!(Instant::now() < end, "tree never grew to 3: {p:?}");
         std::thread::sleep(Duration::from_millis(20));
     };
-    let t = Tmux::start(&st, 120, 40, &[]);
+    let t = start_top(&st, 120, 40, &[]);
     t.wait_for("victim");
     t.keys(&["s"]);
     t.wait_for("Stop victim (proc_1) and its whole process tree?");
@@ -197,7 +126,7 @@ fn stop_with_confirmation_stops_the_whole_tree() {
 fn stop_shows_the_cleanup_result() {
     let st = State::new();
     st.start(&["--name", "wrapped", "--cleanup", "echo undoing; exit 1", "--", "sleep", "300"]);
-    let t = Tmux::start(&st, 120, 40, &[]);
+    let t = start_top(&st, 120, 40, &[]);
     t.wait_for("wrapped");
     t.keys(&["s"]);
     t.wait_for("Stop wrapped");
@@ -211,7 +140,7 @@ fn stop_shows_the_cleanup_result() {
 fn log_pane_shows_what_the_process_printed() {
     let st = State::new();
     st.start(&["--name", "talker", "--", "sh", "-c", "echo hello-from-the-log; echo oops-on-stderr >&2; sleep 300"]);
-    let t = Tmux::start(&st, 120, 40, &[]);
+    let t = start_top(&st, 120, 40, &[]);
     let s = t.wait("the printed line", SECS(10), |s| s.lines().any(|l| l.trim() == "hello-from-the-log"));
     assert!(s.contains("log: talker (proc_1)"), "{s}");
     t.wait_for("oops-on-stderr");
@@ -227,7 +156,7 @@ fn log_pane_shows_what_the_process_printed() {
 #[test]
 fn quitting_restores_the_terminal() {
     let st = State::new();
-    let t = Tmux::start(&st, 100, 30, &[]);
+    let t = start_top(&st, 100, 30, &[]);
     t.wait_for("sheepdog top");
     assert_eq!(t.display("#{alternate_on}"), "1", "top draws on the alternate screen");
     t.keys(&["q"]);
@@ -240,9 +169,9 @@ fn quitting_restores_the_terminal() {
 #[test]
 fn sigterm_restores_the_terminal() {
     let st = State::new();
-    let t = Tmux::start(&st, 100, 30, &[]);
+    let t = start_top(&st, 100, 30, &[]);
     t.wait_for("sheepdog top");
-    let top = t.top_pid();
+    let top = top_pid(&t);
     common::signal(top, libc::SIGTERM);
     let s = t.wait_for("top exited 143");
     assert_eq!(t.display("#{alternate_on}"), "0");
@@ -253,7 +182,7 @@ fn sigterm_restores_the_terminal() {
 #[test]
 fn a_panic_restores_the_terminal() {
     let st = State::new();
-    let t = Tmux::start(&st, 100, 30, &[("SHEEPDOG_TOP_TEST_PANIC", "1")]);
+    let t = start_top(&st, 100, 30, &[("SHEEPDOG_TOP_TEST_PANIC", "1")]);
     let s = t.wait_for("top exited 101");
     assert_eq!(t.display("#{alternate_on}"), "0", "still on the alternate screen after a panic");
     assert!(s.contains("BEFORE-TOP") && s.contains("panicking to test"), "{s}");
@@ -263,7 +192,7 @@ fn a_panic_restores_the_terminal() {
 fn resizing_redraws_for_the_new_width() {
     let st = State::new();
     st.start(&["--name", "web", "--session", "s1", "--", "sleep", "300"]);
-    let t = Tmux::start(&st, 140, 30, &[]);
+    let t = start_top(&st, 140, 30, &[]);
     t.wait("all columns", SECS(10), |s| s.lines().nth(1).is_some_and(|h| h.contains("SESSION")));
     assert!(t.tmux(&["resize-window", "-x", "50", "-y", "20"]).status().unwrap().success());
     let s = t.wait("columns dropped", SECS(10), |s| {
@@ -278,7 +207,7 @@ fn resizing_redraws_for_the_new_width() {
 fn narrow_terminal_drops_columns_and_no_color_is_honoured() {
     let st = State::new();
     st.start(&["--name", "web", "--session", "s1", "--", "sleep", "300"]);
-    let t = Tmux::start(&st, 50, 20, &[("NO_COLOR", "1")]);
+    let t = start_top(&st, 50, 20, &[("NO_COLOR", "1")]);
     let s = t.wait("web running", SECS(10), |s| line_of(s, "web").contains("running"));
     let header = s.lines().nth(1).unwrap_or("");
     assert!(header.starts_with("NAME") && !header.contains("SESSION"), "{s}");
@@ -290,7 +219,7 @@ fn narrow_terminal_drops_columns_and_no_color_is_honoured() {
     let raw = colours(&t);
     assert!(!raw.contains("38;5;") && !raw.contains("\x1b[32m"), "colours despite NO_COLOR: {raw:?}");
     // ... and a green `running` without it.
-    let coloured = Tmux::start(&st, 50, 20, &[]);
+    let coloured = start_top(&st, 50, 20, &[]);
     coloured.wait("web running", SECS(10), |s| line_of(s, "web").contains("running"));
     let raw = colours(&coloured);
     assert!(raw.contains("\x1b[38;5;2mrunning"), "no green status: {raw:?}");
@@ -316,7 +245,7 @@ fn restart_replaces_the_entry_and_ports_show() {
     let log = st.wait_log(&id, "combined.log", "[out] port ");
     let port: u16 = log.lines().find_map(|l| l.strip_prefix("[out] port ")).unwrap().trim().parse().unwrap();
     let old = st.tree_pids(&id);
-    let t = Tmux::start(&st, 140, 40, &[]);
+    let t = start_top(&st, 140, 40, &[]);
     t.wait("the port on srv's line", SECS(10), |s| line_of(s, "srv").contains(&port.to_string()));
     t.keys(&["r"]);
     let s = t.wait_for("Started srv (proc_2)");
@@ -335,7 +264,7 @@ fn clear_removes_a_finished_entry() {
     let e = st.start(&["--name", "done", "--", "true"]);
     let id = e["id"].as_str().unwrap().to_string();
     st.ok(&["wait", &id]);
-    let t = Tmux::start(&st, 120, 30, &[]);
+    let t = start_top(&st, 120, 30, &[]);
     t.wait("done exited", SECS(10), |s| line_of(s, "done").contains("exited (0)"));
     t.keys(&["c"]);
     t.wait_for(&format!("Cleared {id}."));
@@ -348,7 +277,7 @@ fn clear_removes_a_finished_entry() {
 fn usage_columns_show_a_busy_tree() {
     let st = State::new();
     st.start(&["--name", "spin", "--", "sh", "-c", "sh -c 'while :; do :; done' & wait"]);
-    let t = Tmux::start(&st, 140, 30, &[]);
+    let t = start_top(&st, 140, 30, &[]);
     // CPU% is the 7th column (NAME ID SESSION STATUS PID TIME CPU% MEM ...), MEM the 8th.
     let cols = |s: &str| line_of(s, "spin").split_whitespace().map(String::from).collect::<Vec<_>>();
     let s = t.wait("the spinning tree's CPU", SECS(15), |s| {
@@ -364,21 +293,8 @@ fn session_filter_shows_only_that_session() {
     let st = State::new();
     st.start(&["--name", "mine", "--session", "s1", "--", "sleep", "300"]);
     st.start(&["--name", "theirs", "--session", "s2", "--", "sleep", "300"]);
-    let socket = format!("sheepdog-top-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst));
-    let t = Tmux { socket, dir: tempfile::tempdir().unwrap(), guard: Guard::new() };
     let script = format!("'{}' --state-dir '{}' top --session s1; exec sleep 600", common::bin(), st.path().display());
-    assert!(
-        t.tmux(&["-f", "/dev/null", "new-session", "-d", "-x", "140", "-y", "30"])
-            .arg(&script)
-            .status()
-            .unwrap()
-            .success()
-    );
-    for f in ["#{pid}", "#{pane_pid}"] {
-        if let Ok(p) = t.display(f).parse() {
-            t.guard.track(p);
-        }
-    }
+    let t = TmuxServer::start("top", 140, 30, &script);
     let s = t.wait("mine", SECS(10), |s| line_of(s, "mine").contains("running"));
     assert!(s.contains("session s1") && !s.contains("theirs"), "{s}");
 }
@@ -422,7 +338,7 @@ fn a_flooding_log_keeps_the_screen_live() {
         "yes 0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789",
     ]);
     let id = e["id"].as_str().unwrap().to_string();
-    let t = Tmux::start(&st, 120, 30, &[]);
+    let t = start_top(&st, 120, 30, &[]);
     let s = t.wait("flood's lines in the pane", SECS(10), |s| s.contains("0123456789012345678901234567890"));
     assert!(s.contains(&format!("log: flood ({id})")), "{s}");
     // Keys still act at once: hide the pane, show it again, open the tree.

@@ -406,3 +406,103 @@ pub fn kill_supervisor_and_keeper(sup: i32) {
     }
     assert!(wait_gone(&both, SECS(5)).is_empty(), "the supervisor or its keeper survived SIGKILL");
 }
+
+/// One private tmux server (its own socket in its own `TMUX_TMPDIR`, killed on drop) with one
+/// pane running `script` in `sh -c`: `top` in a real terminal, `run` in an interactive shell.
+/// Every process of the pane's tree it has seen is tracked by its guard, and on drop the whole
+/// tree is looked up once more, so a test that fails midway leaves nothing behind.
+pub struct TmuxServer {
+    socket: String,
+    /// TMUX_TMPDIR: the socket lives here, and goes with it.
+    dir: tempfile::TempDir,
+    pub guard: Guard,
+}
+
+static TMUX_SERVERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl TmuxServer {
+    /// Starts the server, `width` × `height`, named `sheepdog-PREFIX-PID-N`.
+    pub fn start(prefix: &str, width: u16, height: u16, script: &str) -> TmuxServer {
+        let n = TMUX_SERVERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let socket = format!("sheepdog-{prefix}-{}-{n}", std::process::id());
+        let t = TmuxServer { socket, dir: tempfile::tempdir().expect("temp dir"), guard: Guard::new() };
+        let ok = t
+            .tmux(&["-f", "/dev/null", "new-session", "-d", "-x", &width.to_string(), "-y", &height.to_string()])
+            .arg(script)
+            .status()
+            .expect("run tmux")
+            .success();
+        assert!(ok, "tmux new-session failed");
+        for f in ["#{pid}", "#{pane_pid}"] {
+            if let Ok(p) = t.display(f).parse() {
+                t.guard.track(p);
+            }
+        }
+        t
+    }
+
+    /// `tmux -L SOCKET ARGS` against this server.
+    pub fn tmux(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("tmux");
+        c.env("TMUX_TMPDIR", self.dir.path()).env_remove("TMUX").args(["-L", &self.socket]).args(args);
+        c.stdin(Stdio::null());
+        c
+    }
+
+    pub fn display(&self, format: &str) -> String {
+        let out = self.tmux(&["display-message", "-p", format]).output().expect("tmux display");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    pub fn screen(&self) -> String {
+        let out = self.tmux(&["capture-pane", "-p"]).output().expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Sends tmux key names (`Enter`, `j`, `Escape`).
+    pub fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys"];
+        args.extend_from_slice(keys);
+        assert!(self.tmux(&args).status().expect("send-keys").success());
+    }
+
+    /// Types `text` as it is, then Enter.
+    pub fn line(&self, text: &str) {
+        assert!(self.tmux(&["send-keys", "-l", text]).status().expect("send-keys").success());
+        self.keys(&["Enter"]);
+    }
+
+    /// Waits until the screen satisfies `pred`; returns it, or panics with the last screen.
+    pub fn wait(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let end = Instant::now() + timeout;
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            assert!(Instant::now() < end, "{what} not on screen within {timeout:?}:\n{s}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn wait_for(&self, needle: &str) -> String {
+        self.wait(needle, SECS(10), |s| s.contains(needle))
+    }
+
+    /// Tracks every live process of the pane's tree.
+    pub fn track_pane_tree(&self) {
+        let Ok(sh) = self.display("#{pane_pid}").parse::<i32>() else { return };
+        let mut todo = vec![pid(sh)];
+        while let Some(p) = todo.pop() {
+            self.guard.track(p.as_raw());
+            todo.extend(procfs::children(p));
+        }
+    }
+}
+
+impl Drop for TmuxServer {
+    fn drop(&mut self) {
+        self.track_pane_tree();
+        let _ = self.tmux(&["kill-server"]).stderr(Stdio::null()).status();
+    }
+}
