@@ -121,9 +121,10 @@ pub struct CgroupJoin {
 /// empty signal mask (with `take_terminal`, the new group takes the terminal's foreground: the
 /// supervisor held it, `sys::process::owns_terminal_foreground`), the child joining `join`'s
 /// cgroup first when given. Returns only after `exec` succeeded, so an error means the command
-/// never ran. Returns the spawned provider and, when
-/// the join failed and `fallback` allowed running it outside the cgroup, why the join failed.
-/// Errors: [`SpawnError`] (`Cgroup` when the join failed without a fallback).
+/// never ran. Returns the spawned provider and, when the join failed and `fallback` allowed
+/// running it outside the cgroup, why the join failed. Errors: [`SpawnError`] (`Cgroup` when
+/// the join failed without a fallback; `Cwd` only from the clone3 way: std's fork reports a
+/// working directory it cannot enter as an exec error).
 ///
 /// The fast way is `clone3(CLONE_VM | CLONE_VFORK)` with the child created inside the cgroup
 /// (`sys::exec`, as `posix_spawn` does): no copy of the supervisor's memory. Where the kernel
