@@ -224,6 +224,9 @@ fn issue16_a_member_that_became_root_is_reported_not_stopped_and_a_second_stop_t
             .arg(&state)
             .args(args)
             .env_remove("SHEEPDOG_STATE_DIR")
+            // A directory the unprivileged user may enter: `start` records its cwd, and the
+            // checkout may sit in a directory only root can enter (a `mktemp -d` clone).
+            .current_dir(st.path())
             .stdin(std::process::Stdio::null())
             .output()
             .expect("setpriv");
