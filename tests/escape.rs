@@ -217,9 +217,16 @@ fn issue16_a_member_that_became_root_is_reported_not_stopped_and_a_second_stop_t
     std::fs::create_dir(&state).unwrap();
     std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
     std::os::unix::fs::chown(&state, Some(NOBODY), Some(NOBODY)).unwrap();
+    // The binary, reachable by that user whatever the checkout's directory allows (a clone under
+    // `mktemp -d` is 0700): a hard link beside the helper, else a copy.
+    let sd = st.path().join("sheepdog");
+    if std::fs::hard_link(bin(), &sd).is_err() {
+        std::fs::copy(bin(), &sd).unwrap();
+    }
+    let sd = sd.to_str().unwrap().to_string();
     let as_nobody = |args: &[&str]| {
         let out = Command::new("setpriv")
-            .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups", bin()])
+            .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups", &sd])
             .arg("--state-dir")
             .arg(&state)
             .args(args)
