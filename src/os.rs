@@ -5,7 +5,8 @@
 //! - [`procfs`]: read-only views of `/proc` (a process's stat, children, descendants, start
 //!   time, command line, environment; the boot id). A zombie is never "alive".
 //! - [`process`]: the handful of process calls a front end or a test needs (its own uid and
-//!   parent, becoming a subreaper and reaping, a signal by pid, whether a peer hung up).
+//!   parent, becoming a subreaper and reaping, a signal by pid, whether a peer hung up, whether
+//!   two processes share one address space).
 //! - [`signal_member`], [`Member`]: a signal only to the process that was seen (pidfd, then the
 //!   start time), how tests kill what they spawned and nothing else.
 //! - [`Census`]: one `/proc` scan shared by many registry entries.
@@ -26,7 +27,7 @@ pub mod procfs {
 
 /// The process calls a front end or a test needs.
 pub mod process {
-    #[cfg(target_os = "linux")]
-    pub use crate::sys::process::set_child_subreaper;
     pub use crate::sys::process::{Sent, getppid, getuid, kill, kill_group, peer_closed, reap};
+    #[cfg(target_os = "linux")]
+    pub use crate::sys::process::{set_child_subreaper, shares_memory};
 }

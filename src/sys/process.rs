@@ -261,6 +261,24 @@ pub fn set_child_subreaper() -> io::Result<()> {
     Ok(())
 }
 
+/// True if processes `a` and `b` share one address space (`kcmp(KCMP_VM)`, Linux 3.5): a
+/// supervisor and the keeper it cloned with `CLONE_VM` do (`crate::keeper`). For measuring
+/// memory, where a shared address space counts once.
+///
+/// Errors: the call's (ESRCH for a process that is gone, EPERM without ptrace read access), as
+/// `io::Error`.
+#[cfg(target_os = "linux")]
+pub fn shares_memory(a: Pid, b: Pid) -> io::Result<bool> {
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp takes two pids, a type and two unused integers; no memory is passed.
+    let rc = unsafe { libc::syscall(libc::SYS_kcmp, a.0 as libc::c_long, b.0 as libc::c_long, KCMP_VM, 0, 0) };
+    match rc {
+        0 => Ok(true),
+        r if r > 0 => Ok(false),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 /// Which side of a [`fork`] this process is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Forked {
