@@ -8,8 +8,10 @@
 //! host ─► supervisor (the pid the host holds) ─► keeper ─► provider ─► ...
 //! ```
 //!
-//! The keeper is forked from the supervisor before the provider is spawned. It moves into a
-//! process group of its own (a host's group kill, `kill -9 -PGID`, aimed at the supervisor
+//! The keeper is cloned from the supervisor before the provider is spawned: with `CLONE_VM` on
+//! Linux x86_64 and aarch64 (`crate::sys::keep`: no copy of the supervisor's memory, and the
+//! supervisor relays in system calls only), by `fork` elsewhere or with `SHEEPDOG_KEEPER=fork`.
+//! It moves into a process group of its own (a host's group kill, `kill -9 -PGID`, aimed at the supervisor
 //! misses it; the session stays, so an interactive provider keeps its terminal), becomes a child
 //! subreaper, spawns the provider and runs the supervision loop: everything the supervisor did
 //! before. The supervisor relays every signal it gets to the keeper and, when the keeper is done,
@@ -19,7 +21,9 @@
 //!   stop itself (`Trigger::SupervisorKilled`): SIGTERM, the term grace, SIGKILL. The keeper is
 //!   a subreaper and an ancestor of the whole tree, so it still sees every orphan, in both tiers.
 //! - Keeper killed: its children, the provider among them, are re-parented to the supervisor
-//!   (a subreaper too), which runs the same stop on the same tree and records it.
+//!   (a subreaper too), which runs the same stop on the same tree and records it. A supervisor
+//!   that shared its memory with the keeper first `execve`s itself ([`adoption`]): the keeper
+//!   may have died holding a lock of that memory.
 //!
 //! So SIGKILL of either one, or of the supervisor's whole group, ends the tree within the stop's
 //! own bound. What remains: both killed in the same instant (`kill -9 -1`, or each by pid before
@@ -31,8 +35,14 @@
 //! after it spawned the provider was killed; one killed between the spawn and its "spawned"
 //! leaves the provider as the supervisor's child, which the supervisor finds by itself.
 
+// Elsewhere than Linux x86_64/aarch64 the keeper is always forked: the shared keeper's
+// handover and adoption are never built there.
+#![cfg_attr(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))), allow(dead_code))]
+
 use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::spawn::Spawned;
@@ -40,10 +50,16 @@ use crate::sys::process::{self, Forked};
 use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
 use crate::sys::{Pgid, Pid, Signal, WaitStatus};
 
-/// The variable that turns the keeper off: `SHEEPDOG_KEEPER=off`. For benchmarks (the cost of
-/// the keeper, side by side) and debugging only: without a keeper the promise holds only while
-/// the supervisor lives.
+/// The variable that chooses how the keeper is made: `SHEEPDOG_KEEPER=off` runs without one,
+/// `SHEEPDOG_KEEPER=fork` forks it where it would be cloned with `CLONE_VM`. For benchmarks (the
+/// cost of the keeper, side by side) and debugging only: without a keeper the promise holds
+/// only while the supervisor lives.
 pub const KEEPER_ENV: &str = "SHEEPDOG_KEEPER";
+
+/// The variable an adopting supervisor finds the tree's particulars in (the children it had
+/// before the split, the tree's cgroup, the terminal's group), set by [`split`] for the
+/// relay's `execve`. See [`adoption`].
+const TREE_VAR: &str = "SHEEPDOG_ADOPT_TREE";
 
 /// In the keeper: the write end of its pipe to the supervisor. -1 elsewhere.
 static TO_SUPERVISOR: AtomicI32 = AtomicI32::new(-1);
@@ -55,6 +71,13 @@ static FROM_SUPERVISOR: AtomicI32 = AtomicI32::new(-1);
 /// unless `SHEEPDOG_KEEPER=off`.
 pub fn wanted() -> bool {
     cfg!(target_os = "linux") && std::env::var_os(KEEPER_ENV).is_none_or(|v| v != "off")
+}
+
+/// True if the keeper shares the supervisor's memory (`CLONE_VM`): Linux x86_64 and aarch64,
+/// unless `SHEEPDOG_KEEPER=fork`.
+fn shared() -> bool {
+    cfg!(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))
+        && std::env::var_os(KEEPER_ENV).is_none_or(|v| v != "fork")
 }
 
 /// A message from the keeper to the supervisor.
@@ -119,15 +142,81 @@ pub(crate) enum Role {
     Keeper,
 }
 
-/// Forks the keeper. In the keeper: its own process group, a child subreaper, the signal
-/// handlers its own (`signals` renewed), the pipe ends kept for the rest of its life. Must run
-/// in a single-threaded process (the supervisor binaries).
+/// What the supervisor hands over at the split, for a keeper that shares its memory.
+#[derive(Debug, Default)]
+pub(crate) struct Handover {
+    /// Fds only the keeper may hold: the provider's stdio and anything whose last close the
+    /// provider or a sender must see (a supervisor holding a copy would keep a pipe from EOF).
+    pub close: Vec<RawFd>,
+    /// Fds an adopting image takes over, in order (a managed entry's log pipe read ends).
+    pub inherit: Vec<RawFd>,
+    /// The children this process had before the split (never the tree's).
+    pub foreign: Vec<Pid>,
+    /// The tree's cgroup: its path and inode.
+    pub cgroup: Option<(PathBuf, u64)>,
+    /// The process group to give the terminal back to once the tree is gone.
+    pub terminal_home: Option<Pgid>,
+}
+
+impl Handover {
+    /// `SHEEPDOG_ADOPT_TREE=f<pid>,<pid>;i<fd>,<fd>;t<pgid>;c<inode>:<path>` (each part
+    /// optional; the path last, as it may hold any byte but NUL).
+    fn to_env(&self) -> String {
+        let foreign: Vec<String> = self.foreign.iter().map(|p| p.as_raw().to_string()).collect();
+        let inherit: Vec<String> = self.inherit.iter().map(|f| f.to_string()).collect();
+        let mut v = format!("{TREE_VAR}=f{};i{}", foreign.join(","), inherit.join(","));
+        if let Some(t) = self.terminal_home {
+            v.push_str(&format!(";t{}", t.as_raw()));
+        }
+        if let Some((path, inode)) = &self.cgroup {
+            v.push_str(&format!(";c{inode}:{}", path.display()));
+        }
+        v
+    }
+}
+
+/// Makes the keeper (see the module docs): cloned with `CLONE_VM` where [`shared`], else
+/// forked. In the keeper: its own process group, a child subreaper, the signal handlers its own
+/// (`signals` renewed), the pipe ends kept for the rest of its life. `handled` are the signals
+/// the supervisor has handlers for (it relays them). Must run in a single-threaded process (the
+/// supervisor binaries).
 ///
-/// Errors: pipe or fork failures (nothing was forked), as `io::Error`.
-pub(crate) fn split(signals: &SignalPipe) -> io::Result<Role> {
+/// A shared clone returns only in the keeper: the supervisor relays until it exits or adopts
+/// (`crate::sys::keep`).
+///
+/// Errors: pipe, mapping, clone or fork failures (nothing was made), as `io::Error`.
+pub(crate) fn split(signals: &SignalPipe, handled: &[Signal], handover: Handover) -> io::Result<Role> {
     let (from_keeper, to_supervisor) = pipe_cloexec()?;
     let (from_supervisor, life) = pipe_cloexec()?;
     set_nonblocking(from_keeper.as_raw_fd())?;
+    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    if shared() {
+        use crate::sys::keep;
+        // Blocked before the drain: a signal that comes later waits for the relay.
+        let mask = keep::block_all();
+        let early = signals.drain();
+        let mut close = handover.close.clone();
+        close.extend([to_supervisor.as_raw_fd(), from_supervisor.as_raw_fd()]);
+        let is_init = process::getpid().as_raw() == 1;
+        let relay = keep::Relay::new(
+            handled,
+            &early,
+            from_keeper.as_raw_fd(),
+            (close, handover.inherit.clone()),
+            (DONE, SPAWNED),
+            is_init,
+            &[handover.to_env()],
+        )
+        .inspect_err(|_| keep::restore_mask(&mask))?;
+        let mask = keep::clone_keeper(relay, mask)?;
+        drop((from_keeper, life));
+        let ready = signals.renew_after_fork().and_then(|()| {
+            keep::restore_mask(&mask);
+            become_keeper()
+        });
+        return keeper_ready(ready, to_supervisor, from_supervisor);
+    }
+    let _ = (handled, handover);
     match process::fork()? {
         Forked::Parent(keeper) => {
             drop((to_supervisor, from_supervisor));
@@ -135,24 +224,120 @@ pub(crate) fn split(signals: &SignalPipe) -> io::Result<Role> {
         }
         Forked::Child => {
             drop((from_keeper, life));
-            // Until these succeed the keeper is only a copy: a failure here is the same as a
-            // keeper killed at birth, which the supervisor handles (it exits as the keeper did).
-            let ready = (|| {
-                signals.renew_after_fork()?;
-                process::own_process_group()?;
-                #[cfg(target_os = "linux")]
-                process::set_child_subreaper()?;
-                Ok::<_, io::Error>(())
-            })();
-            if ready.is_err() {
-                std::process::exit(crate::exit::USAGE);
-            }
-            // Kept for the keeper's whole life: linger and cleanups still watch the supervisor.
-            TO_SUPERVISOR.store(to_supervisor.into_raw_fd(), Ordering::SeqCst);
-            FROM_SUPERVISOR.store(from_supervisor.into_raw_fd(), Ordering::SeqCst);
-            Ok(Role::Keeper)
+            let ready = signals.renew_after_fork().and_then(|()| become_keeper());
+            keeper_ready(ready, to_supervisor, from_supervisor)
         }
     }
+}
+
+/// The keeper's own process group and subreaper bit.
+fn become_keeper() -> io::Result<()> {
+    process::own_process_group()?;
+    #[cfg(target_os = "linux")]
+    process::set_child_subreaper()?;
+    Ok(())
+}
+
+/// In the keeper, after its setup: its pipe ends kept for its whole life (linger and cleanups
+/// still watch the supervisor). Until the setup succeeded the keeper is only a copy: a failure
+/// is the same as a keeper killed at birth, which the supervisor handles (it exits as the
+/// keeper did).
+fn keeper_ready(ready: io::Result<()>, to_supervisor: OwnedFd, from_supervisor: OwnedFd) -> io::Result<Role> {
+    if ready.is_err() {
+        std::process::exit(crate::exit::USAGE);
+    }
+    TO_SUPERVISOR.store(to_supervisor.into_raw_fd(), Ordering::SeqCst);
+    FROM_SUPERVISOR.store(from_supervisor.into_raw_fd(), Ordering::SeqCst);
+    Ok(Role::Keeper)
+}
+
+/// What a supervisor that re-executed itself after its keeper's SIGKILL takes over: set by its
+/// relay (`crate::sys::keep`) in `SHEEPDOG_ADOPT` and by [`split`] in `SHEEPDOG_ADOPT_TREE`.
+#[derive(Debug)]
+pub(crate) struct Adoption {
+    /// What the keeper told before it ended, and how it ended.
+    pub report: Report,
+    /// The children the supervisor had before the split.
+    pub foreign: Vec<Pid>,
+    /// The tree's cgroup: path and inode.
+    pub cgroup: Option<(PathBuf, u64)>,
+    /// The group to give the terminal back to.
+    pub terminal_home: Option<Pgid>,
+    /// The fds left open for this image ([`Handover::inherit`]), until taken.
+    inherited: std::sync::Mutex<Vec<RawFd>>,
+}
+
+impl Adoption {
+    /// Takes the fds the relay left open ([`Handover::inherit`], in order), each owned once:
+    /// a second call gets none. An fd that is not open is left out.
+    pub fn take_inherited(&self) -> Vec<OwnedFd> {
+        #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            let fds = std::mem::take(&mut *self.inherited.lock().unwrap_or_else(|e| e.into_inner()));
+            fds.into_iter().filter_map(crate::sys::keep::inherited_fd).collect()
+        }
+        #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+        Vec::new()
+    }
+}
+
+/// The adoption this process was started for, if any: read (and removed from the environment,
+/// so that nothing it spawns sees it) on the first call. Call it first from a single-threaded
+/// supervisor, before anything is spawned.
+pub(crate) fn adoption() -> Option<&'static Adoption> {
+    static ADOPTION: OnceLock<Option<Adoption>> = OnceLock::new();
+    ADOPTION
+        .get_or_init(|| {
+            #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+            {
+                use crate::sys::keep;
+                let found = keep::take_env(keep::ADOPT_VAR)?;
+                let tree = keep::take_env(TREE_VAR).unwrap_or_default();
+                parse_adoption(found.to_str()?, &tree.to_string_lossy())
+            }
+            #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+            None
+        })
+        .as_ref()
+}
+
+/// Parses the two variables (see [`Adoption`]): `s<signal>:<hex>` or `e<code>:<hex>`, and
+/// [`Handover`]'s form. `None` if the first is malformed.
+fn parse_adoption(found: &str, tree: &str) -> Option<Adoption> {
+    let (status, hex) = found.split_once(':')?;
+    let n: i32 = status.get(1..)?.parse().ok()?;
+    let keeper = match status.as_bytes().first()? {
+        b's' => WaitStatus::Signaled(Signal::from_raw(n)?),
+        b'e' => WaitStatus::Exited(n),
+        _ => return None,
+    };
+    let bytes: Vec<u8> =
+        (0..hex.len() / 2).filter_map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()).collect();
+    let mut report = Report { keeper: Some(keeper), ..Report::default() };
+    report.read(&bytes);
+    let mut a =
+        Adoption { report, foreign: Vec::new(), cgroup: None, terminal_home: None, inherited: Default::default() };
+    let mut rest = tree;
+    while !rest.is_empty() {
+        let (part, more) = match rest.as_bytes()[0] {
+            // The path runs to the end.
+            b'c' => (rest, ""),
+            _ => rest.split_once(';').unwrap_or((rest, "")),
+        };
+        rest = more;
+        match (part.as_bytes()[0], &part[1..]) {
+            (b'f', list) => a.foreign = list.split(',').filter_map(|p| Pid::new(p.parse().ok()?)).collect(),
+            (b't', g) => a.terminal_home = g.parse().ok().and_then(Pgid::new),
+            (b'i', list) => {
+                a.inherited = std::sync::Mutex::new(list.split(',').filter_map(|f| f.parse().ok()).collect());
+            }
+            (b'c', c) => {
+                a.cgroup = c.split_once(':').and_then(|(i, p)| Some((PathBuf::from(p), i.parse().ok()?)));
+            }
+            _ => {}
+        }
+    }
+    Some(a)
 }
 
 /// In the keeper: the fd that becomes readable (hangs up) when the supervisor is gone. `None`
@@ -184,7 +369,7 @@ pub fn done() {
 }
 
 /// What the supervisor learned by the time its keeper exited.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Report {
     pub spawned: Option<Spawned>,
     pub provider: Option<WaitStatus>,
@@ -194,6 +379,18 @@ pub(crate) struct Report {
 }
 
 impl Report {
+    /// Takes in the keeper's records `bytes` (whole 12-byte records; a partial tail is ignored).
+    fn read(&mut self, bytes: &[u8]) {
+        for rec in bytes.chunks_exact(12) {
+            match Message::decode(rec) {
+                Some(Message::Spawned(s)) => self.spawned = Some(s),
+                Some(Message::Provider(ws)) => self.provider = Some(ws),
+                Some(Message::Done) => self.done = true,
+                None => {}
+            }
+        }
+    }
+
     /// The keeper is gone before it finished and after it spawned the provider: it was killed,
     /// and the supervisor must stop the tree itself.
     pub fn keeper_killed(&self) -> bool {
@@ -246,14 +443,7 @@ impl Front {
                 Ok(n) => len += n,
             }
         }
-        for rec in buf[..len].chunks_exact(12) {
-            match Message::decode(rec) {
-                Some(Message::Spawned(s)) => report.spawned = Some(s),
-                Some(Message::Provider(ws)) => report.provider = Some(ws),
-                Some(Message::Done) => report.done = true,
-                None => {}
-            }
-        }
+        report.read(&buf[..len]);
     }
 }
 

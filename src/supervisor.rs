@@ -119,6 +119,17 @@ pub trait Observer {
     fn members(&mut self, _members: &[Member]) -> bool {
         false
     }
+    /// Fds only the keeper may hold (closed in a supervisor that shares the keeper's memory):
+    /// those whose last close someone waits for, such as the write end of a stdin FIFO.
+    fn keeper_only_fds(&self) -> Vec<RawFd> {
+        Vec::new()
+    }
+    /// Fds a supervisor that adopts the tree after its keeper's SIGKILL takes over, in an order
+    /// the front end knows (a managed entry's log pipe read ends: the provider must not meet a
+    /// pipe without a reader during its stop). See `crate::keeper::Adoption::take_inherited`.
+    fn adoptable_fds(&self) -> Vec<RawFd> {
+        Vec::new()
+    }
     /// This process handed the tree to its keeper (crate::keeper) and only relays from now on:
     /// drop what only the process running the loop may hold (a managed entry's stdin pipe, whose
     /// copy here would keep the command from ever reading EOF).
@@ -342,41 +353,96 @@ pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, 
 /// Installs the supervisor's signal handlers (SIGTERM, SIGINT, SIGHUP, SIGCHLD and the
 /// forwarded ones) and returns the self-pipe its loop polls. Errors: [`Error::Io`].
 pub fn install_signals() -> Result<SignalPipe, Error> {
+    SignalPipe::install(&handled_signals()).map_err(io_err("install signal handlers"))
+}
+
+/// The signals a supervisor has handlers for: SIGTERM, SIGINT, SIGHUP, SIGCHLD and
+/// [`Signal::FORWARDED`].
+fn handled_signals() -> Vec<Signal> {
     let mut handled = vec![Signal::TERM, Signal::INT, Signal::HUP, Signal::CHLD];
     handled.extend(Signal::FORWARDED);
-    SignalPipe::install(&handled).map_err(io_err("install signal handlers"))
+    handled
 }
 
 /// [`supervise`] with handlers the caller installed ([`install_signals`]) and keeps after the
 /// tree is gone: a managed supervisor goes on listening for a stop while a cleanup is pending
 /// ([`await_trigger`]).
 pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
-    let mut owner = opts.owner.map(OwnerWatch::open).transpose()?;
+    // A supervisor that re-executed itself after its keeper's SIGKILL (crate::keeper::adoption)
+    // takes the tree over: no owner check can stop it, no cgroup is made, nothing is spawned.
+    let adoption = crate::keeper::adoption();
+    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    if adoption.is_some() {
+        // The relay kept them blocked across `execve`; the handlers are installed now.
+        crate::sys::keep::unblock_all();
+    }
+    let mut owner = match adoption {
+        None => opts.owner.map(OwnerWatch::open).transpose()?,
+        Some(_) => opts.owner.and_then(|o| OwnerWatch::open(o).ok()),
+    };
     #[cfg(target_os = "linux")]
     process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
 
     // The tier, before the spawn: in the cgroup tier the child joins the tree's cgroup before
     // `exec`, and the observer records the cgroup before the command runs.
-    let mut containment = cgroup::probe(&opts.containment)?;
-    observer.contained(&containment.record());
+    let mut containment = match adoption {
+        None => {
+            let c = cgroup::probe(&opts.containment)?;
+            observer.contained(&c.record());
+            c
+        }
+        Some(a) => cgroup::Containment {
+            tier: if a.cgroup.is_some() { cgroup::Tier::Cgroup } else { cgroup::Tier::fallback() },
+            reason: None,
+            cgroup: a.cgroup.as_ref().and_then(|(path, inode)| cgroup::Cgroup::open(path, Some(*inode)).ok()),
+        },
+    };
 
     // Children this process already has (a shell that exec'd sheepdog may have left a job
     // behind) are not the provider's: they are reaped when they exit, never stopped.
-    let foreign = crate::tree::foreign_children();
+    let foreign = match adoption {
+        None => crate::tree::foreign_children(),
+        Some(a) => a
+            .foreign
+            .iter()
+            .filter_map(|p| procfs::stat(*p).ok())
+            .filter(|s| !s.is_zombie())
+            .map(|s| Member::from_stat(&s))
+            .collect(),
+    };
 
     // Whether the provider takes the terminal (this process's group is its foreground, as
     // tini checks), decided here: the keeper moves to a group of its own before the spawn. The
     // group to give it back to once the tree is gone.
-    let terminal_home = process::owns_terminal_foreground().then(process::getpgrp);
+    let terminal_home = match adoption {
+        None => process::owns_terminal_foreground().then(process::getpgrp),
+        Some(a) => a.terminal_home,
+    };
 
     // The keeper (crate::keeper): from here on two processes watch each other, and the one
     // left after the other's SIGKILL runs the stop. The supervisor relays signals until the
     // keeper is done and then exits as it did; it goes on below only if the keeper was killed.
     let mut adopted = None;
     let mut foreign = Some(foreign);
-    if crate::keeper::wanted() {
+    if let Some(a) = adoption {
+        adopted = take_over(&a.report, foreign.as_deref().unwrap_or_default());
+    } else if crate::keeper::wanted() {
         FRONT_IS_INIT.store(process::getpid().as_raw() == 1, std::sync::atomic::Ordering::Relaxed);
-        match crate::keeper::split(signals).map_err(io_err("fork the keeper"))? {
+        let handover = crate::keeper::Handover {
+            close: opts
+                .spawn
+                .stdio
+                .iter()
+                .flatten()
+                .map(|fd| fd.as_raw_fd())
+                .chain(observer.keeper_only_fds())
+                .collect(),
+            inherit: observer.adoptable_fds(),
+            foreign: foreign.iter().flatten().map(|m| m.pid).collect(),
+            cgroup: containment.cgroup.as_ref().map(|c| (c.path().to_path_buf(), c.inode())),
+            terminal_home,
+        };
+        match crate::keeper::split(signals, &handled_signals(), handover).map_err(io_err("make the keeper"))? {
             Role::Keeper => {
                 // The keeper's children are its own: none from before.
                 foreign = None;
@@ -393,17 +459,8 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                 drop(opts.spawn);
                 opts.spawn = SpawnOptions::default();
                 observer.handed_to_keeper();
-                let mut report = front.relay(signals);
-                if !report.done && report.spawned.is_none() {
-                    // Killed after its fork of the provider but before it said so (the provider
-                    // can print before the keeper is scheduled again): the provider is this
-                    // process's child now, as the orphan of a child of a subreaper.
-                    report.spawned = unannounced_provider(foreign.as_deref().unwrap_or_default());
-                }
-                if !report.keeper_killed() {
-                    exit_as(report.keeper);
-                }
-                adopted = report.spawned.map(|s| (s, report.provider));
+                let report = front.relay(signals);
+                adopted = take_over(&report, foreign.as_deref().unwrap_or_default());
             }
         }
     }
@@ -627,6 +684,23 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         cgroup_left,
         left: if machine.phase() == Phase::Unfinished { tree.live() } else { Vec::new() },
     })
+}
+
+/// What a supervisor does once its keeper is gone, from what the keeper told (`report`): exits
+/// as the keeper did, unless the keeper was killed after it spawned the provider; then returns
+/// the provider (and its wait status, if the keeper reaped it) to run the stop on.
+fn take_over(report: &crate::keeper::Report, foreign: &[Member]) -> Option<(Spawned, Option<WaitStatus>)> {
+    let mut report = report.clone();
+    if !report.done && report.spawned.is_none() {
+        // Killed after its spawn of the provider but before it said so (the provider can print
+        // before the keeper is scheduled again): the provider is this process's child now, as
+        // the orphan of a child of a subreaper.
+        report.spawned = unannounced_provider(foreign);
+    }
+    if !report.keeper_killed() {
+        exit_as(report.keeper);
+    }
+    report.spawned.map(|s| (s, report.provider))
 }
 
 /// The provider of a keeper that died before it reported the spawn: a live child of this

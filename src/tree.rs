@@ -46,7 +46,7 @@ pub struct Member {
 }
 
 impl Member {
-    fn from_stat(s: &Stat) -> Member {
+    pub(crate) fn from_stat(s: &Stat) -> Member {
         Member { pid: s.pid, start_time: Some(s.start_time) }
     }
 }

@@ -21,10 +21,12 @@ const BOUND: Duration = Duration::from_millis(1000 + 1000 + 1000);
 
 /// A provider that records its SIGTERM (and exits 0 on it), with a `setsid` child in a session
 /// of its own that ignores SIGTERM (it must take the SIGKILL) and a plain background child.
-/// Prints `pids PROVIDER SETSID CHILD`.
+/// Prints `pids PROVIDER SETSID CHILD`, and `stopping` on its SIGTERM first: its stdout must
+/// still have a reader then (a managed entry's log pipe, even after its keeper's SIGKILL), or
+/// it dies of SIGPIPE and records nothing.
 fn provider(term_file: &std::path::Path) -> String {
     format!(
-        "trap 'echo term >> {f}; exit 0' TERM; setsid sh -c 'trap \"\" TERM; sleep 301' & s=$!; sleep 302 & c=$!; \
+        "trap 'echo stopping; echo term >> {f}; exit 0' TERM; setsid sh -c 'trap \"\" TERM; sleep 301' & s=$!; sleep 302 & c=$!; \
          echo pids $$ $s $c; wait $c",
         f = term_file.display()
     )
@@ -274,6 +276,8 @@ fn managed_survives(how: Kill) {
     assert_eq!(e["treeGone"], true, "{e}");
     assert_eq!(e["cleanupResult"]["exitCode"], 0, "{e}");
     assert_eq!(std::fs::read_to_string(&term).unwrap_or_default(), "term\n", "the provider got SIGTERM first");
+    let log = std::fs::read_to_string(st.path().join("procs").join(&id).join("stdout.log")).unwrap_or_default();
+    assert!(log.contains("stopping"), "what the provider printed during its stop is logged: {log:?}");
     assert!(wait_gone(&[sup, keeper], SECS(3)).is_empty(), "the survivor did not exit after its work");
     // Later triggers find it done: the cleanup never runs twice.
     let _ = st.run(&["stop", &id]);
@@ -341,6 +345,35 @@ fn the_keeper_is_in_a_group_of_its_own_and_is_not_part_of_the_tree() {
     assert_eq!(tree, vec![v["pid"].as_i64().unwrap() as i32]);
     st.ok(&["stop", &id]);
     assert!(wait_gone(&[sup, keeper], SECS(5)).is_empty());
+}
+
+/// Issue 16's memory budget: the default keeper is cloned with `CLONE_VM`, so it and its
+/// supervisor are one address space (the pair costs one supervisor's PSS); with
+/// `SHEEPDOG_KEEPER=fork` it is a copy. The kernel says which (`kcmp`).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[test]
+fn the_default_keeper_shares_the_supervisors_memory_and_a_forked_one_does_not() {
+    for (how, shared) in [(None, true), (Some("fork"), false)] {
+        let st = State::new();
+        let guard = Guard::new();
+        // Through start's own environment, as a host's would reach the detached supervisor.
+        let mut cmd = st.cmd(&["start", "--json", "--", "sleep", "30"]);
+        if let Some(k) = how {
+            cmd.env("SHEEPDOG_KEEPER", k);
+        }
+        let out = cmd.output().expect("run start");
+        assert!(out.status.success(), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("start --json prints one object");
+        let id = v["id"].as_str().unwrap().to_string();
+        let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+        guard.track(sup);
+        let keeper = the_keeper(sup);
+        guard.track(keeper);
+        let same = sheepdog::os::process::shares_memory(pid(sup), pid(keeper)).expect("kcmp");
+        assert_eq!(same, shared, "SHEEPDOG_KEEPER={how:?}: one address space is {same}");
+        st.ok(&["stop", &id]);
+        assert!(wait_gone(&[sup, keeper], SECS(5)).is_empty());
+    }
 }
 
 /// Issue 16, item 4: a cleanup that starts a `setsid` child and a `( setsid … &)` double fork (an

@@ -69,6 +69,12 @@ impl StdinPipe {
         self.paths = [PathBuf::new(), PathBuf::new()];
     }
 
+    /// Every fd this process holds for the pipe: the data FIFO's write end, the control
+    /// FIFO's two ends.
+    pub(super) fn fds(&self) -> [RawFd; 3] {
+        [self._keep.as_raw_fd(), self.ctl.as_raw_fd(), self._ctl_keep.as_raw_fd()]
+    }
+
     /// The control FIFO, to poll for readability.
     pub(super) fn ctl_fd(&self) -> RawFd {
         self.ctl.as_raw_fd()

@@ -78,16 +78,26 @@ pub fn run_supervisor(
         set_nonblocking(err_r.as_raw_fd())?;
         Ok((out_r, out_w, err_r, err_w))
     })();
-    let (out_r, out_w, err_r, err_w) = match pipes {
+    let (mut out_r, out_w, mut err_r, err_w) = match pipes {
         Ok(p) => p,
         Err(e) => return fail(exit::USAGE, format!("unable to create log pipes: {e}")),
     };
+    // A supervisor adopting its tree reads the pipes the provider already writes to, which its
+    // relay left open across `execve` (crate::keeper::Adoption); the new ones go unused.
+    if let Some(a) = crate::keeper::adoption()
+        && let Ok([out, err]) = <[OwnedFd; 2]>::try_from(a.take_inherited())
+    {
+        (out_r, err_r) = (out, err);
+    }
     let logs = match LogSet::open(&reg.dir(id), entry.log_max_bytes.unwrap_or(logs::DEFAULT_LOG_MAX)) {
         Ok(l) => l,
         Err(e) => return fail(exit::USAGE, format!("unable to open logs in {}: {e}", reg.dir(id).display())),
     };
     // `--stdin pipe`: the command reads a FIFO this supervisor holds open (stdin.rs).
-    let (stdin_pipe, stdin) = if entry.stdin_pipe {
+    // A supervisor adopting its tree (crate::keeper::adoption) spawns nothing: the FIFOs are the
+    // dead keeper's, and the command has its stdin.
+    let adopting = crate::keeper::adoption().is_some();
+    let (stdin_pipe, stdin) = if entry.stdin_pipe && !adopting {
         match super::stdin::StdinPipe::open(&reg.dir(id)) {
             Ok((pipe, reader)) => (Some(pipe), OwnedFd::from(reader)),
             Err(e) => return fail(exit::USAGE, format!("unable to make the stdin pipe: {e}")),
@@ -438,6 +448,16 @@ impl Observer for Managed<'_> {
             .collect();
         let _ = self.write(&mut |e| e.record_members(list.clone(), MAX_RECORDED_MEMBERS));
         true
+    }
+
+    fn adoptable_fds(&self) -> Vec<RawFd> {
+        // Out, then err: run_supervisor takes them back in that order.
+        self.pipes.iter().map(|(p, _)| p.as_raw_fd()).collect()
+    }
+
+    fn keeper_only_fds(&self) -> Vec<RawFd> {
+        // The data FIFO's write end: the command reads EOF once the keeper closes it.
+        self.stdin.as_ref().map(|p| p.fds().to_vec()).unwrap_or_default()
     }
 
     fn handed_to_keeper(&mut self) {

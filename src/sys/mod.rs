@@ -8,6 +8,8 @@
 pub mod cgroup;
 #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub mod exec;
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub mod keep;
 pub mod process;
 pub mod procfs;
 pub mod signal;
