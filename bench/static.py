@@ -8,14 +8,17 @@ Prints a Markdown table (for bench/NOTES.md and BENCHMARKS.md):
 - `run -- true` start overhead: wall ms, median and p10-p90 of RUNS runs per peer, interleaved
   round by round with bare exec and `tini --` (the same measure as `cargo bench --bench compare`);
 - PSS per extra managed process: median PSS (`/proc/PID/smaps_rollup`) of one detached
-  supervisor and its keeper together, with SUPERVISORS running (`sheepdog start -- sleep 300`;
+  supervisor and its keeper together (a keeper cloned with CLONE_VM is the supervisor's own
+  address space, `kcmp` says so, and counts once), with SUPERVISORS running (`sheepdog start -- sleep 300`;
   for tini, `tini -- sleep 300` each: one tini per process);
 - binary size in bytes.
 Everything it starts is stopped by its recorded pid (and the state dirs removed) on every exit.
 """
 
+import ctypes
 import json
 import os
+import platform
 import shutil
 import statistics
 import subprocess
@@ -34,6 +37,15 @@ def pss_kib(pid):
             if line.startswith("Pss:"):
                 return int(line.split()[1])
     return float("nan")
+
+
+def shares_memory(a, b):
+    """True if processes a and b are one address space (kcmp(KCMP_VM)), as a supervisor and the
+    keeper it cloned with CLONE_VM are."""
+    nr = {"x86_64": 312, "aarch64": 272}.get(platform.machine())
+    if nr is None:
+        return False
+    return ctypes.CDLL(None, use_errno=True).syscall(nr, a, b, 1, 0, 0) == 0
 
 
 def children(pid):
@@ -97,8 +109,10 @@ def main():
                 sups.append(json.loads(out)["supervisorPid"])
             time.sleep(0.5)
             # Each managed process costs its supervisor and that supervisor's keeper (issue 16:
-            # the supervisor's only child).
-            pss[name] = statistics.median(pss_kib(p) + sum(pss_kib(k) for k in children(p)) for p in sups)
+            # the supervisor's only child), unless the keeper shares the supervisor's memory.
+            pss[name] = statistics.median(
+                pss_kib(p) + sum(pss_kib(k) for k in children(p) if not shares_memory(p, k)) for p in sups
+            )
         finally:
             subprocess.run([b, "--state-dir", d, "stop", "--all", "--term-grace", "200ms"], capture_output=True)
             shutil.rmtree(d, ignore_errors=True)
