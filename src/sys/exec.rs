@@ -205,41 +205,15 @@ pub fn spawn(plan: &Plan, cgroup: Option<RawFd>) -> Result<Pid, Failed> {
         set_tid_size: u64,
         cgroup: u64,
     }
-    // SAFETY: an anonymous private mapping of a fixed size; checked for MAP_FAILED. Page
-    // aligned, so the stack's top is 16-byte aligned as both ABIs want at a call.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            GUARD + CHILD_STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if map == libc::MAP_FAILED {
-        return Err(Failed::Clone);
-    }
-    /// Unmaps the child's stack when the spawn returns, whichever way.
-    struct Unmap(*mut libc::c_void);
-    impl Drop for Unmap {
-        fn drop(&mut self) {
-            // SAFETY: the mapping made above, of that size; the child no longer runs on it
-            // (CLONE_VFORK: it has exec'd or exited when the spawner resumes).
-            unsafe { libc::munmap(self.0, GUARD + CHILD_STACK) };
-        }
-    }
-    let _unmap = Unmap(map);
-    // SAFETY: the first page of the mapping above.
-    if unsafe { libc::mprotect(map, GUARD, libc::PROT_NONE) } != 0 {
-        return Err(Failed::Clone);
-    }
+    // Unmapped when the spawn returns, whichever way: the child no longer runs on it then
+    // (CLONE_VFORK: it has exec'd or exited when the spawner resumes).
+    let stack = Stack::map(CHILD_STACK).map_err(|_| Failed::Clone)?;
 
     plan.err.store(0, Ordering::Relaxed);
     let mut args = CloneArgs {
         flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64,
         exit_signal: libc::SIGCHLD as u64,
-        stack: map as u64 + GUARD as u64,
+        stack: stack.bottom() as u64,
         stack_size: CHILD_STACK as u64,
         ..CloneArgs::default()
     };
@@ -280,6 +254,58 @@ pub fn spawn(plan: &Plan, cgroup: Option<RawFd>) -> Result<Pid, Failed> {
             let e = io::Error::from_raw_os_error(code);
             Err(if plan.cwd_failed.load(Ordering::Acquire) { Failed::Cwd(e) } else { Failed::Exec(e) })
         }
+    }
+}
+
+/// A stack for a child that shares this process's memory: an anonymous mapping of `size` bytes
+/// with a guard page below it (an overflow faults instead of writing over other memory), unmapped
+/// on drop. Page aligned, so its top is 16-byte aligned as both ABIs want at a call.
+pub(super) struct Stack {
+    map: *mut libc::c_void,
+    size: usize,
+}
+
+impl Stack {
+    /// Maps it. Errors: `mmap`'s or `mprotect`'s, as `io::Error`.
+    pub(super) fn map(size: usize) -> io::Result<Stack> {
+        // SAFETY: an anonymous private mapping of a fixed size; checked for MAP_FAILED.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                GUARD + size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Stack { map, size };
+        // SAFETY: the first page of the mapping above.
+        if unsafe { libc::mprotect(map, GUARD, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The lowest usable address (above the guard page).
+    pub(super) fn bottom(&self) -> usize {
+        self.map as usize + GUARD
+    }
+
+    /// The top: where a stack pointer starts.
+    pub(super) fn top(&self) -> usize {
+        self.bottom() + self.size
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `map` made, of that size; the owner drops it only once nothing
+        // runs on it (or never, for the keeper's relay: see sys::keep).
+        unsafe { libc::munmap(self.map, GUARD + self.size) };
     }
 }
 

@@ -35,6 +35,7 @@ use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 
 use super::Signal;
+use super::exec::Stack;
 
 unsafe extern "C" {
     /// The process's environment (POSIX).
@@ -43,8 +44,6 @@ unsafe extern "C" {
 
 /// Bytes of the relay's stack. Its deepest frame is the relay loop with a 256-byte buffer.
 const RELAY_STACK: usize = 32 * 1024;
-/// The guard page below it.
-const GUARD: usize = 4096;
 /// The variable the relay hands its findings on in: `SHEEPDOG_ADOPT=`.
 pub const ADOPT_VAR: &str = "SHEEPDOG_ADOPT";
 /// Bytes of the keeper's messages the relay keeps: 16 records of 12 bytes.
@@ -80,8 +79,8 @@ pub struct Relay {
     /// `SHEEPDOG_ADOPT*`, then the extra variables, then `adopt`, then NULL.
     envp: Vec<*const libc::c_char>,
     adopt: [u8; ADOPT_LEN],
-    /// The relay's stack mapping (guard page first).
-    stack: *mut libc::c_void,
+    /// The relay's stack; never unmapped once the relay runs on it (the relay is leaked).
+    stack: Option<Stack>,
 }
 
 impl Relay {
@@ -135,44 +134,14 @@ impl Relay {
             _extra_env: extra,
             envp,
             adopt: [0; ADOPT_LEN],
-            stack: std::ptr::null_mut(),
+            stack: None,
         });
         // The slot for the adoption variable: its address is final (the relay is boxed).
         let adopt = relay.adopt.as_ptr().cast();
         relay.envp.push(adopt);
         relay.envp.push(std::ptr::null());
-        // SAFETY: an anonymous private mapping of a fixed size; checked for MAP_FAILED.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                GUARD + RELAY_STACK,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        relay.stack = map;
-        // SAFETY: the first page of the mapping above.
-        if unsafe { libc::mprotect(map, GUARD, libc::PROT_NONE) } != 0 {
-            let e = io::Error::last_os_error();
-            // SAFETY: the mapping above, unused.
-            unsafe { libc::munmap(map, GUARD + RELAY_STACK) };
-            return Err(e);
-        }
+        relay.stack = Some(Stack::map(RELAY_STACK)?);
         Ok(relay)
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        if !self.stack.is_null() {
-            // SAFETY: the mapping `new` made; a relay dropped never ran on it.
-            unsafe { libc::munmap(self.stack, GUARD + RELAY_STACK) };
-        }
     }
 }
 
@@ -210,7 +179,11 @@ pub fn restore_mask(m: &Mask) {
 ///
 /// Errors: the clone's (EAGAIN, ENOMEM), as `io::Error`.
 pub fn clone_keeper(relay: Box<Relay>, mask: Mask) -> io::Result<Mask> {
-    let top = relay.stack as usize + GUARD + RELAY_STACK;
+    let top = relay.stack.as_ref().map_or(0, Stack::top);
+    if top == 0 {
+        restore_mask(&mask);
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
     let relay = Box::into_raw(relay);
     // SAFETY: `top` is the 16-byte aligned top of the relay's own mapping, which nothing else
     // uses; `relay_main` never returns and touches only the leaked relay and its stack. The
@@ -220,7 +193,7 @@ pub fn clone_keeper(relay: Box<Relay>, mask: Mask) -> io::Result<Mask> {
     // Only the keeper, or a supervisor whose clone failed, gets here.
     if rc < 0 {
         restore_mask(&mask);
-        // SAFETY: the box leaked above; no relay ran.
+        // SAFETY: the box leaked above; no relay ran, so its stack may be unmapped.
         drop(unsafe { Box::from_raw(relay) });
         return Err(io::Error::from_raw_os_error(-rc as i32));
     }
