@@ -248,6 +248,16 @@ fn keeper_ready(ready: io::Result<()>, to_supervisor: OwnedFd, from_supervisor: 
     }
     TO_SUPERVISOR.store(to_supervisor.into_raw_fd(), Ordering::SeqCst);
     FROM_SUPERVISOR.store(from_supervisor.into_raw_fd(), Ordering::SeqCst);
+    // A panic aborts (the release profile), and musl's abort raises SIGABRT at the thread id it
+    // cached, which in a keeper cloned with CLONE_VM is its supervisor's. The keeper dies by
+    // SIGABRT itself instead, so its supervisor sees a killed keeper and adopts the tree.
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        if let Some(abrt) = Signal::from_raw(libc::SIGABRT) {
+            crate::sys::signal::die_by(abrt);
+        }
+    }));
     Ok(Role::Keeper)
 }
 

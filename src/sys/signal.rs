@@ -117,14 +117,14 @@ static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    // SAFETY: getpid, signal, raise and write are async-signal-safe; errno is saved and restored
+    // SAFETY: getpid, signal, kill and write are async-signal-safe; errno is saved and restored
     // so the interrupted code does not see ours.
     unsafe {
         let saved = *errno_location();
         if libc::getpid() != OWNER_PID.load(Ordering::Relaxed) {
             // A forked child between fork and exec: behave as if no handler were installed.
             libc::signal(sig, libc::SIG_DFL);
-            libc::raise(sig);
+            libc::kill(libc::getpid(), sig);
         } else {
             if let Some(flag) = PENDING.get(sig as usize) {
                 flag.store(true, Ordering::SeqCst);
@@ -314,7 +314,7 @@ fn add_flag(fd: RawFd, get: libc::c_int, set: libc::c_int, flag: libc::c_int) ->
 /// write a core file. If the signal does not end the process (it cannot be caught here, but a
 /// default action of "ignore" or "stop" would not end it), exits with `128 + sig` instead.
 pub fn die_by(sig: Signal) -> ! {
-    // SAFETY: setrlimit, signal, sigprocmask and raise have no memory-safety preconditions;
+    // SAFETY: setrlimit, signal, sigprocmask, getpid and kill have no memory-safety preconditions;
     // the structures passed are fully initialised.
     unsafe {
         let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
@@ -324,7 +324,9 @@ pub fn die_by(sig: Signal) -> ! {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, sig.0);
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(sig.0);
+        // kill(getpid()), not raise(): musl's raise signals the thread id it cached, which in a
+        // keeper cloned with CLONE_VM (crate::keeper) is its supervisor's, not its own.
+        libc::kill(libc::getpid(), sig.0);
     }
     std::process::exit(128 + sig.0)
 }
