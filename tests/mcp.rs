@@ -241,8 +241,7 @@ async fn logs_with_a_cursor_across_rotations_have_no_duplicates_and_no_gaps() {
     // 600 numbered lines of 20 bytes into a 1 KiB log: a rotation every ~50 lines, ~10 ms apart
     // (a rotation every 0.5 s). A reader that stalls for two rotations loses lines by design (the
     // log is capped); at 5 ms apart a 0.5 s stall of this client on a loaded 2-vCPU CI machine did.
-    let script =
-        "import sys,time\nfor i in range(600):\n    print('line %014d' % i, flush=True)\n    time.sleep(0.01)";
+    let script = "import sys,time\nfor i in range(600):\n    print('line %014d' % i, flush=True)\n    time.sleep(0.01)";
     let v = s.ok("process_start", json!({"argv": ["python3", "-c", script], "logMax": 1024})).await;
     let id = v["id"].as_str().unwrap().to_string();
     let mut cursor: Option<String> = None;
