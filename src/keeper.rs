@@ -195,17 +195,18 @@ pub(crate) fn split(signals: &SignalPipe, handled: &[Signal], handover: Handover
         // Blocked before the drain: a signal that comes later waits for the relay.
         let mask = keep::block_all();
         let early = signals.drain();
-        let mut close = handover.close.clone();
+        let tree_env = handover.to_env();
+        let mut close = handover.close;
         close.extend([to_supervisor.as_raw_fd(), from_supervisor.as_raw_fd()]);
         let is_init = process::getpid().as_raw() == 1;
         let relay = keep::Relay::new(
             handled,
             &early,
             from_keeper.as_raw_fd(),
-            (close, handover.inherit.clone()),
+            (close, handover.inherit),
             (DONE, SPAWNED),
             is_init,
-            &[handover.to_env()],
+            &[tree_env],
         )
         .inspect_err(|_| keep::restore_mask(&mask))?;
         let mask = keep::clone_keeper(relay, mask)?;

@@ -80,7 +80,7 @@ pub struct Relay {
     envp: Vec<*const libc::c_char>,
     adopt: [u8; ADOPT_LEN],
     /// The relay's stack; never unmapped once the relay runs on it (the relay is leaked).
-    stack: Option<Stack>,
+    stack: Stack,
 }
 
 impl Relay {
@@ -134,13 +134,12 @@ impl Relay {
             _extra_env: extra,
             envp,
             adopt: [0; ADOPT_LEN],
-            stack: None,
+            stack: Stack::map(RELAY_STACK)?,
         });
         // The slot for the adoption variable: its address is final (the relay is boxed).
         let adopt = relay.adopt.as_ptr().cast();
         relay.envp.push(adopt);
         relay.envp.push(std::ptr::null());
-        relay.stack = Some(Stack::map(RELAY_STACK)?);
         Ok(relay)
     }
 }
@@ -179,11 +178,7 @@ pub fn restore_mask(m: &Mask) {
 ///
 /// Errors: the clone's (EAGAIN, ENOMEM), as `io::Error`.
 pub fn clone_keeper(relay: Box<Relay>, mask: Mask) -> io::Result<Mask> {
-    let top = relay.stack.as_ref().map_or(0, Stack::top);
-    if top == 0 {
-        restore_mask(&mask);
-        return Err(io::Error::from(io::ErrorKind::InvalidInput));
-    }
+    let top = relay.stack.top();
     let relay = Box::into_raw(relay);
     // SAFETY: `top` is the 16-byte aligned top of the relay's own mapping, which nothing else
     // uses; `relay_main` never returns and touches only the leaked relay and its stack. The
