@@ -290,12 +290,16 @@ fn logs_grep_head_tail_since_json_and_cursor_without_duplicates_or_gaps() {
 #[test]
 fn logs_cursor_polls_across_rotations_without_duplicates_or_gaps() {
     let st = State::new();
-    // A rotation about every 370 lines, so about 0.75 s apart: a poller descheduled on a loaded
-    // machine still never falls a whole rotation behind (which loses the file in between, as
-    // the README says), while the cursor still crosses eight rotations. (At 0.4 s apart, a clean
-    // CI run lost one rotation's lines once.)
-    let writer = "import time\nfor i in range(3000):\n    print('line %05d' % i)\n    if i % 5 == 0: time.sleep(0.01)";
-    let id = st.start(&["--log-max", "4KiB", "--", "python3", "-u", "-c", writer])["id"].as_str().unwrap().to_string();
+    // 11-byte lines into a 4 KiB log: a rotation about every 370 lines, eight in all. A poller
+    // two rotations behind loses the file in between by design (the README says so), so the
+    // writer is paced by the poller: it prints 300 lines (3300 bytes, at most one rotation) and
+    // waits for the poller to have seen them. (Paced by the clock, a clean CI run once lost one
+    // rotation's lines to a descheduled poller.)
+    let gate = tempfile::tempdir().unwrap();
+    let writer = "import os,sys,time\nfor i in range(3000):\n    while i and i % 300 == 0 and not os.path.exists(os.path.join(sys.argv[1], str(i))): time.sleep(0.002)\n    print('line %05d' % i)";
+    let g = gate.path().to_str().unwrap();
+    let id =
+        st.start(&["--log-max", "4KiB", "--", "python3", "-u", "-c", writer, g])["id"].as_str().unwrap().to_string();
     let mut seen = Vec::new();
     let mut cursor = "0:0".to_string();
     let end = Instant::now() + SECS(30);
@@ -312,6 +316,10 @@ fn logs_cursor_polls_across_rotations_without_duplicates_or_gaps() {
         if v["eof"] == true {
             break;
         }
+        // Open the gate after the last line seen (a gap then fails the comparison below rather
+        // than leaving the writer waiting).
+        let next = seen.last().map_or(0, |n| n + 1);
+        std::fs::write(gate.path().join(next.to_string()), "").unwrap();
         assert!(Instant::now() < end, "never reached eof");
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -238,11 +238,16 @@ async fn a_dev_server_starts_ready_is_reached_and_logs_its_request() {
 async fn logs_with_a_cursor_across_rotations_have_no_duplicates_and_no_gaps() {
     let (state, guard) = (State::new(), Guard::new());
     let s = Server::spawn(&state, &guard, &[]).await;
-    // 600 numbered lines of 20 bytes into a 1 KiB log: a rotation every ~50 lines, ~10 ms apart
-    // (a rotation every 0.5 s). A reader that stalls for two rotations loses lines by design (the
-    // log is capped); at 5 ms apart a 0.5 s stall of this client on a loaded 2-vCPU CI machine did.
-    let script = "import sys,time\nfor i in range(600):\n    print('line %014d' % i, flush=True)\n    time.sleep(0.01)";
-    let v = s.ok("process_start", json!({"argv": ["python3", "-c", script], "logMax": 1024})).await;
+    // 600 numbered lines of 20 bytes into a 1 KiB log: a rotation every ~50 lines. A reader two
+    // rotations behind loses the file in between by design (the log is capped), so the writer is
+    // paced by the reader: it prints 40 lines (800 bytes, at most one rotation) and then waits
+    // for the reader to have seen them. Under any load the reader is at most one rotation
+    // behind, and every lost or repeated line is the cursor's fault. (Paced by the clock, a
+    // stall of this client on a loaded CI machine lost two rotations' lines.)
+    let gate = tempfile::tempdir().unwrap();
+    let script = "import os,sys,time\nfor i in range(600):\n    while i and i % 40 == 0 and not os.path.exists(os.path.join(sys.argv[1], str(i))): time.sleep(0.002)\n    print('line %014d' % i, flush=True)";
+    let argv = json!(["python3", "-c", script, gate.path()]);
+    let v = s.ok("process_start", json!({"argv": argv, "logMax": 1024})).await;
     let id = v["id"].as_str().unwrap().to_string();
     let mut cursor: Option<String> = None;
     let mut seen: Vec<u64> = Vec::new();
@@ -262,6 +267,10 @@ async fn logs_with_a_cursor_across_rotations_have_no_duplicates_and_no_gaps() {
         if l["eof"] == true {
             break;
         }
+        // Open the gate of the batch after the last line seen (a gap then shows as a wrong list
+        // below, not as a writer waiting forever).
+        let next = seen.last().map_or(0, |n| n + 1);
+        std::fs::write(gate.path().join(next.to_string()), "").unwrap();
         assert!(Instant::now() < end, "no eof; read {} lines", seen.len());
     }
     assert_eq!(seen, (0..600).collect::<Vec<u64>>(), "lines lost or repeated");
