@@ -346,14 +346,52 @@ fn start_nudges_for_detached_work_without_a_cleanup() {
 #[test]
 fn rotation_keeps_lines_whole_and_follow_loses_nothing() {
     let st = State::new();
-    let writer =
-        "import time\nfor i in range(20000):\n    print('line %06d' % i)\n    if i % 100 == 0: time.sleep(0.01)";
-    // 240 KB through a 32 KiB cap: about seven rotations, one every ~0.3 s. A follower keeps up
-    // as long as it looks once per two rotations (see logs.rs); 4 KiB (a rotation every 35 ms)
-    // asked that of a loaded CI machine too and lost a file there.
-    let id = id_of(&st.start(&["--log-max", "32KiB", "--", "python3", "-u", "-c", writer]));
-    let out = st.cmd(&["logs", "--follow", "--stream", "out", &id]).stdin(Stdio::null()).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    // 240 KB through a 32 KiB cap: about seven rotations. A follower two rotations behind loses
+    // the file in between by design (see logs.rs), so the writer is paced by what the follower
+    // has printed: 2000 lines (24 KB, at most one rotation) at a time, each batch behind a gate
+    // file this test opens. (Paced by the clock, a loaded CI machine once lost a file.)
+    let gate = tempfile::tempdir().unwrap();
+    let writer = "import os,sys,time\nfor i in range(20000):\n    while i and i % 2000 == 0 and not os.path.exists(os.path.join(sys.argv[1], str(i))): time.sleep(0.002)\n    print('line %06d' % i)";
+    let g = gate.path().to_str().unwrap();
+    let id = id_of(&st.start(&["--log-max", "32KiB", "--", "python3", "-u", "-c", writer, g]));
+    let guard = Guard::new();
+    let mut follower = st
+        .cmd(&["logs", "--follow", "--stream", "out", &id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    guard.track(follower.id() as i32);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = follower.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let (mut text, mut opened) = (String::new(), 0);
+    let end = Instant::now() + SECS(60);
+    loop {
+        match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
+            Ok(l) => {
+                let l = l.unwrap();
+                if let Some(n) = l.strip_prefix("line ").and_then(|n| n.parse::<u32>().ok()) {
+                    // The batch's last line (or any past it) opens the next gate.
+                    if n + 1 >= opened + 2000 {
+                        opened = (n + 1) / 2000 * 2000;
+                        std::fs::write(gate.path().join(opened.to_string()), "").unwrap();
+                    }
+                }
+                text.push_str(&l);
+                text.push('\n');
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(e) => panic!("follow printed nothing for a while ({e}) after {} bytes", text.len()),
+        }
+    }
+    assert!(follower.wait().unwrap().success());
     let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("line ")).collect();
     assert_eq!(lines.len(), 20000, "follow lost or duplicated lines across rotations");
     assert!(text.lines().all(|l| l.starts_with("line ") || l.starts_with("[sheepdog] ")), "a line was cut");
