@@ -300,6 +300,53 @@ fn sigkill_of_a_managed_keeper_stops_its_tree_records_it_and_runs_the_cleanup_on
     managed_survives(Kill::Keeper);
 }
 
+/// The supervisor SIGKILLed while `sheepdog stop` waits for it: its keeper has already begun the
+/// stop and finishes it (the grace kept, its own record); `stop` waits for the keeper instead of
+/// killing it and writing "did not finish in time".
+#[test]
+fn sigkill_of_a_supervisor_during_sheepdog_stop_leaves_the_stop_to_its_keeper() {
+    let st = State::new();
+    let guard = Guard::new();
+    let term = st.path().join("term");
+    let count = st.path().join("cleanups");
+    let cleanup = format!("echo ran >> {}", count.display());
+    let script = provider(&term);
+    let v = st.start(&["--term-grace", GRACE, "--kill-wait", GRACE, "--cleanup", &cleanup, "--", "sh", "-c", &script]);
+    let id = v["id"].as_str().unwrap().to_string();
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    let line = st.wait_log(&id, "stdout.log", "pids ");
+    let pids: Vec<i32> = line
+        .lines()
+        .find_map(|l| l.strip_prefix("pids "))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    for p in &pids {
+        guard.track(*p);
+    }
+    let keeper = the_keeper(sup);
+    guard.track(keeper);
+    let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    guard.track_child(&stopper);
+    // The stop has begun (the setsid child ignores SIGTERM: the keeper is in its grace).
+    st.wait_log(&id, "combined.log", "[sheepdog] stopping:");
+    kill9(sup);
+    let out = stopper.wait_with_output().unwrap();
+    let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{o}{e}");
+    assert!(wait_gone(&pids, Duration::ZERO).is_empty(), "the tree outlived `stop`");
+    let log = std::fs::read_to_string(st.path().join("procs").join(&id).join("combined.log")).unwrap();
+    assert!(!log.contains("stopped by sheepdog stop"), "`stop` took the stop over from a working keeper:\n{log}");
+    assert!(log.contains("[sheepdog] escalated: SIGKILL"), "the keeper kept the grace and escalated:\n{log}");
+    let e = st.entry(&id);
+    assert_eq!(e["status"], "stopped", "{e}");
+    assert!(!e["statusText"].as_str().unwrap_or("").contains("did not finish in time"), "{e}");
+    assert_eq!(e["treeGone"], true, "{e}");
+    assert!(wait_gone(&[sup, keeper], SECS(3)).is_empty(), "the keeper did not exit after its work");
+    assert_eq!(std::fs::read_to_string(&count).unwrap_or_default().lines().count(), 1, "the cleanup ran once");
+}
+
 #[test]
 fn sigkill_of_a_supervisor_that_waits_with_a_pending_cleanup_runs_the_cleanup_once() {
     // The wrapper exits at once; its cleanup is pending, watched for an owner that lives on.

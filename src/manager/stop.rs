@@ -1,7 +1,7 @@
 //! `stop`: through the entry's supervisor while it lives (SIGTERM to it, then a bounded wait), past
 //! it when it is gone or stuck (the recorded tree, by identity), then the cleanup.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::entry::{self, Entry, OutsideResult};
 use crate::logs;
@@ -205,8 +205,19 @@ pub(super) fn stop_settled(
     if let Some(sup) = verified_supervisor(&entry) {
         let _ = sup.send(Signal::TERM);
         let bound = before.max(Duration::from_millis(entry.stop.max_stop_ms)) + cleanup_bound(&entry) + STOP_MARGIN;
-        wait_pidfd(&sup, Some(bound));
-        let now = reg.read(&id)?;
+        let deadline = Instant::now() + bound;
+        let exited = wait_pidfd(&sup, Some(bound));
+        let mut now = reg.read(&id)?;
+        // The supervisor was killed from outside while it stopped (it exited with nothing
+        // recorded): its keeper has taken the stop over (`supervisorKilled`). Let it finish
+        // within the same bound; killing it would cut the grace short and record a false cause.
+        if exited
+            && !now.is_finished()
+            && let Some(keeper) = verified_keeper(&now)
+        {
+            wait_pidfd(&keeper, Some(deadline.saturating_duration_since(Instant::now())));
+            now = reg.read(&id)?;
+        }
         if now.is_finished() {
             // The supervisor ran the cleanup; if it died before doing so, run it here.
             crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
