@@ -136,6 +136,8 @@ impl Event {
 #[derive(Debug)]
 pub struct EventSink {
     fd: OwnedFd,
+    /// The fd number the host passed (`--events-fd`).
+    inherited_as: RawFd,
     /// The tier the probe chose, for the `spawned` event.
     containment: Option<crate::cgroup::Record>,
 }
@@ -147,7 +149,7 @@ impl EventSink {
     ///
     /// Errors: EBADF when it is not open.
     pub fn from_inherited(fd: RawFd) -> std::io::Result<EventSink> {
-        Ok(EventSink { fd: process::take_inherited_fd(fd)?, containment: None })
+        Ok(EventSink { fd: process::take_inherited_fd(fd)?, inherited_as: fd, containment: None })
     }
 
     /// Writes one event line, only if the fd can take it now (`poll` for `POLLOUT`): a line is
@@ -193,6 +195,14 @@ impl Observer for EventSink {
 
     fn escalated(&mut self, remaining: usize) {
         self.emit(&Event::Escalated { signal: "SIGKILL", remaining });
+    }
+
+    fn adoptable_fds(&self) -> Vec<RawFd> {
+        // A supervisor that adopts the tree after its keeper's SIGKILL is this program again,
+        // parsing `--events-fd N` again: fd N must still be open there. (An fd of 0-2 was
+        // duplicated above 2; the original stays open across the exec anyway.)
+        let fd = self.fd.as_raw_fd();
+        if fd == self.inherited_as { vec![fd] } else { Vec::new() }
     }
 }
 

@@ -171,6 +171,48 @@ fn a_keeper_killed_in_sheepdog_run_makes_the_supervisor_exit_with_the_providers_
 /// finds the provider among the children it inherited and runs the stop. The window is a few
 /// hundred microseconds wide, so the kill comes the instant the provider prints, many times, on
 /// one CPU where `taskset` exists (the keeper then waits for the CPU the provider holds).
+/// A host reading `--events-fd` when the keeper is SIGKILLed: the supervisor that adopts the
+/// tree is this program again, with the same arguments, so fd 3 must still be open in it (it
+/// was close-on-exec, and the adopting image refused `--events-fd 3` and left the tree). The
+/// stream goes on to `exited`, with the provider's status.
+#[test]
+fn a_keeper_killed_under_events_fd_leaves_the_event_stream_to_the_adopting_supervisor() {
+    let guard = Guard::new();
+    let script = format!(
+        "exec {} run --events-fd 3 --term-grace {GRACE} --kill-wait {GRACE} -- \
+         sh -c \"trap 'exit 7' TERM; echo member \\$\\$; sleep 302 & wait\" 3>&1",
+        bin()
+    );
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", &script]).stdin(Stdio::null()).stderr(Stdio::piped());
+    let (mut child, lines) = spawn_lines(cmd, &guard);
+    let sup = child.id() as i32;
+    let member: i32 = loop {
+        if let Some(p) = lines.next(SECS(10)).strip_prefix("member ") {
+            break p.parse().unwrap();
+        }
+    };
+    guard.track(member);
+    let keeper = the_keeper(sup);
+    guard.track(keeper);
+    kill9(keeper);
+    let exited: serde_json::Value = loop {
+        let l = lines.next(BOUND);
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&l)
+            && v["event"] == "exited"
+        {
+            break v;
+        }
+    };
+    assert_eq!(exited["exitStatus"], 7, "{exited}");
+    assert_eq!(exited["treeGone"], true, "{exited}");
+    let status = wait_child(&mut child, SECS(5));
+    let mut err = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    assert_eq!(status.code(), Some(7), "{err}");
+    assert!(wait_gone(&[member], Duration::ZERO).is_empty());
+}
+
 #[test]
 fn a_keeper_killed_right_after_the_spawn_still_leaves_the_supervisor_in_charge_of_the_stop() {
     let pin = std::process::Command::new("taskset").args(["-c", "0", "true"]).status().is_ok_and(|s| s.success());
