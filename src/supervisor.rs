@@ -394,6 +394,8 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         Some(a) => cgroup::Containment {
             tier: if a.cgroup.is_some() { cgroup::Tier::Cgroup } else { cgroup::Tier::fallback() },
             reason: None,
+            // Not held again (`Cgroup::hold`): this process is the one the cgroup's name
+            // identifies, alive, and `reap` leaves the cgroup of a live supervisor alone.
             cgroup: a.cgroup.as_ref().and_then(|(path, inode)| cgroup::Cgroup::open(path, Some(*inode)).ok()),
         },
     };

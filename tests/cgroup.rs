@@ -824,3 +824,75 @@ fn reap_kills_and_removes_the_populated_cgroup_of_a_run_whose_supervisor_and_kee
     assert_eq!(wait_gone(&members, SECS(2)), Vec::<i32>::new(), "reap left members of the leftover cgroup alive");
     assert!(!path.exists(), "reap removed {}", path.display());
 }
+
+/// The backstop leaves alone a tree whose keeper is still in charge: after the supervisor's
+/// SIGKILL the keeper runs the stop and gives the grace, holding the cgroup (a shared `flock`),
+/// so a `reap` meanwhile (another state dir: it knows nothing of this `run`) kills nothing and
+/// the TERM-ignoring members live out their grace before the keeper's SIGKILL.
+#[test]
+fn reap_leaves_the_populated_cgroup_of_a_run_whose_keeper_still_runs_the_stop() {
+    reap_leaves_a_stopping_run(false);
+}
+
+/// The same with the roles swapped: the keeper SIGKILLed, the supervisor (re-executed to adopt
+/// the tree, the same pid and start time the cgroup's name gives) runs the stop.
+#[test]
+fn reap_leaves_the_populated_cgroup_of_a_run_whose_supervisor_adopted_the_stop() {
+    reap_leaves_a_stopping_run(true);
+}
+
+fn reap_leaves_a_stopping_run(kill_the_keeper: bool) {
+    let Some(own) = need_cgroup("reap_leaves_a_stopping_run") else {
+        return;
+    };
+    let home = TestCgroup::new(&own);
+    let enter = format!("echo $$ > {}/cgroup.procs && exec", home.path_str());
+    let guard = Guard::new();
+    let script = format!(
+        "{enter} {} run --events-fd 3 --containment cgroup --term-grace 3s --kill-wait 1s -- \
+         sh -c \"trap '' TERM; sleep 100 & echo member \\$\\$ \\$!; wait\" 3>&1",
+        bin()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script]).env_remove("SHEEPDOG_CONTAINMENT").stdin(Stdio::null());
+    let (mut child, lines) = spawn_lines(cmd, &guard);
+    let mut members = Vec::new();
+    let mut path = None;
+    while members.is_empty() || path.is_none() {
+        let l = lines.next(SECS(10));
+        if let Some(p) = l.strip_prefix("member ") {
+            members = p.split_whitespace().map(|p| p.parse::<i32>().unwrap()).collect();
+        } else if let Ok(v) = serde_json::from_str::<Value>(&l) {
+            path = v["cgroup"].as_str().map(PathBuf::from);
+        }
+    }
+    let path = path.unwrap();
+    for m in &members {
+        guard.track(*m);
+    }
+    let keeper = keeper_of(child.id() as i32).expect("the supervisor's keeper");
+    guard.track(keeper);
+    let t0 = Instant::now();
+    if kill_the_keeper {
+        signal(keeper, libc::SIGKILL);
+    } else {
+        signal(child.id() as i32, libc::SIGKILL);
+        wait_child(&mut child, SECS(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let st = State::new();
+    let reap = format!("{enter} {} --state-dir {} --json reap", bin(), st.path().display());
+    let out = Command::new("sh").args(["-c", &reap]).env_remove("SHEEPDOG_CONTAINMENT").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Within the 3 s grace both still live: the reap did not take the tree for abandoned.
+    std::thread::sleep(Duration::from_millis(1000).saturating_sub(t0.elapsed()));
+    assert_eq!(wait_gone(&members, Duration::ZERO).len(), 2, "reap killed a tree its keeper was stopping");
+    // The keeper's own stop ends it: the grace, its SIGKILL, the cgroup removed.
+    assert_eq!(wait_gone(&members, SECS(4)), Vec::<i32>::new(), "the keeper's stop left members");
+    if kill_the_keeper {
+        wait_child(&mut child, SECS(3));
+    } else {
+        assert!(wait_gone(&[keeper], SECS(2)).is_empty(), "the keeper outlived its stop");
+    }
+    assert!(!path.exists(), "the one that stopped removed {}", path.display());
+}

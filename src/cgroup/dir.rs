@@ -62,6 +62,23 @@ impl Cgroup {
         Cgroup::open(Path::new(path), Some(e.cgroup_inode?)).ok()
     }
 
+    /// Marks the cgroup as having a supervisor in charge: a shared `flock` on its directory,
+    /// held by the open directory (the supervisor's, and its keeper's copy of the same fd) and
+    /// released by the kernel when the last holder dies. So [`sweep_leftovers`] can tell a tree
+    /// whose supervisor was SIGKILLed but whose keeper still runs the stop (and its grace) from
+    /// one that lost both. (A supervisor that adopted the tree after its keeper's SIGKILL is the
+    /// live process the cgroup's name identifies: the sweep leaves it alone without a hold.)
+    /// Best effort: a lock that cannot be taken leaves the cgroup as unmarked as before.
+    pub fn hold(&self) {
+        let _ = self.dir.lock_shared();
+    }
+
+    /// True if a supervisor or keeper still holds the cgroup ([`Cgroup::hold`]): an exclusive
+    /// `flock` cannot be had right now.
+    pub fn held(&self) -> bool {
+        matches!(self.dir.try_lock(), Err(std::fs::TryLockError::WouldBlock))
+    }
+
     /// The cgroup's directory.
     pub fn path(&self) -> &Path {
         &self.path

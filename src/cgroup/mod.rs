@@ -475,6 +475,7 @@ fn create(req: &Request) -> Result<Cgroup, Refusal> {
         r
     };
     let cg = Cgroup::open(&path, None).map_err(|e| undo(Refusal::Tier(e)))?;
+    cg.hold();
     if !cg.at("cgroup.kill").exists() {
         return Err(undo(Refusal::Tier(format!(
             "{} has no cgroup.kill (Linux 5.14 or later is needed)",
