@@ -101,6 +101,11 @@ pub trait Observer {
     fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
         None
     }
+    /// This process adopted the tree after its keeper's SIGKILL (crate::keeper): the provider
+    /// is `spawned`. The keeper may have died before it recorded that (a managed entry's
+    /// record, its `started` marker): the observer records what is missing. Nothing is sent
+    /// again (no second `spawned` event).
+    fn adopted(&mut self, _spawned: &Spawned) {}
     /// A stop began (or, with `ProviderExited`, cleanup of what an exited provider left).
     fn stopping(&mut self, _trigger: Trigger) {}
     /// The term grace ran out; SIGKILL went to `remaining` processes.
@@ -476,6 +481,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             if provider.is_some() {
                 tree.leader_reaped();
             }
+            observer.adopted(&spawned);
             (spawned, provider, tree)
         }
         None => {

@@ -342,6 +342,51 @@ fn sigkill_of_a_managed_keeper_stops_its_tree_records_it_and_runs_the_cleanup_on
     managed_survives(Kill::Keeper);
 }
 
+/// The keeper SIGKILLed while `sheepdog start` waits for the handshake (right after the spawn,
+/// before its record): the supervisor that adopts the tree records the spawn, so `start`
+/// reports the command it really started instead of "exited before the command started" (125).
+/// Many trials, the kill at once and a little later: whatever `start` says must match the log.
+#[test]
+fn a_keeper_killed_while_start_waits_never_makes_start_deny_a_started_command() {
+    let st = State::new();
+    let guard = Guard::new();
+    let mut denied_but_ran = Vec::new();
+    for i in 0..30 {
+        let mut start = st
+            .cmd(&["start", "--json", "--term-grace", "100ms", "--", "sh", "-c", "echo up; exec sleep 303"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        guard.track_child(&start);
+        let me = start.id() as i32;
+        let end = Instant::now() + SECS(5);
+        // start → supervisor → keeper: SIGKILL the keeper as soon as it exists (later each trial).
+        let keeper = loop {
+            if let Some(k) = keeper_of(me).and_then(keeper_of) {
+                break Some(k);
+            }
+            if Instant::now() > end || start.try_wait().unwrap().is_some() {
+                break None;
+            }
+            std::thread::yield_now();
+        };
+        if let Some(k) = keeper {
+            guard.track(k);
+            std::thread::sleep(Duration::from_micros(100 * (i % 10)));
+            kill9(k);
+        }
+        let out = start.wait_with_output().unwrap();
+        let id = format!("proc_{}", i + 1);
+        let log = std::fs::read_to_string(st.path().join("procs").join(&id).join("stdout.log")).unwrap_or_default();
+        if out.status.code() != Some(0) && log.contains("up") {
+            denied_but_ran.push((id, String::from_utf8_lossy(&out.stderr).into_owned()));
+        }
+    }
+    assert!(denied_but_ran.is_empty(), "start said the command never started, but it ran: {denied_but_ran:?}");
+    let _ = st.run(&["stop", "--all"]);
+}
+
 /// The supervisor SIGKILLed while `sheepdog stop` waits for it: its keeper has already begun the
 /// stop and finishes it (the grace kept, its own record); `stop` waits for the keeper instead of
 /// killing it and writing "did not finish in time".

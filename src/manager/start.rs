@@ -198,8 +198,14 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
             reg.release_id(&id);
             return Err(ManagerError::Start { code, message });
         }
-        // Nothing (or nothing readable): the supervisor died before it could say.
+        // Nothing (or nothing readable): the supervisor died before it could say, or its keeper
+        // was killed after the spawn and the supervisor that adopted the tree recorded it.
         Err(_) => {}
+    }
+    if let Ok(e) = reg.read(&id)
+        && e.pid.is_some()
+    {
+        return Ok(e);
     }
     let lost = OutsideResult::Lost("lost (the supervisor exited before the command started)".into());
     let _ = reg.update(&id, |e| {

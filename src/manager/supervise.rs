@@ -404,6 +404,24 @@ impl Observer for Managed<'_> {
         let _ = process::redirect_to_null(1);
     }
 
+    fn adopted(&mut self, spawned: &Spawned) {
+        // The keeper was killed between the spawn and its record: the entry says the command
+        // runs (so `start`, which got no handshake, reports it started; and the stop after
+        // this adoption is recorded against it). No handshake here: `start` reads the entry.
+        if self.reg.read(&self.id).is_ok_and(|e| e.pid.is_none()) {
+            let stat = procfs::stat(spawned.pid).ok();
+            let start_time = stat.as_ref().map(|s| s.start_time);
+            let sid = stat.as_ref().map(|s| s.session);
+            let _ = self.write(&mut |e| {
+                e.record_spawned(spawned.pid.as_raw(), spawned.pgid.as_raw(), start_time, sid);
+            });
+            self.logs.marker(&format!(
+                "started pid {} (recorded by the supervisor after its keeper's SIGKILL)",
+                spawned.pid
+            ));
+        }
+    }
+
     fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
         match self.reg.read(&self.id) {
             Ok(e) => Some(StopPolicy::from_timings(&e.stop)),
