@@ -342,6 +342,42 @@ fn sigkill_of_a_managed_keeper_stops_its_tree_records_it_and_runs_the_cleanup_on
     managed_survives(Kill::Keeper);
 }
 
+/// The keeper SIGKILLed while it runs the entry's cleanup (after the tree's stop): the supervisor
+/// that adopts the tree finds the tree recorded and the cleanup running, and lets the cleanup
+/// finish within its bound instead of stopping it as the tree; its exit code is recorded.
+#[test]
+fn a_keeper_killed_during_the_cleanup_lets_the_cleanup_finish_and_records_its_code() {
+    let st = State::new();
+    let guard = Guard::new();
+    let cl = st.path().join("cl");
+    let cleanup = format!(
+        "echo start >> {f}; trap 'echo got-TERM >> {f}' TERM; sleep 1 & wait; echo end >> {f}; exit 3",
+        f = cl.display()
+    );
+    let v = st.start(&["--term-grace", GRACE, "--kill-wait", GRACE, "--cleanup", &cleanup, "--", "sleep", "304"]);
+    let id = v["id"].as_str().unwrap().to_string();
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    guard.track(v["pid"].as_i64().unwrap() as i32);
+    let keeper = the_keeper(sup);
+    guard.track(keeper);
+    let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    guard.track_child(&stopper);
+    let end = Instant::now() + SECS(5);
+    while !std::fs::read_to_string(&cl).unwrap_or_default().contains("start") {
+        assert!(Instant::now() < end, "the cleanup never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    kill9(keeper);
+    let out = stopper.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&cl).unwrap(), "start\nend\n", "the cleanup was cut short; stop said {said}");
+    let e = st.entry(&id);
+    assert_eq!(e["cleanupResult"]["exitCode"], 3, "{e}");
+    assert_eq!(e["cleanupResult"]["ranBy"], "supervisor", "{e}");
+    assert!(said.contains("Cleanup command failed with exit code 3."), "{said}");
+    assert!(wait_gone(&[sup], SECS(3)).is_empty(), "the supervisor outlived the cleanup");
+}
+
 /// The keeper SIGKILLed while `sheepdog start` waits for the handshake (right after the spawn,
 /// before its record): the supervisor that adopts the tree records the spawn, so `start`
 /// reports the command it really started instead of "exited before the command started" (125).

@@ -34,6 +34,83 @@ impl Handshake {
     }
 }
 
+/// In a supervisor that re-executed itself after its keeper's SIGKILL: if the keeper had already
+/// stopped the tree and recorded it, and was running the entry's cleanup, that cleanup is left to
+/// run (it is this process's child now, re-parented to a subreaper) until it ends or its bound
+/// passes; then it is settled as a cleanup whose runner was killed (`settle_abandoned`: stopped
+/// and recorded timed out past its bound, else its result stays unknown). Stopping it as if it
+/// were the tree would cut its work short. Returns false (nothing done) in any other state.
+fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
+    let Some(e) = reg.read(id).ok().filter(|e| {
+        e.is_finished()
+            && e.cleanup_started_at.is_some()
+            && e.cleanup_result.is_none()
+            && e.cleanup_runner_pid == e.keeper_pid
+    }) else {
+        return false;
+    };
+    logs::append_marker(&reg.dir(id), "the keeper was killed while it ran the cleanup; the supervisor bounds it");
+    // The cleanup's `sh` and whatever it orphaned are reaped as they exit (a subreaper's duty);
+    // the `sh`'s status is the cleanup's result. A keeper killed before it recorded the `sh`'s
+    // pid left it known as this process's child that leads its own group (the tree is stopped:
+    // the cleanup is all that is below).
+    let sh = e.cleanup_pid.or_else(|| {
+        let me = process::getpid();
+        procfs::children(me)
+            .into_iter()
+            .find(|c| procfs::stat(*c).is_ok_and(|s| s.pgrp == c.as_raw()))
+            .map(|c| c.as_raw())
+    });
+    let mut status = None;
+    let reap = |status: &mut Option<WaitStatus>| {
+        while let Some((pid, st)) = process::reap_any() {
+            if Some(pid.as_raw()) == sh {
+                *status = Some(st);
+            }
+        }
+    };
+    loop {
+        reap(&mut status);
+        if crate::cleanup::settle_abandoned(reg, id, CleanupRunner::Supervisor, false) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    reap(&mut status);
+    // Ended within its bound: what is known is recorded (its output went with the keeper).
+    if let (Some(st), Some(c)) = (status, e.cleanup.as_ref()) {
+        let result = entry::CleanupResult {
+            command: c.command.clone(),
+            exit_code: match st {
+                WaitStatus::Exited(code) => Some(code),
+                WaitStatus::Signaled(_) => None,
+            },
+            signal: match st {
+                WaitStatus::Signaled(s) => Some(s.name().to_string()),
+                WaitStatus::Exited(_) => None,
+            },
+            duration_ms: files::now_ms().saturating_sub(e.cleanup_started_at.unwrap_or_default()),
+            output: vec!["sheepdog: the cleanup's output went with its runner (the keeper was killed)".into()],
+            ran_by: CleanupRunner::Supervisor,
+            ..entry::CleanupResult::default()
+        };
+        let _ = reg.update(id, |x| {
+            if x.cleanup_result.is_none() {
+                x.cleanup_result = Some(result.clone());
+            }
+        });
+        let how = match (result.exit_code, &result.signal) {
+            (Some(c), _) => format!("exited with code {c}"),
+            (None, s) => format!("was killed by {}", s.clone().unwrap_or_default()),
+        };
+        logs::append_marker(
+            &reg.dir(id),
+            &format!("cleanup {how} after {} ms, its runner (the keeper) killed", result.duration_ms),
+        );
+    }
+    true
+}
+
 /// The body of the detached supervisor (`sheepdog supervise-entry`): runs the entry's command
 /// to the end and records the result. `name` names the settings in a containment refusal as the
 /// front end that started it does. Reports the spawn to `start` with a `Handshake` line on
@@ -51,6 +128,9 @@ pub fn run_supervisor(
         Handshake::Failed { code, message }.send();
         code
     };
+    if crate::keeper::adoption().is_some() && settle_the_keepers_cleanup(reg, id) {
+        return 0;
+    }
     let me = process::getpid();
     let mut cgroup_name = None;
     if let Ok(e) = reg.read(id) {
