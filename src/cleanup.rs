@@ -341,13 +341,57 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
     }
     let how = if result.timed_out {
         format!("timed out after {}; its tree was stopped", duration::format(timeout))
-    } else if let Some(c) = result.exit_code {
-        format!("exited with code {c}")
     } else {
-        format!("was killed by {}", result.signal.clone().unwrap_or_default())
+        ended_by(&result)
     };
     mark(&mut log, format!("cleanup {how} after {} ms: sh -c {:?}", result.duration_ms, c.command));
     result
+}
+
+/// How a cleanup that was not timed out ended: `exited with code N` or `was killed by SIGX`.
+fn ended_by(result: &CleanupResult) -> String {
+    match (result.exit_code, &result.signal) {
+        (Some(c), _) => format!("exited with code {c}"),
+        (None, s) => format!("was killed by {}", s.clone().unwrap_or_default()),
+    }
+}
+
+/// Records how a cleanup ended whose runner (a keeper) was killed while it ran, by the process
+/// that reaped its `sh` (the supervisor that adopted the tree): `status` is the `sh`'s wait
+/// status. Its output went with the runner's end of the pipe, so the result's output is one line
+/// saying so. Nothing is written if a result is already recorded (a stop past its bound).
+pub fn record_reaped(reg: &Registry, id: &str, status: WaitStatus, by: CleanupRunner) {
+    let Ok(e) = reg.read(id) else { return };
+    let Some(c) = e.cleanup.as_ref() else { return };
+    let result = CleanupResult {
+        command: c.command.clone(),
+        exit_code: match status {
+            WaitStatus::Exited(code) => Some(code),
+            WaitStatus::Signaled(_) => None,
+        },
+        signal: match status {
+            WaitStatus::Signaled(s) => Some(s.name().to_string()),
+            WaitStatus::Exited(_) => None,
+        },
+        duration_ms: files::now_ms().saturating_sub(e.cleanup_started_at.unwrap_or_default()),
+        output: vec!["sheepdog: the cleanup's output went with its runner, which was killed".into()],
+        ran_by: by,
+        ..CleanupResult::default()
+    };
+    let mut recorded = false;
+    let _ = reg.update(id, |x| {
+        recorded = x.cleanup_result.is_none();
+        if recorded {
+            x.cleanup_result = Some(result.clone());
+        }
+    });
+    if recorded {
+        let how = ended_by(&result);
+        crate::logs::append_marker(
+            &reg.dir(id),
+            &format!("cleanup {how} after {} ms (its runner was killed): sh -c {:?}", result.duration_ms, c.command),
+        );
+    }
 }
 
 fn push_line(tail: &mut VecDeque<String>, line: String) {

@@ -737,6 +737,50 @@ fn reap_removes_a_cgroup_a_supervisor_left_behind() {
     assert_eq!(st.entry(&id).get("cgroupLeftover"), None);
 }
 
+/// `sheepdog run --events-fd 3 --containment cgroup FLAGS -- sh -c PROVIDER`, started inside
+/// `home` (so only a `reap` run there sweeps its cgroup), the guard tracking it. PROVIDER prints
+/// `member PID...`; returns the supervisor, the members and the tree's cgroup (from `spawned`).
+fn run_in(home: &TestCgroup, guard: &Guard, flags: &str, provider: &str) -> (std::process::Child, Vec<i32>, PathBuf) {
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {} run --events-fd 3 --containment cgroup {flags} -- sh -c \"{provider}\" 3>&1",
+        home.path_str(),
+        bin()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script]).env_remove("SHEEPDOG_CONTAINMENT").stdin(Stdio::null());
+    let (child, lines) = spawn_lines(cmd, guard);
+    let mut members = Vec::new();
+    let mut path = None;
+    while members.is_empty() || path.is_none() {
+        let l = lines.next(SECS(10));
+        if let Some(p) = l.strip_prefix("member ") {
+            members = p.split_whitespace().map(|p| p.parse::<i32>().unwrap()).collect();
+        } else if let Ok(v) = serde_json::from_str::<Value>(&l) {
+            path = v["cgroup"].as_str().map(PathBuf::from);
+        }
+    }
+    for m in &members {
+        guard.track(*m);
+    }
+    (child, members, path.unwrap())
+}
+
+/// `sheepdog reap` from a fresh state dir, run inside `home`: it knows nothing of the `run`s
+/// there, so all it can do to them is the sweep of leftover cgroups.
+fn reap_in(home: &TestCgroup, json: bool) -> std::process::Output {
+    let st = State::new();
+    let reap = format!(
+        "echo $$ > {}/cgroup.procs && exec {} --state-dir {} {}reap",
+        home.path_str(),
+        bin(),
+        st.path().display(),
+        if json { "--json " } else { "" }
+    );
+    let out = Command::new("sh").args(["-c", &reap]).env_remove("SHEEPDOG_CONTAINMENT").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
 #[test]
 fn reap_removes_the_empty_cgroup_of_a_run_supervisor_killed_by_sigkill() {
     let Some(own) = need_cgroup("reap_removes_the_empty_cgroup_of_a_run_supervisor_killed_by_sigkill") else {
@@ -745,37 +789,16 @@ fn reap_removes_the_empty_cgroup_of_a_run_supervisor_killed_by_sigkill() {
     // The supervisor and the reap run in a cgroup of this test's own: `reap` sweeps only below
     // its own cgroup, so the reaps of tests running alongside cannot take this one first.
     let home = TestCgroup::new(&own);
-    let enter = format!("echo $$ > {}/cgroup.procs && exec", home.path_str());
     let guard = Guard::new();
-    let script = format!(
-        "{enter} {} run --events-fd 3 --containment cgroup -- sh -c 'echo member $$; exec sleep 100' 3>&1",
-        bin()
-    );
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", &script]).env_remove("SHEEPDOG_CONTAINMENT").stdin(Stdio::null());
-    let (mut child, lines) = spawn_lines(cmd, &guard);
-    let mut member = None;
-    let mut path = None;
-    while member.is_none() || path.is_none() {
-        let l = lines.next(SECS(10));
-        if let Some(p) = l.strip_prefix("member ") {
-            member = p.parse::<i32>().ok();
-        } else if let Ok(v) = serde_json::from_str::<Value>(&l) {
-            path = v["cgroup"].as_str().map(PathBuf::from);
-        }
-    }
-    let (member, path) = (member.unwrap(), path.unwrap());
-    guard.track(member);
+    let (mut child, members, path) = run_in(&home, &guard, "", "echo member \\$\\$; exec sleep 100");
+    let member = members[0];
     assert!(path.starts_with(&home.path), "{}", path.display());
     kill_supervisor_and_keeper(child.id() as i32);
     wait_child(&mut child, SECS(5));
     signal(member, libc::SIGKILL);
     assert_eq!(wait_gone(&[member], SECS(5)), Vec::<i32>::new());
     assert!(path.exists(), "a SIGKILLed run cannot remove its cgroup");
-    let st = State::new();
-    let reap = format!("{enter} {} --state-dir {} reap", bin(), st.path().display());
-    let out = Command::new("sh").args(["-c", &reap]).env_remove("SHEEPDOG_CONTAINMENT").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    reap_in(&home, false);
     assert!(!path.exists(), "reap removed {}", path.display());
 }
 
@@ -789,38 +812,15 @@ fn reap_kills_and_removes_the_populated_cgroup_of_a_run_whose_supervisor_and_kee
         return;
     };
     let home = TestCgroup::new(&own);
-    let enter = format!("echo $$ > {}/cgroup.procs && exec", home.path_str());
     let guard = Guard::new();
-    let script = format!(
-        "{enter} {} run --events-fd 3 --containment cgroup -- sh -c 'setsid sleep 100 & echo member $$ $!; exec sleep 100' 3>&1",
-        bin()
-    );
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", &script]).env_remove("SHEEPDOG_CONTAINMENT").stdin(Stdio::null());
-    let (mut child, lines) = spawn_lines(cmd, &guard);
-    let mut members = Vec::new();
-    let mut path = None;
-    while members.is_empty() || path.is_none() {
-        let l = lines.next(SECS(10));
-        if let Some(p) = l.strip_prefix("member ") {
-            members = p.split_whitespace().map(|p| p.parse::<i32>().unwrap()).collect();
-        } else if let Ok(v) = serde_json::from_str::<Value>(&l) {
-            path = v["cgroup"].as_str().map(PathBuf::from);
-        }
-    }
-    let path = path.unwrap();
-    for m in &members {
-        guard.track(*m);
-    }
+    let (mut child, members, path) =
+        run_in(&home, &guard, "", "setsid sleep 100 & echo member \\$\\$ \\$!; exec sleep 100");
     let name = path.file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.contains(&format!("-{}-", child.id())) && name.contains('t'), "pid and start time in {name}");
     kill_supervisor_and_keeper(child.id() as i32);
     wait_child(&mut child, SECS(5));
     assert_eq!(wait_gone(&members, Duration::from_millis(300)).len(), 2, "nothing stops them before reap");
-    let st = State::new();
-    let reap = format!("{enter} {} --state-dir {} reap", bin(), st.path().display());
-    let out = Command::new("sh").args(["-c", &reap]).env_remove("SHEEPDOG_CONTAINMENT").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    reap_in(&home, false);
     assert_eq!(wait_gone(&members, SECS(2)), Vec::<i32>::new(), "reap left members of the leftover cgroup alive");
     assert!(!path.exists(), "reap removed {}", path.display());
 }
@@ -846,30 +846,13 @@ fn reap_leaves_a_stopping_run(kill_the_keeper: bool) {
         return;
     };
     let home = TestCgroup::new(&own);
-    let enter = format!("echo $$ > {}/cgroup.procs && exec", home.path_str());
     let guard = Guard::new();
-    let script = format!(
-        "{enter} {} run --events-fd 3 --containment cgroup --term-grace 3s --kill-wait 1s -- \
-         sh -c \"trap '' TERM; sleep 100 & echo member \\$\\$ \\$!; wait\" 3>&1",
-        bin()
+    let (mut child, members, path) = run_in(
+        &home,
+        &guard,
+        "--term-grace 3s --kill-wait 1s",
+        "trap '' TERM; sleep 100 & echo member \\$\\$ \\$!; wait",
     );
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", &script]).env_remove("SHEEPDOG_CONTAINMENT").stdin(Stdio::null());
-    let (mut child, lines) = spawn_lines(cmd, &guard);
-    let mut members = Vec::new();
-    let mut path = None;
-    while members.is_empty() || path.is_none() {
-        let l = lines.next(SECS(10));
-        if let Some(p) = l.strip_prefix("member ") {
-            members = p.split_whitespace().map(|p| p.parse::<i32>().unwrap()).collect();
-        } else if let Ok(v) = serde_json::from_str::<Value>(&l) {
-            path = v["cgroup"].as_str().map(PathBuf::from);
-        }
-    }
-    let path = path.unwrap();
-    for m in &members {
-        guard.track(*m);
-    }
     let keeper = keeper_of(child.id() as i32).expect("the supervisor's keeper");
     guard.track(keeper);
     let t0 = Instant::now();
@@ -880,10 +863,7 @@ fn reap_leaves_a_stopping_run(kill_the_keeper: bool) {
         wait_child(&mut child, SECS(5));
     }
     std::thread::sleep(Duration::from_millis(200));
-    let st = State::new();
-    let reap = format!("{enter} {} --state-dir {} --json reap", bin(), st.path().display());
-    let out = Command::new("sh").args(["-c", &reap]).env_remove("SHEEPDOG_CONTAINMENT").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    reap_in(&home, true);
     // Within the 3 s grace both still live: the reap did not take the tree for abandoned.
     std::thread::sleep(Duration::from_millis(1000).saturating_sub(t0.elapsed()));
     assert_eq!(wait_gone(&members, Duration::ZERO).len(), 2, "reap killed a tree its keeper was stopping");

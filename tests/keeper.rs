@@ -32,6 +32,22 @@ fn provider(term_file: &std::path::Path) -> String {
     )
 }
 
+/// The `pids` line a managed entry's [`provider`] logged, each pid tracked by `guard`.
+fn provider_pids(st: &State, guard: &Guard, id: &str) -> Vec<i32> {
+    let line = st.wait_log(id, "stdout.log", "pids ");
+    let pids: Vec<i32> = line
+        .lines()
+        .find_map(|l| l.strip_prefix("pids "))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    for p in &pids {
+        guard.track(*p);
+    }
+    pids
+}
+
 /// The keeper of supervisor `sup` (the provider is the keeper's child, not the supervisor's),
 /// waiting for the fork if need be.
 fn the_keeper(sup: i32) -> i32 {
@@ -285,17 +301,7 @@ fn managed_survives(how: Kill) {
     ]);
     let id = v["id"].as_str().unwrap().to_string();
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
-    let pids = st.wait_log(&id, "stdout.log", "pids ");
-    let pids: Vec<i32> = pids
-        .lines()
-        .find_map(|l| l.strip_prefix("pids "))
-        .unwrap()
-        .split_whitespace()
-        .map(|p| p.parse().unwrap())
-        .collect();
-    for p in &pids {
-        guard.track(*p);
-    }
+    let pids = provider_pids(&st, &guard, &id);
     let keeper = the_keeper(sup);
     guard.track(keeper);
     let t0 = Instant::now();
@@ -437,17 +443,7 @@ fn sigkill_of_a_supervisor_during_sheepdog_stop_leaves_the_stop_to_its_keeper() 
     let v = st.start(&["--term-grace", GRACE, "--kill-wait", GRACE, "--cleanup", &cleanup, "--", "sh", "-c", &script]);
     let id = v["id"].as_str().unwrap().to_string();
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
-    let line = st.wait_log(&id, "stdout.log", "pids ");
-    let pids: Vec<i32> = line
-        .lines()
-        .find_map(|l| l.strip_prefix("pids "))
-        .unwrap()
-        .split_whitespace()
-        .map(|p| p.parse().unwrap())
-        .collect();
-    for p in &pids {
-        guard.track(*p);
-    }
+    let pids = provider_pids(&st, &guard, &id);
     let keeper = the_keeper(sup);
     guard.track(keeper);
     let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();

@@ -68,8 +68,8 @@ pub fn remove_recorded(e: &Entry) -> bool {
 /// - Named with the supervisor's start time (`tSTART`, clock ticks): when no process with that
 ///   pid and start time lives, the supervisor is provably gone. A cgroup still populated and no
 ///   longer held ([`Cgroup::held`]: the keeper that runs the stop after its supervisor's
-///   SIGKILL holds it) lost its supervisor and its keeper both (`kill -9 -1`): it is killed (`cgroup.kill`,
-///   then every pid still listed, see [`Cgroup::kill`]) and removed. The one stop's SIGTERM and
+///   SIGKILL holds it) lost its supervisor and its keeper both (`kill -9 -1`): it is killed
+///   (`cgroup.kill`, then every pid still listed, see [`Cgroup::kill`]) and removed. The one stop's SIGTERM and
 ///   grace are gone with both processes; what is left gets SIGKILL.
 /// - Older names (no start time): only empty ones whose PID is not alive are removed (a live
 ///   PID may be a supervisor about to use its cgroup).
@@ -96,8 +96,8 @@ pub fn sweep_leftovers() -> Vec<PathBuf> {
         }
         let Ok(cg) = Cgroup::open(&d.path(), None) else { continue };
         if cg.populated() {
-            // Unnamed by start time, or its keeper (or an adopting supervisor) still holds it:
-            // someone is in charge of the stop and its grace.
+            // Unnamed by start time, or its keeper still holds it: someone is in charge of the
+            // stop and its grace.
             if start.is_none() || cg.held() {
                 continue;
             }

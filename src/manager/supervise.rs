@@ -78,35 +78,8 @@ fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
     }
     reap(&mut status);
     // Ended within its bound: what is known is recorded (its output went with the keeper).
-    if let (Some(st), Some(c)) = (status, e.cleanup.as_ref()) {
-        let result = entry::CleanupResult {
-            command: c.command.clone(),
-            exit_code: match st {
-                WaitStatus::Exited(code) => Some(code),
-                WaitStatus::Signaled(_) => None,
-            },
-            signal: match st {
-                WaitStatus::Signaled(s) => Some(s.name().to_string()),
-                WaitStatus::Exited(_) => None,
-            },
-            duration_ms: files::now_ms().saturating_sub(e.cleanup_started_at.unwrap_or_default()),
-            output: vec!["sheepdog: the cleanup's output went with its runner (the keeper was killed)".into()],
-            ran_by: CleanupRunner::Supervisor,
-            ..entry::CleanupResult::default()
-        };
-        let _ = reg.update(id, |x| {
-            if x.cleanup_result.is_none() {
-                x.cleanup_result = Some(result.clone());
-            }
-        });
-        let how = match (result.exit_code, &result.signal) {
-            (Some(c), _) => format!("exited with code {c}"),
-            (None, s) => format!("was killed by {}", s.clone().unwrap_or_default()),
-        };
-        logs::append_marker(
-            &reg.dir(id),
-            &format!("cleanup {how} after {} ms, its runner (the keeper) killed", result.duration_ms),
-        );
+    if let Some(st) = status {
+        crate::cleanup::record_reaped(reg, id, st, CleanupRunner::Supervisor);
     }
     true
 }
