@@ -251,6 +251,27 @@ const RESULT_RETRY_FOR: Duration = Duration::from_secs(600);
 impl Managed<'_> {
     /// One locked change of the entry ([`Registry::update`]); an entry found corrupt is
     /// rewritten from [`Managed::known`] with the change. Returns the entry as written.
+    /// Records the provider in the entry (pid, group, start time, session; in a keeper, the
+    /// keeper's own identity too). Returns the entry as written and whether a stop was recorded
+    /// while the command was being spawned (`Entry::record_spawned`).
+    fn record_spawn(&mut self, spawned: &Spawned) -> (Option<Entry>, bool) {
+        let stat = procfs::stat(spawned.pid).ok();
+        let start_time = stat.as_ref().map(|s| s.start_time);
+        let sid = stat.as_ref().map(|s| s.session);
+        let mut stopped_meanwhile = false;
+        let entry = self
+            .write(&mut |e| {
+                stopped_meanwhile = e.record_spawned(spawned.pid.as_raw(), spawned.pgid.as_raw(), start_time, sid);
+                if crate::keeper::is_keeper() {
+                    let me = process::getpid();
+                    e.keeper_pid = Some(me.as_raw());
+                    e.keeper_start_time = procfs::start_time(me);
+                }
+            })
+            .ok();
+        (entry, stopped_meanwhile)
+    }
+
     fn write(&mut self, f: &mut dyn FnMut(&mut Entry)) -> Result<Entry, RegistryError> {
         let written = match self.reg.update(&self.id, |e| f(e)) {
             Err(RegistryError::Corrupt { .. }) => self.repair(f),
@@ -434,18 +455,7 @@ impl Observer for Managed<'_> {
     }
 
     fn spawned(&mut self, spawned: &Spawned, _policy: &StopPolicy) {
-        let stat = procfs::stat(spawned.pid).ok();
-        let start_time = stat.as_ref().map(|s| s.start_time);
-        let mut stopped_meanwhile = false;
-        let entry = self.write(&mut |e| {
-            let sid = stat.as_ref().map(|s| s.session);
-            stopped_meanwhile = e.record_spawned(spawned.pid.as_raw(), spawned.pgid.as_raw(), start_time, sid);
-            if crate::keeper::is_keeper() {
-                let me = process::getpid();
-                e.keeper_pid = Some(me.as_raw());
-                e.keeper_start_time = procfs::start_time(me);
-            }
-        });
+        let (entry, stopped_meanwhile) = self.record_spawn(spawned);
         if stopped_meanwhile {
             // A stop (or reap) recorded a result while the command was being spawned: honour
             // it through the one stop, by the same signal `sheepdog stop` would send.
@@ -461,15 +471,12 @@ impl Observer for Managed<'_> {
         // The keeper was killed between the spawn and its record: the entry says the command
         // runs (so `start`, which got no handshake, reports it started; and the stop after
         // this adoption is recorded against it). No handshake here: `start` reads the entry.
+        // A stop recorded meanwhile needs nothing more: the keeper's death stops the tree.
         if self.reg.read(&self.id).is_ok_and(|e| e.pid.is_none()) {
-            let stat = procfs::stat(spawned.pid).ok();
-            let start_time = stat.as_ref().map(|s| s.start_time);
-            let sid = stat.as_ref().map(|s| s.session);
-            let _ = self.write(&mut |e| {
-                e.record_spawned(spawned.pid.as_raw(), spawned.pgid.as_raw(), start_time, sid);
-            });
+            let (entry, _) = self.record_spawn(spawned);
+            let preview = entry.as_ref().map(|e| e.command_preview.clone()).unwrap_or_default();
             self.logs.marker(&format!(
-                "started pid {} (recorded by the supervisor after its keeper's SIGKILL)",
+                "started pid {}: {preview} (recorded by the supervisor after its keeper's SIGKILL)",
                 spawned.pid
             ));
         }
