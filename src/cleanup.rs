@@ -140,6 +140,26 @@ fn runner_words(by: &CleanupRunner) -> String {
     }
 }
 
+/// How a cleanup's own tree is stopped: TERM, the entry's term grace, KILL, the kill wait.
+fn cleanup_policy(e: &Entry) -> StopPolicy {
+    StopPolicy {
+        stdin_grace: Duration::ZERO,
+        term_grace: Duration::from_millis(e.stop.term_grace_ms),
+        kill_wait: Duration::from_millis(e.stop.kill_wait_ms),
+    }
+}
+
+/// The tree of a cleanup claimed at `started` whose runner is gone: the recorded one, or, when
+/// the runner was killed between the spawn and the write of `cleanupPid`, what carries the
+/// entry's tag and started after the claim. `None` when there is nothing to look for.
+fn abandoned_tree(e: &Entry, started: u64) -> Option<Tree> {
+    match recorded_cleanup_tree(e) {
+        Some(t) => Some(t),
+        None if cfg!(target_os = "linux") => tagged_since_claim(e, started),
+        None => None,
+    }
+}
+
 /// A claimed cleanup whose runner was killed (`kill -9` of `sheepdog stop`, of a supervisor):
 /// nobody bounds it any more, so whoever looks next does (`reap`, `stop`, a supervisor that took
 /// over, `clear --force`). Returns true when nothing of the cleanup is left running (it is
@@ -160,27 +180,14 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
     if !force && crate::identity::alive(e.cleanup_runner_pid, e.cleanup_runner_start_time) {
         return false;
     }
-    // A runner killed between the spawn and the write of `cleanupPid` left no pid: the cleanup
-    // is then what carries the entry's tag and started after the claim.
-    let tree = match recorded_cleanup_tree(&e) {
-        Some(t) => t,
-        None if cfg!(target_os = "linux") => match tagged_since_claim(&e, started) {
-            Some(t) => t,
-            None => return true,
-        },
-        None => return true,
-    };
+    let Some(tree) = abandoned_tree(&e, started) else { return true };
     if tree.is_gone() {
         return true;
     }
     if !force && files::now_ms() < started + c.timeout_ms {
         return false;
     }
-    let policy = StopPolicy {
-        stdin_grace: Duration::ZERO,
-        term_grace: Duration::from_millis(e.stop.term_grace_ms),
-        kill_wait: Duration::from_millis(e.stop.kill_wait_ms),
-    };
+    let policy = cleanup_policy(&e);
     let report = stop::stop_blocking(&tree, policy);
     let result = CleanupResult {
         command: c.command.clone(),
@@ -308,11 +315,7 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
         result.timed_out = true;
     }
     // The cleanup's own tree: stopped if it timed out, and leftovers in its group either way.
-    let policy = StopPolicy {
-        stdin_grace: Duration::ZERO,
-        term_grace: Duration::from_millis(e.stop.term_grace_ms),
-        kill_wait: Duration::from_millis(e.stop.kill_wait_ms),
-    };
+    let policy = cleanup_policy(e);
     if !tree.is_gone() || status.is_none() {
         stop::stop_blocking(&tree, policy);
     }
@@ -356,13 +359,20 @@ fn ended_by(result: &CleanupResult) -> String {
     }
 }
 
-/// Records how a cleanup ended whose runner (a keeper) was killed while it ran, by the process
-/// that reaped its `sh` (the supervisor that adopted the tree): `status` is the `sh`'s wait
-/// status. Its output went with the runner's end of the pipe, so the result's output is one line
-/// saying so. Nothing is written if a result is already recorded (a stop past its bound).
+/// Ends a cleanup whose runner (a keeper) was killed while it ran, in the process that reaped
+/// its `sh` (the supervisor that adopted the tree): `status` is the `sh`'s wait status. As when
+/// its runner lives (`execute`), what the `sh` left running (its group, and what carries the tag
+/// past it) is stopped, and the result is the `sh`'s. Its output went with the runner's end of
+/// the pipe, so the result's output is one line saying so. Nothing is done if a result is
+/// already recorded (a stop past its bound).
 pub fn record_reaped(reg: &Registry, id: &str, status: WaitStatus, by: CleanupRunner) {
     let Ok(e) = reg.read(id) else { return };
-    let Some(c) = e.cleanup.as_ref() else { return };
+    let Some(c) = e.cleanup.as_ref().filter(|_| e.cleanup_result.is_none()) else { return };
+    if let Some(left) = e.cleanup_started_at.and_then(|started| abandoned_tree(&e, started))
+        && !left.is_gone()
+    {
+        stop::stop_blocking(&left, cleanup_policy(&e));
+    }
     let result = CleanupResult {
         command: c.command.clone(),
         exit_code: match status {

@@ -350,15 +350,20 @@ fn sigkill_of_a_managed_keeper_stops_its_tree_records_it_and_runs_the_cleanup_on
 
 /// The keeper SIGKILLed while it runs the entry's cleanup (after the tree's stop): the supervisor
 /// that adopts the tree finds the tree recorded and the cleanup running, and lets the cleanup
-/// finish within its bound instead of stopping it as the tree; its exit code is recorded.
+/// finish within its bound instead of stopping it as the tree; its exit code is recorded, and
+/// what it left behind (a `setsid` child) is stopped when its `sh` ends, as a living runner
+/// does, not kept until the bound and then recorded as timed out.
 #[test]
 fn a_keeper_killed_during_the_cleanup_lets_the_cleanup_finish_and_records_its_code() {
     let st = State::new();
     let guard = Guard::new();
     let cl = st.path().join("cl");
+    let esc = st.path().join("escaped");
     let cleanup = format!(
-        "echo start >> {f}; trap 'echo got-TERM >> {f}' TERM; sleep 1 & wait; echo end >> {f}; exit 3",
-        f = cl.display()
+        "trap 'echo got-TERM >> {f}' TERM; setsid sleep 305 & echo $! > {e}; echo start >> {f}; \
+         sleep 1 & wait $!; echo end >> {f}; exit 3",
+        f = cl.display(),
+        e = esc.display()
     );
     let v = st.start(&["--term-grace", GRACE, "--kill-wait", GRACE, "--cleanup", &cleanup, "--", "sleep", "304"]);
     let id = v["id"].as_str().unwrap().to_string();
@@ -373,8 +378,14 @@ fn a_keeper_killed_during_the_cleanup_lets_the_cleanup_finish_and_records_its_co
         assert!(Instant::now() < end, "the cleanup never started");
         std::thread::sleep(Duration::from_millis(5));
     }
+    let escaped: i32 = std::fs::read_to_string(&esc).unwrap().trim().parse().unwrap();
+    guard.track(escaped);
     kill9(keeper);
+    let t0 = Instant::now();
     let out = stopper.wait_with_output().unwrap();
+    // Well inside the cleanup's 10 s bound: nothing waited for the escaped child.
+    assert!(t0.elapsed() < SECS(5), "stop took {:?}", t0.elapsed());
+    assert!(wait_gone(&[escaped], Duration::ZERO).is_empty(), "the cleanup's setsid child outlived it");
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read_to_string(&cl).unwrap(), "start\nend\n", "the cleanup was cut short; stop said {said}");
     let e = st.entry(&id);

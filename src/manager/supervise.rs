@@ -36,10 +36,11 @@ impl Handshake {
 
 /// In a supervisor that re-executed itself after its keeper's SIGKILL: if the keeper had already
 /// stopped the tree and recorded it, and was running the entry's cleanup, that cleanup is left to
-/// run (it is this process's child now, re-parented to a subreaper) until it ends or its bound
-/// passes; then it is settled as a cleanup whose runner was killed (`settle_abandoned`: stopped
-/// and recorded timed out past its bound, else its result stays unknown). Stopping it as if it
-/// were the tree would cut its work short. Returns false (nothing done) in any other state.
+/// run (it is this process's child now, re-parented to a subreaper) until its `sh` ends (then
+/// what it left is stopped and its status recorded, `cleanup::record_reaped`) or its bound
+/// passes (then it is stopped and recorded timed out, `cleanup::settle_abandoned`). Stopping it
+/// as if it were the tree would cut its work short. Returns false (nothing done) in any other
+/// state.
 fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
     let Some(e) = reg.read(id).ok().filter(|e| {
         e.is_finished()
@@ -71,7 +72,9 @@ fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
     };
     loop {
         reap(&mut status);
-        if crate::cleanup::settle_abandoned(reg, id, CleanupRunner::Supervisor, false) {
+        // The `sh` ended: what it left is stopped at once below (`record_reaped`), as its
+        // runner would have; else, past its bound, `settle_abandoned` stops it all.
+        if status.is_some() || crate::cleanup::settle_abandoned(reg, id, CleanupRunner::Supervisor, false) {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
