@@ -8,6 +8,8 @@
 //!                                                                  stdinEof | timeout |
 //!                                                                  providerExited
 //! {"event":"escalated","signal":"SIGKILL","remaining":2}
+//! {"event":"spawnFailed","command":"nosuch","errno":"ENOENT","errnoNumber":2,"exitStatus":127,
+//!  "message":"nosuch: command not found: No such file or directory (os error 2)"}  (instead of all others)
 //! {"event":"exited","exitCode":0,"signal":null,"treeGone":true,"escalated":false,
 //!  "trigger":null,"exitStatus":0,"code":0,"status":0}
 //! ```
@@ -54,6 +56,24 @@ pub enum Event {
     },
     /// The term grace ran out; SIGKILL went to `remaining` processes.
     Escalated { signal: &'static str, remaining: usize },
+    /// The command could not be started: nothing runs, no other event follows, and sheepdog
+    /// exits with `exitStatus` (127 not found, 126 not executable, 125 otherwise). The data of
+    /// Orca's `[orca-provider-supervisor] spawn failed: {...}` line, so a host never parses
+    /// stderr.
+    #[serde(rename_all = "camelCase")]
+    SpawnFailed {
+        /// The command as given (`argv[0]`).
+        command: String,
+        /// The errno's name (`ENOENT`, `EACCES`, `E2BIG`), `UNKNOWN` when it has none here.
+        errno: String,
+        /// The errno's number on this system (`ENOENT` is 2 on Linux), null when the failure was
+        /// not a system call's.
+        errno_number: Option<i32>,
+        /// What sheepdog exits with.
+        exit_status: i32,
+        /// The sentence sheepdog prints after `sheepdog: ` on stderr.
+        message: String,
+    },
     /// The end: `exitCode`/`signal` describe the provider (both null if it could not be
     /// killed), `exitStatus` is what sheepdog itself exits with (a number, or the signal it dies
     /// by).
@@ -106,6 +126,18 @@ impl Event {
             _ => None,
         };
         Event::Stopping { trigger: trigger.name(), signal }
+    }
+
+    /// The `spawnFailed` event of a command `program` that could not start.
+    pub fn spawn_failed(program: &std::ffi::OsStr, e: &crate::spawn::SpawnError) -> Event {
+        let number = e.os_error();
+        Event::SpawnFailed {
+            command: program.to_string_lossy().into_owned(),
+            errno: number.and_then(process::errno_name).unwrap_or("UNKNOWN").to_string(),
+            errno_number: number,
+            exit_status: e.exit_code(),
+            message: e.to_string(),
+        }
     }
 
     /// The `exited` event of an outcome.
@@ -187,6 +219,10 @@ impl Observer for EventSink {
             cgroup: c.and_then(|c| c.cgroup.clone()),
             cgroup_inode: c.and_then(|c| c.cgroup_inode),
         });
+    }
+
+    fn spawn_failed(&mut self, program: &std::ffi::OsStr, e: &crate::spawn::SpawnError) {
+        self.emit(&Event::spawn_failed(program, e));
     }
 
     fn stopping(&mut self, trigger: Trigger) {

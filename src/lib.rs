@@ -59,6 +59,7 @@ pub mod os;
 pub mod ports;
 pub mod ready;
 pub mod registry;
+pub(crate) mod relay;
 pub mod schema;
 pub(crate) mod spawn;
 pub mod status;

@@ -64,6 +64,17 @@ impl SpawnError {
         }
     }
 
+    /// The errno the kernel gave (`ENOENT` is 2), if the failure was a system call's.
+    pub fn os_error(&self) -> Option<i32> {
+        match self {
+            SpawnError::NotFound { source, .. }
+            | SpawnError::NotExecutable { source, .. }
+            | SpawnError::Other { source, .. }
+            | SpawnError::Cwd { source, .. }
+            | SpawnError::Cgroup { source, .. } => source.raw_os_error(),
+        }
+    }
+
     fn classify(program: &OsString, source: io::Error) -> SpawnError {
         let program = program.to_string_lossy().into_owned();
         match source.raw_os_error() {
@@ -98,6 +109,18 @@ pub struct SpawnOptions {
     pub env: Vec<(OsString, OsString)>,
     /// stdin, stdout and stderr; `None`: inherit the supervisor's stdio unchanged.
     pub stdio: Option<[OwnedFd; 3]>,
+    /// With `stdio` `None`: stdin alone, stdout and stderr inherited (the read end of the stdin
+    /// relay's pipe, `crate::relay`).
+    pub stdin: Option<OwnedFd>,
+}
+
+impl SpawnOptions {
+    /// Every fd these options hold for the child: what the process that does not spawn must
+    /// close (a copy of a pipe's end elsewhere keeps its reader from EOF).
+    pub fn fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> + '_ {
+        use std::os::fd::AsRawFd;
+        self.stdio.iter().flatten().chain(self.stdin.iter()).map(|fd| fd.as_raw_fd())
+    }
 }
 
 /// Sets `cmd` apart as `isolation` says, in the forked child before `exec` (see
@@ -143,7 +166,13 @@ pub fn spawn_joined(
     })?;
     #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
     if std::env::var_os(crate::sys::cgroup::NO_CLONE3_ENV).is_none() {
-        let stdio = opts.stdio.as_ref().map(|fds| fds.each_ref().map(std::os::fd::AsRawFd::as_raw_fd));
+        use std::os::fd::AsRawFd;
+        // A negative source leaves that fd as the supervisor's (exec::Plan).
+        let stdio = match (&opts.stdio, &opts.stdin) {
+            (Some(fds), _) => Some(fds.each_ref().map(AsRawFd::as_raw_fd)),
+            (None, Some(i)) => Some([i.as_raw_fd(), -1, -1]),
+            (None, None) => None,
+        };
         let plan = exec::Plan::new(program, args, &opts.env, opts.cwd.as_deref(), stdio, take_terminal)
             .map_err(|e| SpawnError::classify(program, e))?;
         match exec::spawn(&plan, join.map(|j| j.fds.dir)) {
@@ -169,6 +198,8 @@ pub fn spawn_joined(
     }
     if let Some([i, o, e]) = opts.stdio {
         cmd.stdin(Stdio::from(i)).stdout(Stdio::from(o)).stderr(Stdio::from(e));
+    } else if let Some(i) = opts.stdin {
+        cmd.stdin(Stdio::from(i));
     }
     // Read in the forked child: set by the parent before a retry outside the cgroup.
     let skip_join = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -219,10 +219,23 @@ impl StopTarget for Tree {
     }
 }
 
+/// What the rest of the tree gets once the provider has exited (`run --after-provider-exit`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AfterProviderExit {
+    /// The whole sequence: SIGTERM, the term grace, SIGKILL, as systemd gives every process
+    /// of a unit (the default).
+    #[default]
+    Grace,
+    /// SIGKILL at once, during a stop or after the provider's own exit: Orca's one-shot
+    /// providers, whose helpers have nothing to save once the provider has answered.
+    Kill,
+}
+
 /// The stop sequence as a small state machine over a [`StopTarget`] (a `tree::Tree`).
 #[derive(Debug)]
 pub struct StopMachine {
     policy: StopPolicy,
+    after_provider_exit: AfterProviderExit,
     phase: Phase,
     /// The first real stop trigger (never `ProviderExited`).
     trigger: Option<Trigger>,
@@ -231,7 +244,19 @@ pub struct StopMachine {
 
 impl StopMachine {
     pub fn new(policy: StopPolicy) -> StopMachine {
-        StopMachine { policy, phase: Phase::Running, trigger: None, escalated: false }
+        StopMachine {
+            policy,
+            after_provider_exit: AfterProviderExit::Grace,
+            phase: Phase::Running,
+            trigger: None,
+            escalated: false,
+        }
+    }
+
+    /// The machine with `after` as what the tree gets once the provider has exited.
+    pub fn after_provider_exit(mut self, after: AfterProviderExit) -> StopMachine {
+        self.after_provider_exit = after;
+        self
     }
 
     pub fn phase(&self) -> Phase {
@@ -268,16 +293,31 @@ impl StopMachine {
     /// included: never an immediate SIGKILL). A signal that arrives during the stdin grace or
     /// after the provider's own exit ends the grace early; later triggers change nothing else.
     pub fn begin(&mut self, trigger: Trigger, now: Instant, tree: &impl StopTarget) -> Option<Step> {
+        if trigger == Trigger::StdinEof {
+            self.begin_with_stdin_grace(trigger, now);
+            return None;
+        }
+        self.note(trigger);
+        match self.phase {
+            Phase::Running | Phase::StdinGrace { .. } => Some(self.terminate(now, tree)),
+            _ => None,
+        }
+    }
+
+    /// Starts the stop with the stdin grace first: the provider's stdin reached (or was given)
+    /// EOF and it may exit on its own until the grace ends. For stdin EOF, and for owner death
+    /// under `--on-owner-death close-stdin` (Orca's `closeRequest: 'stdin-end'`), with
+    /// `trigger` the reason recorded. A stop already under way is not changed.
+    pub fn begin_with_stdin_grace(&mut self, trigger: Trigger, now: Instant) {
+        self.note(trigger);
+        if self.phase == Phase::Running {
+            self.phase = Phase::StdinGrace { until: now + self.policy.stdin_grace };
+        }
+    }
+
+    fn note(&mut self, trigger: Trigger) {
         if trigger != Trigger::ProviderExited && self.trigger.is_none() {
             self.trigger = Some(trigger);
-        }
-        match (self.phase, trigger) {
-            (Phase::Running, Trigger::StdinEof) => {
-                self.phase = Phase::StdinGrace { until: now + self.policy.stdin_grace };
-                None
-            }
-            (Phase::Running, _) | (Phase::StdinGrace { .. }, _) => Some(self.terminate(now, tree)),
-            _ => None,
         }
     }
 
@@ -293,12 +333,17 @@ impl StopMachine {
     /// deadlines otherwise. `provider_done` says the provider itself has been reaped (a
     /// supervisor must not call the tree gone before it knows the provider's status).
     pub fn advance(&mut self, now: Instant, tree: &impl StopTarget, provider_done: bool) -> Option<Step> {
+        let grace_over = provider_done && self.after_provider_exit == AfterProviderExit::Kill;
         if let Phase::StdinGrace { until } = self.phase {
             if provider_done {
-                // The provider honoured EOF; what it left behind still gets the full sequence.
+                // The provider honoured EOF; what it left behind still gets the full sequence
+                // (or SIGKILL at once, with AfterProviderExit::Kill).
                 if tree.is_gone() {
                     self.phase = Phase::Gone;
                     return None;
+                }
+                if grace_over {
+                    return Some(self.kill(now, tree));
                 }
                 return Some(self.terminate(now, tree));
             }
@@ -315,14 +360,7 @@ impl StopMachine {
             return None;
         }
         match self.phase {
-            Phase::Terminating { until } if now >= until => {
-                tree.freeze();
-                let remaining = tree.live_count();
-                tree.signal_all(&[Signal::KILL]);
-                self.escalated = true;
-                self.phase = Phase::Killing { until: tree.after(now) + self.policy.kill_wait };
-                Some(Step::Escalated { remaining })
-            }
+            Phase::Terminating { until } if now >= until || grace_over => Some(self.kill(now, tree)),
             Phase::Killing { until } => {
                 if now >= until {
                     self.phase = Phase::Unfinished;
@@ -333,6 +371,16 @@ impl StopMachine {
             }
             _ => None,
         }
+    }
+
+    /// The escalation: freeze, count, SIGKILL all, then the kill wait.
+    fn kill(&mut self, now: Instant, tree: &impl StopTarget) -> Step {
+        tree.freeze();
+        let remaining = tree.live_count();
+        tree.signal_all(&[Signal::KILL]);
+        self.escalated = true;
+        self.phase = Phase::Killing { until: tree.after(now) + self.policy.kill_wait };
+        Step::Escalated { remaining }
     }
 
     /// When the loop must wake next even if nothing happens.
@@ -351,6 +399,8 @@ impl StopMachine {
                 if tree.is_gone() {
                     self.phase = Phase::Gone;
                     None
+                } else if self.after_provider_exit == AfterProviderExit::Kill {
+                    Some(self.kill(now, tree))
                 } else {
                     self.begin(Trigger::ProviderExited, now, tree)
                 }
@@ -519,6 +569,51 @@ mod tests {
         m.begin(Trigger::StdinEof, t0, &t);
         assert!(matches!(m.begin(Trigger::Signal(Signal::INT), ms(t0, 1), &t), Some(Step::Terminated { .. })));
         assert_eq!(m.trigger(), Some(Trigger::StdinEof), "the first trigger is the one recorded");
+    }
+
+    #[test]
+    fn owner_death_with_the_stdin_grace_waits_it_out_and_records_the_owner() {
+        let t = Script { alive: Cell::new(1), ..Script::default() };
+        let mut m = StopMachine::new(policy());
+        let t0 = Instant::now();
+        m.begin_with_stdin_grace(Trigger::OwnerDied, t0);
+        assert!(m.stopping());
+        assert_eq!(m.trigger(), Some(Trigger::OwnerDied));
+        assert_eq!(m.advance(ms(t0, 99), &t, false), None);
+        assert!(t.sent.borrow().is_empty(), "no signal during the stdin grace");
+        assert!(matches!(m.advance(ms(t0, 100), &t, false), Some(Step::Terminated { .. })));
+        // A stop already under way is not given a grace again.
+        m.begin_with_stdin_grace(Trigger::StdinEof, ms(t0, 101));
+        assert!(matches!(m.phase(), Phase::Terminating { .. }));
+    }
+
+    #[test]
+    fn after_provider_exit_kill_sends_sigkill_at_once_in_each_phase() {
+        let t0 = Instant::now();
+        // The provider exits on its own with a member left: no SIGTERM, SIGKILL.
+        let t = Script { alive: Cell::new(2), ..Script::default() };
+        let mut m = StopMachine::new(policy()).after_provider_exit(AfterProviderExit::Kill);
+        assert_eq!(m.provider_exited(t0, &t), Some(Step::Escalated { remaining: 2 }));
+        assert_eq!(*t.sent.borrow(), vec![vec![Signal::KILL]]);
+        assert_eq!(m.trigger(), None, "not a stop");
+        // During the term grace: SIGKILL as soon as the provider is reaped.
+        let t = Script { alive: Cell::new(2), ..Script::default() };
+        let mut m = StopMachine::new(policy()).after_provider_exit(AfterProviderExit::Kill);
+        m.begin(Trigger::Signal(Signal::TERM), t0, &t);
+        assert_eq!(m.advance(ms(t0, 10), &t, false), None);
+        assert_eq!(m.provider_exited(ms(t0, 11), &t), Some(Step::Escalated { remaining: 2 }));
+        assert!(matches!(m.phase(), Phase::Killing { .. }));
+        // During the stdin grace: likewise.
+        let t = Script { alive: Cell::new(2), ..Script::default() };
+        let mut m = StopMachine::new(policy()).after_provider_exit(AfterProviderExit::Kill);
+        m.begin(Trigger::StdinEof, t0, &t);
+        assert_eq!(m.provider_exited(ms(t0, 5), &t), Some(Step::Escalated { remaining: 2 }));
+        // The default keeps the grace: SIGTERM, then the whole term grace.
+        let t = Script { alive: Cell::new(2), ..Script::default() };
+        let mut m = StopMachine::new(policy());
+        m.begin(Trigger::Signal(Signal::TERM), t0, &t);
+        assert_eq!(m.provider_exited(ms(t0, 11), &t), None);
+        assert!(matches!(m.phase(), Phase::Terminating { .. }));
     }
 
     #[test]

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use crate::cgroup;
 use crate::keeper::{Message, Role};
+use crate::relay::{Seen, StdinRelay};
 use crate::spawn::{self, SpawnError, SpawnOptions, Spawned};
-use crate::stop::{Phase, Step, StopMachine, StopPolicy, Trigger};
+use crate::stop::{AfterProviderExit, Phase, Step, StopMachine, StopPolicy, Trigger};
 use crate::sys::process::{self, FdKind, POLL_HUP_ONLY, POLL_IN, POLL_PRI, PidFd, PollFd};
 use crate::sys::signal::SignalPipe;
 use crate::sys::{Pid, Signal, WaitStatus, procfs};
@@ -73,13 +74,40 @@ pub enum OnStdinEof {
     Stop,
 }
 
+/// What the provider's stdin is (`run --stdin`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StdinMode {
+    /// The supervisor's own stdin, zero-copy: the default, which costs nothing.
+    #[default]
+    Inherit,
+    /// A pipe the supervisor holds and feeds from its own stdin ([`crate::relay`]), which it
+    /// closes when a stop begins or the owner dies (Orca's supervisor relays the same way).
+    Relay,
+}
+
+/// What the owner's death does (`run --on-owner-death`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnOwnerDeath {
+    /// The one stop at once: SIGTERM, the term grace, SIGKILL (the default).
+    #[default]
+    Stop,
+    /// Close the provider's stdin first (it needs [`StdinMode::Relay`]), give it the stdin grace
+    /// to flush and exit on its own, then the one stop: Orca's `closeRequest: 'stdin-end'`.
+    CloseStdin,
+}
+
 /// Everything one supervisor needs.
 #[derive(Debug, Default)]
 pub struct Options {
     /// The provider's argv; must not be empty.
     pub argv: Vec<OsString>,
     pub spawn: SpawnOptions,
+    /// The provider's stdin: inherited, or the relay (then `spawn.stdin` is set here).
+    pub stdin: StdinMode,
     pub owner: Option<Owner>,
+    pub on_owner_death: OnOwnerDeath,
+    /// What the tree gets once the provider has exited: the grace, or SIGKILL at once.
+    pub after_provider_exit: AfterProviderExit,
     pub on_stdin_eof: OnStdinEof,
     pub policy: StopPolicy,
     /// The turn timeout: the one stop runs this long after the spawn.
@@ -96,6 +124,9 @@ pub trait Observer {
     fn contained(&mut self, _record: &cgroup::Record) {}
     /// The provider is running.
     fn spawned(&mut self, _spawned: &Spawned, _policy: &StopPolicy) {}
+    /// The provider could not be started (`argv[0]` is `program`): nothing runs, and the
+    /// supervisor returns `e` next.
+    fn spawn_failed(&mut self, _program: &std::ffi::OsStr, _e: &SpawnError) {}
     /// A stop is about to begin: the timings to use, if they changed since the spawn (a managed
     /// supervisor re-reads its entry here, so `stop --term-grace` applies).
     fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
@@ -250,6 +281,14 @@ pub enum Error {
     OwnerNotParent { owner: Pid, parent: i32 },
     #[error("owner {0} is not running")]
     OwnerGone(Pid),
+    /// The stdin relay was asked for with a terminal as stdin: reading it from the keeper's
+    /// background group would stop the keeper (SIGTTIN), and the command needs the terminal.
+    #[error("stdin is a terminal: the command reads it directly, so it cannot be relayed")]
+    RelayTerminal,
+    /// Closing stdin on the owner's death needs the relay: sheepdog can close only a stdin it
+    /// holds.
+    #[error("closing the command's stdin when the owner dies needs the stdin relay")]
+    CloseStdinWithoutRelay,
     #[error(transparent)]
     Spawn(#[from] SpawnError),
     /// The cgroup tier or a limit was demanded and is unavailable here.
@@ -385,6 +424,24 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         None => opts.owner.map(OwnerWatch::open).transpose()?,
         Some(_) => opts.owner.and_then(|o| OwnerWatch::open(o).ok()),
     };
+
+    // The stdin relay (crate::relay), made before the keeper: the process that runs the loop
+    // holds the pipe's write end alone. An adopting image has none (it died with the keeper, so
+    // the provider has read its EOF).
+    let mut relay = None;
+    if adoption.is_none() {
+        if opts.on_owner_death == OnOwnerDeath::CloseStdin && opts.stdin != StdinMode::Relay {
+            return Err(Error::CloseStdinWithoutRelay);
+        }
+        if opts.stdin == StdinMode::Relay {
+            if process::fd_kind(0) == FdKind::Tty {
+                return Err(Error::RelayTerminal);
+            }
+            let (r, read_end) = StdinRelay::new().map_err(io_err("make the stdin relay"))?;
+            opts.spawn.stdin = Some(read_end);
+            relay = Some(r);
+        }
+    }
     #[cfg(target_os = "linux")]
     process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
 
@@ -438,10 +495,8 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         let handover = crate::keeper::Handover {
             close: opts
                 .spawn
-                .stdio
-                .iter()
-                .flatten()
-                .map(|fd| fd.as_raw_fd())
+                .fds()
+                .chain(relay.as_ref().and_then(StdinRelay::write_fd))
                 .chain(observer.keeper_only_fds())
                 .collect(),
             inherit: observer.adoptable_fds(),
@@ -465,6 +520,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                 // here would keep the pipes from ever reaching EOF.
                 drop(opts.spawn);
                 opts.spawn = SpawnOptions::default();
+                relay = None;
                 observer.handed_to_keeper();
                 let report = front.relay(signals);
                 adopted = take_over(&report, foreign.as_deref().unwrap_or_default());
@@ -505,6 +561,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                     if let Some(cg) = &containment.cgroup {
                         let _ = cg.remove();
                     }
+                    observer.spawn_failed(opts.argv.first().map(OsString::as_os_str).unwrap_or_default(), &e);
                     return Err(e.into());
                 }
             };
@@ -516,7 +573,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         }
     };
     let started = Instant::now();
-    let mut machine = StopMachine::new(opts.policy);
+    let mut machine = StopMachine::new(opts.policy).after_provider_exit(opts.after_provider_exit);
     let timeout_at = opts.timeout.map(|d| started + d);
     let mut scan_every = MEMBER_SCAN_MIN;
     let mut next_scan = observer.wants_members().then_some(started + scan_every);
@@ -525,7 +582,9 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         begin(&mut machine, Trigger::SupervisorKilled, &tree, observer);
     }
     let mut watch_stdin = false;
-    if opts.on_stdin_eof == OnStdinEof::Stop && adopted.is_none() {
+    // With the relay, the relay reads stdin and reports its EOF.
+    let mut stdin_at_eof = false;
+    if opts.on_stdin_eof == OnStdinEof::Stop && adopted.is_none() && relay.is_none() {
         match process::fd_kind(0) {
             FdKind::Fifo | FdKind::Socket | FdKind::Tty => watch_stdin = true,
             FdKind::Closed | FdKind::Other => {
@@ -557,6 +616,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             fds.push(PollFd::new(fd, POLL_IN));
             fds.len() - 1
         });
+        let relay_slots = relay.as_ref().map(|r| r.poll_fds(&mut fds)).unwrap_or_default();
         let extra_from = fds.len();
         fds.extend(observer.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
 
@@ -609,7 +669,13 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         };
         if owner_died {
             owner = None;
-            begin(&mut machine, Trigger::OwnerDied, &tree, observer);
+            if opts.on_owner_death == OnOwnerDeath::CloseStdin {
+                // Orca's `stdin-end` close: EOF first (the relay finishes below, as for every
+                // stop), the stdin grace, then the one stop.
+                begin_with_stdin_grace(&mut machine, Trigger::OwnerDied, observer);
+            } else {
+                begin(&mut machine, Trigger::OwnerDied, &tree, observer);
+            }
         }
         if let (Some(slot), Some(cg)) = (cgroup_slot, tree.cgroup())
             && fds[slot].ready()
@@ -624,6 +690,20 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         if stdin_slot.is_some_and(|slot| fds[slot].hung_up()) {
             watch_stdin = false;
             begin(&mut machine, Trigger::StdinEof, &tree, observer);
+        }
+        if let Some(r) = relay.as_mut() {
+            if r.service(&fds, relay_slots) == Seen::SourceEof {
+                stdin_at_eof = true;
+                if opts.on_stdin_eof == OnStdinEof::Stop {
+                    begin(&mut machine, Trigger::StdinEof, &tree, observer);
+                }
+            }
+            if r.closed() && !stdin_at_eof && !machine.stopping() {
+                // The provider closed its stdin (EPIPE): the host's EOF is watched as without
+                // the relay.
+                relay = None;
+                watch_stdin = opts.on_stdin_eof == OnStdinEof::Stop;
+            }
         }
         for p in &fds[extra_from..] {
             if p.ready() {
@@ -659,6 +739,15 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         };
         if let Some(Step::Escalated { remaining }) = step {
             observer.escalated(remaining);
+        }
+        if let Some(r) = relay.as_mut() {
+            // Gone, the provider holds no stdin to drain; stopping, nothing more is relayed and
+            // the provider reads what it was sent, then EOF.
+            if provider.is_some() {
+                r.abandon();
+            } else if machine.stopping() {
+                r.finish();
+            }
         }
         match machine.phase() {
             Phase::Gone | Phase::Unfinished => break,
@@ -808,6 +897,18 @@ fn begin(machine: &mut StopMachine, trigger: Trigger, tree: &Tree, observer: &mu
         machine.set_policy(policy);
     }
     machine.begin(trigger, Instant::now(), tree);
+    if was_running && machine.stopping() {
+        observer.stopping(trigger);
+    }
+}
+
+/// [`begin`] with the stdin grace first ([`StopMachine::begin_with_stdin_grace`]).
+fn begin_with_stdin_grace(machine: &mut StopMachine, trigger: Trigger, observer: &mut dyn Observer) {
+    let was_running = !machine.stopping();
+    if was_running && let Some(policy) = observer.policy_for_stop(trigger) {
+        machine.set_policy(policy);
+    }
+    machine.begin_with_stdin_grace(trigger, Instant::now());
     if was_running && machine.stopping() {
         observer.stopping(trigger);
     }

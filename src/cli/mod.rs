@@ -139,9 +139,21 @@ struct RunArgs {
     /// Stop when this process dies. It must be sheepdog's parent (checked before CMD starts).
     #[arg(long, value_name = "PID")]
     owner: Option<i32>,
+    /// What the owner's death does: `stop` the tree at once, or `close-stdin` (needs --stdin
+    /// relay): EOF on CMD's stdin, --stdin-grace to exit on its own, then the stop.
+    #[arg(long, value_name = "ACTION", default_value = "stop", value_parser = ["stop", "close-stdin"])]
+    on_owner_death: String,
+    /// CMD's stdin: `inherit` sheepdog's own (zero-copy), or `relay` it through a pipe that
+    /// sheepdog closes when the owner dies or a stop begins.
+    #[arg(long, value_name = "MODE", default_value = "inherit", value_parser = ["inherit", "relay"])]
+    stdin: String,
     /// What stdin reaching EOF means: `ignore` it, or `stop` (after --stdin-grace).
     #[arg(long, value_name = "ACTION", default_value = "ignore", value_parser = ["ignore", "stop"])]
     on_stdin_eof: String,
+    /// Once CMD itself has exited (on its own or during a stop), what the rest of its tree
+    /// gets: the term `grace`, or SIGKILL at once (`kill`).
+    #[arg(long, value_name = "POLICY", default_value = "grace", value_parser = ["grace", "kill"])]
+    after_provider_exit: String,
     /// After stdin EOF, how long CMD may take to exit on its own before SIGTERM.
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     stdin_grace: Duration,
@@ -155,7 +167,8 @@ struct RunArgs {
     /// `sheepdog: timed out after DUR`, as `start --timeout` records it.
     #[arg(long, value_name = "DUR", value_parser = parse_positive_duration, allow_hyphen_values = true)]
     timeout: Option<Duration>,
-    /// Write one JSON line per event (spawned, stopping, escalated, exited) to this inherited fd.
+    /// Write one JSON line per event (spawned, stopping, escalated, exited; spawnFailed when CMD
+    /// could not start) to this inherited fd.
     #[arg(long, value_name = "FD")]
     events_fd: Option<i32>,
     #[command(flatten)]

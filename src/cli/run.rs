@@ -2,8 +2,9 @@
 
 use sheepdog::events::EventSink;
 use sheepdog::os::die_by;
+use sheepdog::stop::AfterProviderExit;
 use sheepdog::stop::StopPolicy;
-use sheepdog::supervisor::{self, Exit, OnStdinEof, Options, Owner, Quiet};
+use sheepdog::supervisor::{self, Exit, OnOwnerDeath, OnStdinEof, Options, Owner, Quiet, StdinMode};
 
 use super::{CliError, RunArgs, pid_arg};
 
@@ -26,6 +27,13 @@ pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
         argv: a.command,
         owner,
         on_stdin_eof: if a.on_stdin_eof == "stop" { OnStdinEof::Stop } else { OnStdinEof::Ignore },
+        stdin: if a.stdin == "relay" { StdinMode::Relay } else { StdinMode::Inherit },
+        on_owner_death: if a.on_owner_death == "close-stdin" { OnOwnerDeath::CloseStdin } else { OnOwnerDeath::Stop },
+        after_provider_exit: if a.after_provider_exit == "kill" {
+            AfterProviderExit::Kill
+        } else {
+            AfterProviderExit::Grace
+        },
         policy: StopPolicy { stdin_grace: a.stdin_grace, term_grace: a.term_grace, kill_wait: a.kill_wait },
         timeout: a.timeout,
         containment: sheepdog::cgroup::Request { mode, limits, label: "run".into(), name: None },
@@ -37,6 +45,10 @@ pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
     }
     .map_err(|e| match e {
         supervisor::Error::Containment(r) => CliError::new(sheepdog::exit::USAGE, r.render(&super::flag)),
+        supervisor::Error::RelayTerminal => CliError::usage(format!("--stdin relay: {e}")),
+        supervisor::Error::CloseStdinWithoutRelay => {
+            CliError::usage(format!("--on-owner-death close-stdin: {e} (add --stdin relay)"))
+        }
         e => CliError::new(e.exit_code(), e.to_string()),
     })?;
     if let Some(sink) = &events {

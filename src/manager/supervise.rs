@@ -179,12 +179,14 @@ pub fn run_supervisor(
                 .chain([(ID_ENV.into(), id.into()), (TAG_ENV.into(), entry.tag.clone().into())])
                 .collect(),
             stdio: Some([stdin, out_w, err_w]),
+            stdin: None,
         },
         owner: entry.owner_pid.and_then(Pid::new).map(Owner::Process),
         on_stdin_eof: OnStdinEof::Ignore,
         policy: StopPolicy::from_timings(&entry.stop),
         timeout: entry.timeout_ms.map(Duration::from_millis),
         containment: cgroup::Request { label: id.to_string(), name: cgroup_name, ..containment },
+        ..Options::default()
     };
     let mut managed = Managed {
         reg,

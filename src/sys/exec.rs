@@ -54,7 +54,7 @@ pub struct Plan {
     _envp: Vec<CString>,
     envp_ptrs: Vec<*const libc::c_char>,
     cwd: Option<CString>,
-    /// stdin, stdout, stderr; `None`: inherited.
+    /// stdin, stdout, stderr; `None`: inherited; a negative fd leaves that one inherited.
     stdio: Option<[RawFd; 3]>,
     /// Take the terminal's foreground for the child's new process group (as tini does).
     take_terminal: bool,
@@ -408,7 +408,7 @@ unsafe extern "C" fn child(arg: *const libc::c_void) -> ! {
             // way first.
             let mut src = fds;
             for s in src.iter_mut() {
-                if *s < 3 {
+                if (0..3).contains(s) {
                     let moved = libc::fcntl(*s, libc::F_DUPFD_CLOEXEC, 3);
                     if moved < 0 {
                         fail(errno());
@@ -417,7 +417,7 @@ unsafe extern "C" fn child(arg: *const libc::c_void) -> ! {
                 }
             }
             for (target, s) in (0..3).zip(src) {
-                if libc::dup2(s, target) < 0 {
+                if s >= 0 && libc::dup2(s, target) < 0 {
                     fail(errno());
                 }
             }

@@ -705,3 +705,67 @@ pub fn open_at(dir: BorrowedFd<'_>, name: &std::ffi::OsStr) -> io::Result<std::f
     // SAFETY: `fd` was just returned by `openat` and is owned by nothing else.
     Ok(unsafe { std::fs::File::from_raw_fd(fd) })
 }
+
+/// How many bytes `fd` can give without blocking (`ioctl(FIONREAD)`): pipes, sockets and
+/// terminals say; `None` where the kernel does not (a regular file, `/dev/null`: a read of those
+/// never blocks anyway). Lets the stdin relay read the host's stdin without setting
+/// `O_NONBLOCK` on it, a flag of the open file that the host and its other children share.
+pub fn readable_bytes(fd: RawFd) -> Option<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the valid pointer; a bad fd yields EBADF.
+    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD as _, &mut n) };
+    (rc == 0).then_some(n.max(0) as usize)
+}
+
+/// `read(2)` on a borrowed fd, retried on EINTR. `Ok(0)` is end of file.
+pub fn read_fd(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: buf is a valid writable slice of buf.len() bytes; the fd is borrowed for the call.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// This process's stdin, borrowed. `None` if fd 0 is not open.
+pub fn stdin_fd() -> Option<BorrowedFd<'static>> {
+    // SAFETY: F_GETFD only reads the fd's flags.
+    let open = unsafe { libc::fcntl(0, libc::F_GETFD) } >= 0;
+    // SAFETY: fd 0 is open, and this process never closes it while a borrow is used (the relay
+    // that reads it lives in the supervisor loop, which leaves fd 0 alone).
+    open.then(|| unsafe { BorrowedFd::borrow_raw(0) })
+}
+
+/// The symbolic name of an errno value (`ENOENT`), for documents a host parses: the names of
+/// the errors `execve`, `fork` and `clone` report, else `None`.
+pub fn errno_name(code: i32) -> Option<&'static str> {
+    Some(match code {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EIO => "EIO",
+        libc::E2BIG => "E2BIG",
+        libc::ENOEXEC => "ENOEXEC",
+        libc::EBADF => "EBADF",
+        libc::EAGAIN => "EAGAIN",
+        libc::ENOMEM => "ENOMEM",
+        libc::EACCES => "EACCES",
+        libc::EFAULT => "EFAULT",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::EINVAL => "EINVAL",
+        libc::ENFILE => "ENFILE",
+        libc::EMFILE => "EMFILE",
+        libc::ETXTBSY => "ETXTBSY",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::ELOOP => "ELOOP",
+        libc::ENOSYS => "ENOSYS",
+        #[cfg(target_os = "linux")]
+        libc::ELIBBAD => "ELIBBAD",
+        _ => return None,
+    })
+}
