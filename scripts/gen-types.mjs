@@ -34,12 +34,19 @@ const ALIASES = {
   StoppingEvent: ["StoppingEvent", "EventLine"],
   EscalatedEvent: ["EscalatedEvent", "EventLine"],
   ExitedEvent: ["ExitedEvent", "EventLine"],
+  SpawnFailedEvent: ["SpawnFailedEvent", "EventLine"],
   SupervisorEvent: ["SupervisorEvent", "RunEvent", "Event", "EventLine"],
   EntryEvent: ["EntryEvent", "StreamEvent", "EventsLine", "Record"],
 };
 
 /** API names that are one variant of a tagged union: its `event` value. */
-const VARIANTS = { SpawnedEvent: "spawned", StoppingEvent: "stopping", EscalatedEvent: "escalated", ExitedEvent: "exited" };
+const VARIANTS = {
+  SpawnedEvent: "spawned",
+  StoppingEvent: "stopping",
+  EscalatedEvent: "escalated",
+  ExitedEvent: "exited",
+  SpawnFailedEvent: "spawnFailed",
+};
 
 if (!fs.existsSync(schemaDir)) {
   console.error(`gen-types: no ${path.relative(root, schemaDir) || schemaDir}/: keeping the hand-written types`);

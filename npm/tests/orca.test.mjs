@@ -131,3 +131,89 @@ sys.stdout.buffer.write(data); sys.stdout.flush()`;
   assert.equal(crypto.createHash("sha256").update(got).digest("hex"), crypto.createHash("sha256").update(want).digest("hex"));
   assert.ok(chunks.length > 10, "the reader was not slow");
 });
+
+// Issue 29: a host that used Orca's provider-supervisor spec moves to supervise() with the same
+// option names. Orca's owner launches the supervisor with a piped stdin and lets a sibling hold
+// it, so only the owner watch can notice the owner's death.
+const FLUSHES_ON_EOF = `
+import os, signal, sys, time
+flushed, termed = sys.argv[1], sys.argv[2]
+def term(*_):
+    open(termed, 'w').write('SIGTERM'); os._exit(143)
+signal.signal(signal.SIGTERM, term)
+print('provider', os.getpid(), flush=True)
+sys.stdin.buffer.read()
+time.sleep(0.2)
+open(flushed, 'w').write('flushed')
+`;
+
+test("Orca's closeRequest 'stdin-end': the owner's SIGKILL gives the provider EOF and the grace to flush, not SIGTERM", async (t) => {
+  const { dir, guard } = stateDir(t);
+  const flushed = path.join(dir, "flushed");
+  const termed = path.join(dir, "termed");
+  const h = host(
+    `const { spawn } = require("node:child_process");
+const { supervise } = require("sheepdog");
+const child = supervise("python3", ["-c", ${JSON.stringify(FLUSHES_ON_EOF)}, ${JSON.stringify(flushed)}, ${JSON.stringify(termed)}], {
+  ownerPid: process.pid, lifetime: "session", closeRequest: "stdin-end", stdinEndGraceMs: 3000, sigtermGraceMs: 1000,
+  stdio: ["pipe", "pipe", "inherit"],
+});
+const holder = spawn("sleep", ["100"], { stdio: [child.stdin, "ignore", "ignore"] });
+child.stdout.on("data", (d) => process.stdout.write(d));
+child.on("spawned", () => console.log("sup", child.pid, holder.pid));`,
+    [],
+  );
+  guard.track(h.pid);
+  const [, sup, holder] = (await h.lines.next("sup ")).split(" ").map(Number);
+  guard.track(sup);
+  guard.track(holder);
+  const provider = Number((await h.lines.next("provider ")).split(" ")[1]);
+  guard.track(provider);
+  h.kill("SIGKILL");
+  await closed(h);
+  assert.deepEqual(await waitGone([provider], 2000), [], "the provider did not exit on its EOF");
+  assert.deepEqual(await waitGone([sup], 3000), [], "the supervisor outlived its tree");
+  assert.equal(fs.readFileSync(flushed, "utf8"), "flushed");
+  assert.equal(fs.existsSync(termed), false, "SIGTERM came before the provider could flush");
+});
+
+test("Orca's one-shot lifetime: the provider's exit on SIGTERM ends the grace of a TERM-ignoring child", async () => {
+  const { supervise } = api();
+  const guard = new Guard();
+  try {
+    const child = supervise(
+      "sh",
+      ["-c", "trap 'exit 0' TERM; (trap '' TERM; exec sleep 100) & echo tree $!; while :; do sleep 0.05; done"],
+      { lifetime: "one-shot", sigtermGraceMs: 3000, stdio: ["ignore", "pipe", "inherit"] },
+    );
+    guard.track(child.pid);
+    const kid = Number((await lines(child.stdout).next("tree ")).split(" ")[1]);
+    guard.track(kid);
+    await new Promise((r) => setTimeout(r, 200)); // the child's trap is set once it is `sleep`
+    const t0 = Date.now();
+    child.kill("SIGTERM");
+    const [code, signal] = await closed(child);
+    assert.deepEqual([code, signal], [null, "SIGTERM"]);
+    assert.ok(Date.now() - t0 < 1000, `took ${Date.now() - t0} ms; 1/3 of the grace is 1000`);
+    assert.equal(alive(kid), false);
+  } finally {
+    guard.killAll();
+  }
+});
+
+test("a spawn that fails is a typed spawnFailed event, not a line to parse", async () => {
+  const { supervise } = api();
+  const child = supervise("sheepdog-no-such-agent", ["--flag"], { stdio: ["ignore", "ignore", "pipe"] });
+  const events = [];
+  child.on("sheepdog", (e) => events.push(e));
+  const failed = new Promise((r) => child.once("spawnFailed", r));
+  const [code] = await closed(child);
+  const e = await failed;
+  assert.equal(code, 127);
+  assert.equal(e.command, "sheepdog-no-such-agent");
+  assert.equal(e.errno, "ENOENT");
+  assert.equal(e.errnoNumber, 2);
+  assert.equal(e.exitStatus, 127);
+  assert.match(e.message, /^sheepdog-no-such-agent: command not found/);
+  assert.deepEqual(events.map((x) => x.event), ["spawnFailed"]);
+});

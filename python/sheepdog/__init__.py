@@ -30,6 +30,7 @@ from ._types import (
 
 __all__ = [
     "SheepdogError",
+    "SpawnFailed",
     "Supervised",
     "binary_path",
     "supervise",
@@ -175,12 +176,37 @@ class Supervised(subprocess.Popen):
             if line:
                 yield json.loads(line)
 
+    def wait_spawned(self) -> SupervisorEvent:
+        """Reads events until the command runs: returns its ``spawned`` event, or raises
+        :class:`SpawnFailed` with the ``spawnFailed`` event. :meth:`events` goes on after it."""
+        for ev in self.events():
+            if ev.get("event") == "spawned":
+                return ev
+            if ev.get("event") == "spawnFailed":
+                raise SpawnFailed(ev, self.args if isinstance(self.args, _list) else [str(self.args)])
+        raise SheepdogError("sheepdog: the supervisor ended before it reported a spawn", None, self.poll(), "", [])
+
+
+class SpawnFailed(SheepdogError):
+    """The supervised command could not start: ``event`` is the ``spawnFailed`` event (``command``,
+    ``errno``, ``errnoNumber``, ``exitStatus``, ``message``), so a host never parses stderr."""
+
+    def __init__(self, event: SupervisorEvent, args: Sequence[str]) -> None:
+        message = "sheepdog: " + str(event.get("message", "the command could not start"))
+        super().__init__(message, None, event.get("exitStatus"), "", args)
+        self.event = event
+
 
 def supervise(
     command: str,
     args: Sequence[str] = (),
     *,
     owner: Union[int, bool, None] = None,
+    relay_stdin: bool = False,
+    on_owner_death: Optional[str] = None,
+    after_provider_exit: Optional[str] = None,
+    close_request: Optional[str] = None,
+    lifetime: Optional[str] = None,
     on_stdin_eof: Optional[str] = None,
     stdin_grace: Optional[Duration] = None,
     term_grace: Optional[Duration] = None,
@@ -196,8 +222,26 @@ def supervise(
     """Runs ``command args`` under ``sheepdog run --owner <this process>``: a ``subprocess.Popen``
     whose pid is the supervisor's; ``terminate()`` stops the whole tree and ``wait()`` returns
     after it is gone (status as README.md's table; 124 for ``timeout``). ``owner=False`` leaves
-    the owner out. Other keyword arguments go to ``Popen`` (stdin, stdout, cwd, env, ...)."""
+    the owner out. Other keyword arguments go to ``Popen`` (stdin, stdout, cwd, env, ...).
+
+    ``relay_stdin`` is ``--stdin relay``; ``on_owner_death`` (``"stop"``, ``"close-stdin"``) and
+    ``after_provider_exit`` (``"grace"``, ``"kill"``) are the flags of those names. Orca's spec
+    names map onto them as README.md's table says: ``close_request`` (``"stdin-end"``,
+    ``"stdin-end-and-sigterm"``) relays stdin and sets ``on_owner_death``; ``lifetime``
+    ``"session"`` sets ``on_stdin_eof="stop"``, ``"one-shot"`` ``after_provider_exit="kill"``.
+    A spawn that fails arrives as the ``spawnFailed`` event (:meth:`Supervised.wait_spawned`
+    raises :class:`SpawnFailed`)."""
+    if close_request is not None:
+        relay_stdin = True
+        on_owner_death = on_owner_death or ("close-stdin" if close_request == "stdin-end" else "stop")
+    if lifetime == "session":
+        on_stdin_eof = on_stdin_eof or "stop"
+    elif lifetime == "one-shot":
+        after_provider_exit = after_provider_exit or "kill"
     opts = {
+        "stdin": "relay" if relay_stdin else None,
+        "on_owner_death": on_owner_death,
+        "after_provider_exit": after_provider_exit,
         "on_stdin_eof": on_stdin_eof,
         "stdin_grace": stdin_grace,
         "term_grace": term_grace,
@@ -213,6 +257,9 @@ def supervise(
     run += _flags(
         opts,
         [
+            ("stdin", "--stdin", "str"),
+            ("on_owner_death", "--on-owner-death", "str"),
+            ("after_provider_exit", "--after-provider-exit", "str"),
             ("on_stdin_eof", "--on-stdin-eof", "str"),
             ("stdin_grace", "--stdin-grace", "dur"),
             ("term_grace", "--term-grace", "dur"),

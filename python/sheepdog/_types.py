@@ -571,6 +571,7 @@ SpawnedEvent = EventLine
 StoppingEvent = EventLine
 EscalatedEvent = EventLine
 ExitedEvent = EventLine
+SpawnFailedEvent = EventLine
 SupervisorEvent = EventLine
 EntryEvent = Record
 Json = Union[Dict[str, Any], List[Any]]

@@ -207,6 +207,33 @@ def test_orca_stdin_ends_and_an_agent_that_exits_within_the_grace_keeps_its_code
     assert got == [7, ["spawned", "stopping", "exited"]]
 
 
+def test_orca_close_request_stdin_end_and_a_spawn_failure_as_data(venv, tmp_path):
+    # Issue 29: the relay gives the provider an EOF that the host itself never sends (it keeps
+    # the pipe open), on `close()`-less one-shot answers; a command that cannot start raises
+    # SpawnFailed with the event.
+    got = run_host(
+        venv,
+        """
+        import json, subprocess, sheepdog
+        p = sheepdog.supervise("python3", ["-c", "import sys; d = sys.stdin.read(); print(len(d))"],
+                               close_request="stdin-end", lifetime="one-shot", stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE)
+        p.wait_spawned()
+        p.stdin.write(b"x" * 100000); p.stdin.close()
+        out = p.stdout.read().decode().strip()
+        code = p.wait(timeout=20)
+        q = sheepdog.supervise("sheepdog-no-such-agent", [], stderr=subprocess.DEVNULL)
+        try:
+            q.wait_spawned()
+            failed = None
+        except sheepdog.SpawnFailed as e:
+            failed = [e.event["errno"], e.event["exitStatus"], e.exit_status]
+        print(json.dumps([out, code, failed, q.wait(timeout=20)]))
+        """,
+    )
+    assert got == ["100000", 0, ["ENOENT", 127, 127], 127]
+
+
 def test_papercup_crash_reap_cancel_and_turn_timeout(venv, state):
     d, guard = state
     theirs = run_host(venv, "import json, sys, sheepdog; print(json.dumps(sheepdog.start('sleep', ['100'], state_dir=sys.argv[1], session='someone-else')))", d)

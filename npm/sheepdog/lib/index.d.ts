@@ -12,6 +12,7 @@ import type {
   LogsResult,
   ReapResult,
   RestartView,
+  SpawnFailedEvent,
   SpawnedEvent,
   StartResult,
   StopView,
@@ -52,6 +53,28 @@ export interface SuperviseOptions extends ContainmentOptions {
   owner?: number | false;
   /** `"stop"`: stdin EOF stops the tree after `stdinGrace` (default `"ignore"`). */
   onStdinEof?: "ignore" | "stop";
+  /**
+   * `"relay"`: the command's stdin is a pipe sheepdog feeds from its own and closes when the
+   * owner dies or a stop begins (`--stdin relay`); default `"inherit"` (zero-copy).
+   */
+  stdin?: "inherit" | "relay";
+  /**
+   * `"close-stdin"` (needs `stdin: "relay"`): the owner's death closes the command's stdin, then
+   * `stdinGrace` to exit on its own, then the stop; default `"stop"` at once.
+   */
+  onOwnerDeath?: "stop" | "close-stdin";
+  /** `"kill"`: once the command has exited, what it left gets SIGKILL at once; default `"grace"`. */
+  afterProviderExit?: "grace" | "kill";
+  /** Orca's spec: the owner (as `owner`). */
+  ownerPid?: number;
+  /** Orca's spec: `"session"` (stdin EOF stops, as `onStdinEof: "stop"`) or `"one-shot"` (as `afterProviderExit: "kill"`). */
+  lifetime?: "session" | "one-shot";
+  /** Orca's spec: `"stdin-end"` (relay, `onOwnerDeath: "close-stdin"`) or `"stdin-end-and-sigterm"` (relay, `"stop"`). */
+  closeRequest?: "stdin-end" | "stdin-end-and-sigterm";
+  /** Orca's spec: `stdinGrace` in ms. */
+  stdinEndGraceMs?: number;
+  /** Orca's spec: `termGrace` in ms. */
+  sigtermGraceMs?: number;
   /** After stdin EOF, how long the command may take to exit on its own (default 1 s). */
   stdinGrace?: Duration;
   /** After SIGTERM, how long the tree may take before SIGKILL (default 3 s). */
@@ -79,6 +102,7 @@ export interface SupervisedProcess extends ChildProcess {
   on(event: "stopping", listener: (ev: StoppingEvent) => void): this;
   on(event: "escalated", listener: (ev: EscalatedEvent) => void): this;
   on(event: "exited", listener: (ev: ExitedEvent) => void): this;
+  on(event: "spawnFailed", listener: (ev: SpawnFailedEvent) => void): this;
   on(event: "sheepdog", listener: (ev: SupervisorEvent) => void): this;
   on(event: "close", listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;
   on(event: "exit", listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;
@@ -88,6 +112,7 @@ export interface SupervisedProcess extends ChildProcess {
   once(event: "stopping", listener: (ev: StoppingEvent) => void): this;
   once(event: "escalated", listener: (ev: EscalatedEvent) => void): this;
   once(event: "exited", listener: (ev: ExitedEvent) => void): this;
+  once(event: "spawnFailed", listener: (ev: SpawnFailedEvent) => void): this;
   once(event: "sheepdog", listener: (ev: SupervisorEvent) => void): this;
   once(event: "close", listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;
   once(event: "exit", listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;

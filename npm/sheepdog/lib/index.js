@@ -144,6 +144,9 @@ const CONTAINMENT = [
 ];
 
 const RUN_FLAGS = [
+  ["stdin", "--stdin"],
+  ["onOwnerDeath", "--on-owner-death"],
+  ["afterProviderExit", "--after-provider-exit"],
   ["onStdinEof", "--on-stdin-eof"],
   ["stdinGrace", "--stdin-grace", "dur"],
   ["termGrace", "--term-grace", "dur"],
@@ -153,13 +156,34 @@ const RUN_FLAGS = [
 ];
 
 /**
+ * Orca's provider-supervisor spec (`ownerPid`, `lifetime`, `closeRequest`, `stdinEndGraceMs`,
+ * `sigtermGraceMs`) as `run`'s options, README.md's table row by row; an option given under
+ * sheepdog's own name wins. `cwd` is Node's, the same in both.
+ */
+function fromOrcaSpec(opts) {
+  const o = {};
+  if (opts.ownerPid !== undefined) o.owner = opts.ownerPid;
+  if (opts.stdinEndGraceMs !== undefined) o.stdinGrace = opts.stdinEndGraceMs;
+  if (opts.sigtermGraceMs !== undefined) o.termGrace = opts.sigtermGraceMs;
+  if (opts.closeRequest !== undefined) {
+    o.stdin = "relay";
+    o.onOwnerDeath = opts.closeRequest === "stdin-end" ? "close-stdin" : "stop";
+  }
+  if (opts.lifetime === "session") o.onStdinEof = "stop";
+  if (opts.lifetime === "one-shot") o.afterProviderExit = "kill";
+  for (const [k, v] of Object.entries(opts)) if (v !== undefined) o[k] = v;
+  return o;
+}
+
+/**
  * `sheepdog run --owner <this process> ... -- command args`, spawned as Node's spawn does
  * (`stdio`, `cwd`, `env`, `detached` passed on). The ChildProcess's pid is the supervisor's;
  * its `--events-fd` events are emitted on it by name (`spawned`, `stopping`, `escalated`,
- * `exited`) and all of them as `sheepdog`. `owner: false` leaves the owner out.
+ * `exited`, or `spawnFailed` when the command could not start) and all of them as `sheepdog`.
+ * `owner: false` leaves the owner out. Orca's spec names are taken too (`fromOrcaSpec`).
  */
 function supervise(command, args = [], options = {}) {
-  const opts = options || {};
+  const opts = fromOrcaSpec(options || {});
   const runArgs = ["run"];
   if (opts.owner !== false) runArgs.push("--owner", String(opts.owner ?? process.pid));
   runArgs.push(...flags(opts, RUN_FLAGS));

@@ -248,6 +248,18 @@ export type EventLine = {
   signal: string;
   remaining: number;
 } | {
+  event: "spawnFailed";
+  /** The command as given (`argv[0]`). */
+  command: string;
+  /** The errno's name (`ENOENT`, `EACCES`, `E2BIG`), `UNKNOWN` when it has none here. */
+  errno: string;
+  /** The errno's number on this system (`ENOENT` is 2 on Linux), null when the failure was not a system call's. */
+  errnoNumber: number | null;
+  /** What sheepdog exits with. */
+  exitStatus: number;
+  /** The sentence sheepdog prints after `sheepdog: ` on stderr. */
+  message: string;
+} | {
   event: "exited";
   /** The provider's exit code, when it exited by itself. */
   exitCode: number | null;
@@ -937,5 +949,6 @@ export type SpawnedEvent = Extract<EventLine, { event: "spawned" }>;
 export type StoppingEvent = Extract<EventLine, { event: "stopping" }>;
 export type EscalatedEvent = Extract<EventLine, { event: "escalated" }>;
 export type ExitedEvent = Extract<EventLine, { event: "exited" }>;
+export type SpawnFailedEvent = Extract<EventLine, { event: "spawnFailed" }>;
 export type SupervisorEvent = EventLine;
 export type EntryEvent = Record;
