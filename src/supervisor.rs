@@ -593,6 +593,15 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         }
     }
 
+    // The terminal sheepdog was started on, watched for its hangup (the pty master closed, the
+    // terminal emulator killed): its foreground, the provider, gets the kernel's SIGHUP and
+    // may trap it, and nothing else tells sheepdog (claude-code#21287). Stdin that is the
+    // terminal and already watched for EOF (`--on-stdin-eof stop`) is not watched twice.
+    let mut terminal = (adopted.is_none())
+        .then(|| (0..3).find(|fd| process::fd_kind(*fd) == FdKind::Tty))
+        .flatten()
+        .filter(|fd| !(watch_stdin && *fd == 0));
+
     // In the keeper: the supervisor's pipe, which hangs up when the supervisor is killed.
     let mut supervisor_fd = crate::keeper::supervisor_gone_fd();
     let mut backlog = false;
@@ -605,6 +614,11 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         });
         let stdin_slot = watch_stdin.then(|| {
             fds.push(PollFd::new(0, POLL_HUP_ONLY));
+            fds.len() - 1
+        });
+        // No events asked: a terminal reports only its hangup, never being in the background.
+        let terminal_slot = terminal.map(|fd| {
+            fds.push(PollFd::new(fd, 0));
             fds.len() - 1
         });
         // In the cgroup tier, `populated 0` wakes the loop as soon as the last member exits.
@@ -690,6 +704,11 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         if stdin_slot.is_some_and(|slot| fds[slot].hung_up()) {
             watch_stdin = false;
             begin(&mut machine, Trigger::StdinEof, &tree, observer);
+        }
+        if terminal_slot.is_some_and(|slot| fds[slot].hung_up()) {
+            // As a SIGHUP to sheepdog: the terminal's hangup is the signal's reason.
+            terminal = None;
+            begin(&mut machine, Trigger::Signal(Signal::HUP), &tree, observer);
         }
         if let Some(r) = relay.as_mut() {
             if r.service(&fds, relay_slots) == Seen::SourceEof {
