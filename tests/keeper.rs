@@ -739,3 +739,94 @@ fn reap_stops_a_cleanup_whose_runner_died_before_recording_its_pid_past_its_boun
     assert!(alive(before), "a tagged process older than the claim is not the cleanup's");
     assert_eq!(st.entry(&id)["cleanupResult"]["timedOut"], true);
 }
+
+/// Issue 34, item 2: `sheepdog run` through a python launcher that sizes its environment to
+/// `room` bytes under the kernel's limit (fs/exec.c, bprm_stack_limits) and execs it, with
+/// `/proc` unmounted in a mount namespace of its own with `unmount_proc`. Prints `pids ...` of
+/// the tree `script`; events on fd 3 (the launcher's stdout).
+fn launch_near_the_exec_limit(room: usize, unmount_proc: bool, script: &str) -> String {
+    format!(
+        r#"
+import os, resource, sys
+soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+limit = 6 << 20 if soft == resource.RLIM_INFINITY else min(6 << 20, soft // 4)
+limit = max(limit, 128 << 10)
+exe = {bin:?}
+argv = [exe, 'run', '--events-fd', '3', '--term-grace', '1s', '--kill-wait', '1s', '--', 'sh', '-c', {script:?}]
+env = {{'PATH': os.environ['PATH']}}
+def size(env):
+    return len(exe) + 1 + sum(len(a) + 1 for a in argv) + sum(len(k) + len(v) + 2 for k, v in env.items()) + (len(argv) + len(env)) * 8
+i = 0
+while size(env) < limit - {room}:
+    env['FILL%d' % i] = 'x' * min(100000, limit - {room} - size(env) - 16)
+    i += 1
+os.dup2(1, 3)
+if {unmount_proc}:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x00020000) != 0 or libc.umount2(b'/proc', 2) != 0:
+        print('refused', flush=True); sys.exit(0)
+os.execve(exe, argv, env)
+"#,
+        bin = bin(),
+        script = script,
+        unmount_proc = if unmount_proc { "True" } else { "False" },
+    )
+}
+
+/// Runs the launcher, SIGKILLs the keeper once the tree is up, and checks that the adopting
+/// supervisor still ran the one stop: nothing of the tree is left, and the stream ends in
+/// `exited` with `treeGone`. `false` when the launcher was refused what it needs.
+fn keeper_killed_under(launcher: &str) -> bool {
+    let guard = Guard::new();
+    let mut cmd = std::process::Command::new("python3");
+    cmd.args(["-c", launcher]).stdin(Stdio::null());
+    let (mut child, lines) = spawn_lines(cmd, &guard);
+    let sup = child.id() as i32;
+    let tree: Vec<i32> = loop {
+        let l = lines.next(SECS(10));
+        if l == "refused" {
+            eprintln!("SKIPPED: a mount namespace is refused here");
+            return false;
+        }
+        if let Some(p) = l.strip_prefix("pids ") {
+            break p.split_whitespace().map(|p| p.parse().unwrap()).collect();
+        }
+    };
+    tree.iter().for_each(|p| guard.track(*p));
+    let all: Vec<i32> = procfs::descendants(pid(sup)).iter().map(|s| s.pid.as_raw()).collect();
+    all.iter().for_each(|p| guard.track(*p));
+    let keeper = the_keeper(sup);
+    kill9(keeper);
+    let exited: serde_json::Value = loop {
+        let l = lines.next(BOUND + SECS(2));
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&l)
+            && v["event"] == "exited"
+        {
+            break v;
+        }
+    };
+    assert_eq!(exited["treeGone"], true, "{exited}");
+    assert_eq!(exited["trigger"], "supervisorKilled", "{exited}");
+    let st = wait_child(&mut child, SECS(5));
+    assert_eq!(st.code(), Some(128 + libc::SIGTERM), "{st:?}");
+    assert_eq!(wait_gone(&all, Duration::ZERO), Vec::<i32>::new(), "survivors after the keeper's SIGKILL");
+    true
+}
+
+#[test]
+fn a_keeper_killed_with_the_environment_near_the_exec_limit_still_has_its_tree_stopped() {
+    // 40 bytes of room: less than the adoption's own two variables (about 100 bytes).
+    let tree = "setsid sleep 1001 & sleep 1002 & echo pids $$ $!; exec sleep 1003";
+    keeper_killed_under(&launch_near_the_exec_limit(40, false, tree));
+}
+
+#[test]
+fn a_keeper_killed_without_a_mounted_proc_still_has_its_tree_stopped() {
+    // A mount namespace of its own with /proc lazily unmounted: the adoption cannot re-execute
+    // /proc/self/exe there (this test's own view of /proc is untouched).
+    // Without /proc nothing can list a process's children, so the tree here is the provider's
+    // process group (README.md says what is lost: members in a session of their own).
+    let tree = "sleep 1002 & echo pids $$ $!; exec sleep 1003";
+    keeper_killed_under(&launch_near_the_exec_limit(1 << 20, true, tree));
+}

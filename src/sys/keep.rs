@@ -78,6 +78,14 @@ pub struct Relay {
     /// `environ` as it was at the clone (its strings are never freed), without any
     /// `SHEEPDOG_ADOPT*`, then the extra variables, then `adopt`, then NULL.
     envp: Vec<*const libc::c_char>,
+    /// The same with only `PATH`, `HOME` and `SHEEPDOG_*` of `environ`: the retry when the
+    /// whole environment and the adoption's variables no longer fit the kernel's limit (E2BIG):
+    /// the adoption must not need more room than the command had.
+    envp_small: Vec<*const libc::c_char>,
+    /// This program, opened before the clone (`O_PATH`): re-executed with `execveat`, so the
+    /// adoption needs neither a mounted `/proc` nor the file still at its path. -1 if it could
+    /// not be opened (then `/proc/self/exe`).
+    exe: RawFd,
     adopt: [u8; ADOPT_LEN],
     /// The relay's stack; never unmapped once the relay runs on it (the relay is leaked).
     stack: Stack,
@@ -107,6 +115,7 @@ impl Relay {
         let extra: Vec<CString> =
             extra_env.iter().map(|v| CString::new(v.as_bytes())).collect::<Result<_, _>>().map_err(nul)?;
         let mut envp = Vec::new();
+        let mut envp_small = Vec::new();
         // SAFETY: `environ` is NULL or a NULL-terminated array of NUL-terminated strings; this
         // process is single-threaded, so nothing changes it while it is read.
         unsafe {
@@ -115,11 +124,15 @@ impl Relay {
                 let bytes = std::ffi::CStr::from_ptr(*p).to_bytes();
                 if !bytes.starts_with(ADOPT_VAR.as_bytes()) {
                     envp.push(*p);
+                    if [&b"PATH="[..], b"HOME=", b"SHEEPDOG_"].iter().any(|k| bytes.starts_with(k)) {
+                        envp_small.push(*p);
+                    }
                 }
                 p = p.add(1);
             }
         }
         envp.extend(extra.iter().map(|c| c.as_ptr()));
+        envp_small.extend(extra.iter().map(|c| c.as_ptr()));
         let mut relay = Box::new(Relay {
             waited: set(waited) | set(&[Signal::CHLD]),
             early: set(early),
@@ -133,15 +146,39 @@ impl Relay {
             _argv: argv,
             _extra_env: extra,
             envp,
+            envp_small,
+            exe: open_own_executable(),
             adopt: [0; ADOPT_LEN],
             stack: Stack::map(RELAY_STACK)?,
         });
         // The slot for the adoption variable: its address is final (the relay is boxed).
         let adopt = relay.adopt.as_ptr().cast();
-        relay.envp.push(adopt);
-        relay.envp.push(std::ptr::null());
+        for envp in [&mut relay.envp, &mut relay.envp_small] {
+            envp.push(adopt);
+            envp.push(std::ptr::null());
+        }
         Ok(relay)
     }
+}
+
+/// This program as an `O_PATH` fd (close-on-exec: the keeper's provider never sees it):
+/// `/proc/self/exe`, else the path it was executed by (`AT_EXECFN` of the auxiliary vector,
+/// which needs no `/proc`). -1 if neither opens.
+fn open_own_executable() -> RawFd {
+    let flags = libc::O_PATH | libc::O_CLOEXEC;
+    // SAFETY: open with a NUL-terminated path; the result is an fd or -1.
+    let fd = unsafe { libc::open(c"/proc/self/exe".as_ptr(), flags) };
+    if fd >= 0 {
+        return fd;
+    }
+    // SAFETY: getauxval reads the auxiliary vector; AT_EXECFN is a pointer to the NUL-terminated
+    // path given to execve (or 0), which lives as long as the process.
+    let path = unsafe { libc::getauxval(libc::AT_EXECFN) } as *const libc::c_char;
+    if path.is_null() {
+        return -1;
+    }
+    // SAFETY: as above; a relative path is taken from the current directory, as it was.
+    unsafe { libc::open(path, flags) }
 }
 
 /// A signal mask saved by [`block_all`].
@@ -460,10 +497,21 @@ unsafe extern "C" fn relay_main(arg: *mut libc::c_void, keeper: i32) -> ! {
             for fd in &r.inherit {
                 sys(libc::SYS_fcntl, [*fd as usize, libc::F_SETFD as usize, 0, 0, 0]);
             }
-            sys(
-                libc::SYS_execve,
-                [c"/proc/self/exe".as_ptr() as usize, r.argv.as_ptr() as usize, r.envp.as_ptr() as usize, 0, 0],
-            );
+            // This program by its fd, then with the smaller environment if the whole one and
+            // the adoption's variables are over the kernel's limit (E2BIG), then by its path.
+            for envp in [&r.envp, &r.envp_small] {
+                let argv = r.argv.as_ptr() as usize;
+                let rc = if r.exe >= 0 {
+                    let empty = c"".as_ptr() as usize;
+                    let at = libc::AT_EMPTY_PATH as usize;
+                    sys(libc::SYS_execveat, [r.exe as usize, empty, argv, envp.as_ptr() as usize, at])
+                } else {
+                    sys(libc::SYS_execve, [c"/proc/self/exe".as_ptr() as usize, argv, envp.as_ptr() as usize, 0, 0])
+                };
+                if rc != -(libc::E2BIG as isize) {
+                    break;
+                }
+            }
             // No image to adopt with: leave as the keeper did.
         }
         exit_as(signaled, status, r.is_init)
