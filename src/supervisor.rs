@@ -53,6 +53,19 @@ pub const REAP_BATCH: usize = 1024;
 /// batch then took up to a second of wall time, past the term grace it is there to keep.
 pub const REAP_SLICE: Duration = Duration::from_millis(5);
 
+/// After the provider's own exit, how long a leftover that is draining its output (its stdin
+/// a pipe no live member writes to any more: bash's `exec > >(reader)`) may take to finish
+/// before the leftovers get the stop: 1000 ms, Orca's bound for the same
+/// (`PROVIDER_OUTPUT_DRAIN_TIMEOUT_MS`). Without it the reader got SIGTERM at once and the host
+/// lost what it had not yet written (codex#7846).
+pub const OUTPUT_DRAIN: Duration = Duration::from_millis(1000);
+
+/// How long after the provider's own exit the drainers are looked for again before a look that
+/// finds none is believed: 50 ms. bash forks a `>(reader)` before it runs the command and the
+/// subshell moves the pipe to its stdin only when it is first scheduled, which on a loaded
+/// machine can be after the provider has exited; until then it looks like nothing is draining.
+pub const DRAIN_SETTLE: Duration = Duration::from_millis(50);
+
 /// Whom the supervisor answers to: when the owner dies, the tree is stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Owner {
@@ -604,6 +617,8 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
 
     // In the keeper: the supervisor's pipe, which hangs up when the supervisor is killed.
     let mut supervisor_fd = crate::keeper::supervisor_gone_fd();
+    // After the provider's own exit: when the look for drainers settles, and when it ends.
+    let mut drain: Option<(Instant, Instant)> = None;
     let mut backlog = false;
     loop {
         let now = Instant::now();
@@ -640,6 +655,9 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         }
         if !machine.stopping() {
             deadline = earliest(earliest(deadline, timeout_at), next_scan);
+            if let Some((settle, until)) = drain {
+                deadline = earliest(deadline, Some(if now < settle { settle } else { until }));
+            }
         }
         if owner.as_ref().is_some_and(|o| o.pidfd.is_none()) {
             deadline = earliest(deadline, Some(now + OWNER_POLL));
@@ -743,7 +761,21 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             begin(&mut machine, Trigger::Timeout, &tree, observer);
         }
 
-        let step = if provider.is_some() {
+        if provider.is_some() && machine.phase() == Phase::Running && drain.is_none() && cfg!(target_os = "linux") {
+            drain = Some((now + DRAIN_SETTLE, now + OUTPUT_DRAIN));
+        }
+        // Looked at on every wake of the window (a drainer's exit wakes the loop: it is this
+        // process's child by then, or the cgroup's last member).
+        let draining = drain.is_some_and(|(settle, until)| {
+            machine.phase() == Phase::Running
+                && now < until
+                && !tree.is_gone()
+                && (now < settle || !tree.draining().is_empty())
+        });
+        let step = if draining && machine.phase() == Phase::Running {
+            // Not yet: a reader is still writing out what the provider printed.
+            None
+        } else if provider.is_some() {
             let was_running = !machine.stopping();
             if was_running && let Some(policy) = observer.policy_for_stop(Trigger::ProviderExited) {
                 machine.set_policy(policy);

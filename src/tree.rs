@@ -267,6 +267,30 @@ impl Tree {
         out
     }
 
+    /// The members that are draining what the provider wrote: their stdin is a pipe that no
+    /// live member writes to any more (a `>(reader)` of bash, a `| tee log` whose writer was
+    /// the provider), so they end on their own once it is read (codex#7846). Linux only.
+    ///
+    /// A pipe this process holds too (the host's stdin, the stdin relay) is not the provider's
+    /// output: a leftover reading it is not draining.
+    pub fn draining(&self) -> Vec<Member> {
+        let live = self.live();
+        let own = procfs::pipes(process::getpid());
+        let pipes: Vec<(Member, Vec<procfs::PipeFd>)> = live.iter().map(|m| (*m, procfs::pipes(m.pid))).collect();
+        pipes
+            .iter()
+            .filter(|(_, fds)| {
+                fds.iter().any(|p| {
+                    p.fd == 0
+                        && !p.writes
+                        && !own.iter().any(|o| o.inode == p.inode)
+                        && !pipes.iter().any(|(_, other)| other.iter().any(|o| o.inode == p.inode && o.writes))
+                })
+            })
+            .map(|(m, _)| *m)
+            .collect()
+    }
+
     /// The live descendants of a supervised tree (no group scan): what a managed supervisor
     /// records so that `reap` can find them without it. Empty for a recorded tree.
     pub fn live_descendants(&self) -> Vec<Member> {

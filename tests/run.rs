@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -732,4 +732,45 @@ fn issue_21_run_timeout_of_zero_is_refused() {
     assert_eq!(out.status.code(), Some(125));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.starts_with("sheepdog: ") && err.lines().count() == 1, "{err}");
+}
+
+/// codex#7846 (issue 34, item 7): bash's `exec > >(reader)` leaves the reader as a leftover
+/// that still has the provider's output to write. It gets up to `OUTPUT_DRAIN` (1 s) to finish
+/// before the leftovers' stop; it used to get SIGTERM at once, and the host 0 of 5000 lines.
+#[test]
+fn issue_34_a_leftover_draining_the_providers_output_finishes_before_the_stop() {
+    let guard = Guard::new();
+    let mut child = sheepdog()
+        .args(["run", "--", "bash", "-c", "exec > >(sleep 0.2; cat) 2>&1; seq 5000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    guard.track_child(&child);
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let st = wait_child(&mut child, SECS(10));
+    assert_eq!(out.lines().count(), 5000, "lines the reader had to write were lost");
+    assert_eq!(st.code(), Some(0));
+}
+
+/// The drain is only for a pipe the tree made: a leftover that reads the host's own stdin
+/// pipe (its writer outside the tree) is not draining, and is stopped at once.
+#[test]
+fn issue_34_a_leftover_reading_the_hosts_stdin_is_not_waited_for() {
+    let guard = Guard::new();
+    let mut child = sheepdog()
+        .args(["run", "--", "bash", "-c", "sleep 100 & echo leftover $!; exit 0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    guard.track_child(&child);
+    drop(child.stdin.take()); // the host's pipe has no writer now, as after `echo x |`
+    let lines = Lines::new(child.stdout.take().unwrap());
+    let leftover = lines.pids("leftover", SECS(10))[0];
+    guard.track(leftover);
+    let t0 = Instant::now();
+    let st = wait_child(&mut child, SECS(10));
+    assert_eq!(st.code(), Some(0));
+    assert!(t0.elapsed() < Duration::from_millis(700), "waited {:?} for a leftover that drains nothing", t0.elapsed());
 }

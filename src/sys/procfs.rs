@@ -317,6 +317,35 @@ fn read_memory_file(pid: Pid, file: &str) -> Option<Vec<u8>> {
     std::fs::read(thread_file(pid, file)).ok()
 }
 
+/// One fd of a process that is a pipe's end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PipeFd {
+    pub fd: i32,
+    /// The pipe (`pipe:[inode]`).
+    pub inode: u64,
+    /// This fd writes to it (its access mode is not read-only).
+    pub writes: bool,
+}
+
+/// The pipes `pid` holds: each fd that is a pipe's end, from `/proc/<pid>/fd` and the access
+/// mode in `/proc/<pid>/fdinfo/<fd>`. Unreadable: none.
+pub fn pipes(pid: Pid) -> Vec<PipeFd> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(link) = std::fs::read_link(e.path()) else { continue };
+        let Some(ino) = link.to_str().and_then(|l| l.strip_prefix("pipe:[")?.strip_suffix(']')?.parse().ok()) else {
+            continue;
+        };
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default();
+        let flags = info.lines().find_map(|l| l.strip_prefix("flags:")).map(str::trim).unwrap_or("0");
+        let flags = i32::from_str_radix(flags, 8).unwrap_or(0);
+        out.push(PipeFd { fd, inode: ino, writes: flags & libc::O_ACCMODE != libc::O_RDONLY });
+    }
+    out
+}
+
 /// The command line of `pid`, arguments joined by spaces (empty for zombies and kernel threads).
 pub fn cmdline(pid: Pid) -> String {
     read_memory_file(pid, "cmdline")
