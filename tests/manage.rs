@@ -725,3 +725,17 @@ fn start_env_reaches_the_command_and_its_cleanup_but_not_the_supervisor() {
     let log = st.wait_log(&id, "combined.log", "[cleanup] cleanup:");
     assert!(log.contains("[cleanup] cleanup:given"), "{log}");
 }
+
+/// codex#7846 (issue 34, item 7), managed: a `>(reader)` leftover writes what the command
+/// printed into the entry's log before the stop of what is left (it used to log nothing).
+#[test]
+fn issue_34_a_leftover_draining_the_output_reaches_the_log_before_the_stop() {
+    let st = State::new();
+    let v = st.start(&["--", "bash", "-c", "exec > >(sleep 0.2; cat) 2>&1; seq 5000"]);
+    let id = id_of(&v);
+    let out = st.run(&["wait", &id, "--timeout", "10s"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let log = std::fs::read_to_string(st.path().join("procs").join(&id).join("stdout.log")).unwrap();
+    assert_eq!(log.lines().count(), 5000, "lines the reader had to write were lost");
+    assert_eq!(log.lines().last(), Some("5000"));
+}
