@@ -664,12 +664,25 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         }
         process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).map_err(io_err("poll"))?;
 
+        // Before the signals: a keeper whose supervisor died in a stopped process group is sent
+        // SIGHUP and SIGCONT by the kernel (the group became orphaned), and the stop it then
+        // runs is for its supervisor's death, as recorded (issue 34, item 9).
+        if supervisor_slot.is_some_and(|slot| fds[slot].ready()) {
+            supervisor_fd = None;
+            begin(&mut machine, Trigger::SupervisorKilled, &tree, observer);
+        }
         for sig in signals.drain() {
             if Signal::FORWARDED.contains(&sig) {
                 // Not a stop: passed on, and the supervisor lives on with its tree.
                 tree.forward(sig);
             } else if sig != Signal::CHLD {
-                begin(&mut machine, Trigger::Signal(sig), &tree, observer);
+                // A signal's EINTR leaves this wake's poll results unread: the supervisor's death
+                // that came with it (the kernel's SIGHUP to an orphaned group) is looked at now.
+                let trigger = match supervisor_fd {
+                    Some(fd) if gone(fd) => Trigger::SupervisorKilled,
+                    _ => Trigger::Signal(sig),
+                };
+                begin(&mut machine, trigger, &tree, observer);
             }
         }
         let mut reaped = 0;
@@ -714,10 +727,6 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         {
             // Re-arms POLLPRI; "all gone" itself is re-checked below, as after every wake.
             let _ = cg.populated();
-        }
-        if supervisor_slot.is_some_and(|slot| fds[slot].ready()) {
-            supervisor_fd = None;
-            begin(&mut machine, Trigger::SupervisorKilled, &tree, observer);
         }
         if stdin_slot.is_some_and(|slot| fds[slot].hung_up()) {
             watch_stdin = false;
@@ -942,27 +951,35 @@ pub fn await_trigger(
     }
 }
 
+/// Begins (or hastens) the stop for `trigger`. The observer hears of a stop before its first
+/// signal goes out, so a managed entry records why it stops even if this process is killed
+/// in the middle of it.
 fn begin(machine: &mut StopMachine, trigger: Trigger, tree: &Tree, observer: &mut dyn Observer) {
-    let was_running = !machine.stopping();
-    if was_running && let Some(policy) = observer.policy_for_stop(trigger) {
-        machine.set_policy(policy);
-    }
-    machine.begin(trigger, Instant::now(), tree);
-    if was_running && machine.stopping() {
+    let was_running = machine.phase() == Phase::Running;
+    if was_running {
+        if let Some(policy) = observer.policy_for_stop(trigger) {
+            machine.set_policy(policy);
+        }
         observer.stopping(trigger);
     }
+    machine.begin(trigger, Instant::now(), tree);
 }
 
 /// [`begin`] with the stdin grace first ([`StopMachine::begin_with_stdin_grace`]).
 fn begin_with_stdin_grace(machine: &mut StopMachine, trigger: Trigger, observer: &mut dyn Observer) {
-    let was_running = !machine.stopping();
-    if was_running && let Some(policy) = observer.policy_for_stop(trigger) {
-        machine.set_policy(policy);
-    }
-    machine.begin_with_stdin_grace(trigger, Instant::now());
-    if was_running && machine.stopping() {
+    if machine.phase() == Phase::Running {
+        if let Some(policy) = observer.policy_for_stop(trigger) {
+            machine.set_policy(policy);
+        }
         observer.stopping(trigger);
     }
+    machine.begin_with_stdin_grace(trigger, Instant::now());
+}
+
+/// True if the pipe read end `fd` is readable or hung up now (the supervisor's life pipe).
+fn gone(fd: RawFd) -> bool {
+    let mut fds = [PollFd::new(fd, POLL_IN)];
+    matches!(process::poll(&mut fds, Some(Duration::ZERO)), Ok(n) if n > 0)
 }
 
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {

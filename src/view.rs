@@ -174,7 +174,7 @@ pub fn status_text(e: &Entry, status: Status) -> String {
             "lost (the supervisor was killed before it recorded a result; its cleanup is pending: 'sheepdog reap' runs it)"
                 .into()
         }
-        Status::Lost if !e.is_finished() => "lost (the supervisor is gone and nothing of the tree is alive)".into(),
+        Status::Lost if !e.is_finished() => lost_text(e),
         Status::Exited => match e.exit_code {
             Some(c) => format!("exited ({c})"),
             None => "exited".into(),
@@ -608,11 +608,33 @@ impl ErrorDoc {
     }
 }
 
+/// The text of an unfinished entry whose supervisor is gone and whose tree is not alive: with
+/// the stop that had begun, when one had (`stopReason` recorded at its start).
+pub fn lost_text(e: &Entry) -> String {
+    match e.stop_reason.as_ref().and_then(|r| serde_json::to_value(r).ok()) {
+        Some(serde_json::Value::String(r)) => format!(
+            "lost (a stop ({r}) began, and its supervisor and keeper were killed before it ended; nothing of the tree is alive)"
+        ),
+        _ => "lost (the supervisor is gone and nothing of the tree is alive)".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::entry::CleanupResult;
     use crate::status::{CleanupRunner, StopReason};
+
+    #[test]
+    fn a_lost_entry_says_which_stop_had_begun() {
+        let mut e = Entry::default();
+        assert_eq!(lost_text(&e), "lost (the supervisor is gone and nothing of the tree is alive)");
+        e.stop_reason = Some(StopReason::SupervisorKilled);
+        assert_eq!(
+            lost_text(&e),
+            "lost (a stop (supervisorKilled) began, and its supervisor and keeper were killed before it ended; nothing of the tree is alive)"
+        );
+    }
 
     /// The whole `--json` / MCP document of a finished entry, field by field: a snapshot. A
     /// field renamed, dropped or added shows here first; hosts script against these names.

@@ -830,3 +830,47 @@ fn a_keeper_killed_without_a_mounted_proc_still_has_its_tree_stopped() {
     let tree = "sleep 1002 & echo pids $$ $!; exec sleep 1003";
     keeper_killed_under(&launch_near_the_exec_limit(1 << 20, true, tree));
 }
+
+/// Issue 34, item 9: the supervisor and its keeper SIGSTOPped, then the supervisor SIGKILLed:
+/// the kernel sends the keeper's group (orphaned by that death) SIGHUP and SIGCONT, and the
+/// keeper runs the stop for its supervisor's death until its own SIGKILL comes. That stop is
+/// deliberate, so the entry records it from its first signal on: `stopReason` and a status text
+/// that says a stop began (it used to say only `lost`, with no reason).
+#[test]
+fn a_stop_cut_short_by_the_keepers_sigkill_is_recorded_as_begun() {
+    let st = State::new();
+    let guard = Guard::new();
+    let v = st.start(&[
+        "--term-grace",
+        "5s",
+        "--",
+        "bash",
+        "-c",
+        "trap 'echo term' TERM; setsid sleep 1002 & echo pids $$ $!; while :; do sleep 0.05; done",
+    ]);
+    let id = v["id"].as_str().unwrap().to_string();
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    let pids = provider_pids(&st, &guard, &id);
+    let keeper = the_keeper(sup);
+    guard.track(keeper);
+    for p in [sup, keeper] {
+        signal(p, libc::SIGSTOP);
+    }
+    let end = Instant::now() + SECS(5);
+    while ![sup, keeper].iter().all(|p| procfs::stat(pid(*p)).map(|s| s.state == 'T').unwrap_or(false)) {
+        assert!(Instant::now() < end, "the supervisor or its keeper did not stop");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    kill9(sup);
+    // The keeper, woken by the kernel, begins the stop: the provider hears SIGTERM.
+    st.wait_log(&id, "stdout.log", "term");
+    kill9(keeper);
+    assert!(wait_gone(&[sup, keeper], SECS(5)).is_empty());
+    // The provider traps SIGTERM and lives on: the entry is orphaned, and says the stop began.
+    let e = st.entry(&id);
+    assert_eq!(e["stopReason"], "supervisorKilled", "{e}");
+    assert_eq!(e["status"], "orphaned", "{e}");
+    // What is left of the tree is reap's: nothing outlives it.
+    let _ = st.run(&["reap"]);
+    assert!(wait_gone(&pids, SECS(8)).is_empty(), "survivors after reap");
+}

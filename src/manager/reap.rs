@@ -96,7 +96,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             }
             let mut a = action(ReapKind::Lost, 0, true, "supervisor gone, nothing alive");
             if !dry_run {
-                match record_lost(reg, &e.id, "lost (the supervisor is gone and nothing of the tree is alive)") {
+                match record_lost(reg, &e.id, &crate::view::lost_text(&e)) {
                     Ok(x) => {
                         settle_cgroup(reg, x);
                     }

@@ -500,6 +500,16 @@ impl Observer for Managed<'_> {
     }
 
     fn stopping(&mut self, trigger: Trigger) {
+        if trigger != Trigger::ProviderExited {
+            // Recorded before the first signal: a supervisor and keeper both killed in the
+            // middle of the stop leave an entry that says a stop began, and why.
+            let reason = StopReason::from(trigger);
+            let _ = self.write(&mut |e| {
+                if !e.is_finished() && e.stop_reason.is_none() {
+                    e.stop_reason = Some(reason.clone());
+                }
+            });
+        }
         let what = match trigger {
             Trigger::Signal(s) => format!("stopping: {s} (stop requested)"),
             Trigger::ProviderExited => "stopping: the command exited; stopping what it left running".into(),
