@@ -66,6 +66,69 @@ pub const OUTPUT_DRAIN: Duration = Duration::from_millis(1000);
 /// machine can be after the provider has exited; until then it looks like nothing is draining.
 pub const DRAIN_SETTLE: Duration = Duration::from_millis(50);
 
+/// A tree with more live processes than this when the provider exits is not looked at for
+/// drainers: 256. The look reads every member's fds, and a fork storm's thousands would make
+/// the stop wait for it.
+pub const DRAIN_MAX_MEMBERS: usize = 256;
+
+/// A wake that reaped more children than this with the provider is a fork storm's: 32. No
+/// drainer is looked for then (a look reads this process's children list, which with
+/// thousands of zombies is quadratic).
+pub const DRAIN_MAX_REAPED: usize = 32;
+
+/// The drain window after the provider's own exit: the drainers found, and when to look again.
+#[derive(Debug)]
+struct Drain {
+    /// When the look that found nothing is believed ([`DRAIN_SETTLE`]); `None` once it was.
+    settle: Option<Instant>,
+    until: Instant,
+    found: Vec<Member>,
+}
+
+impl Drain {
+    /// The window that opens at the provider's exit; none (nothing waited for) in a storm,
+    /// when this wake reaped more than [`DRAIN_MAX_REAPED`] children: a look then costs what the
+    /// stop needs its CPU for.
+    fn new(now: Instant, tree: &Tree, reaped: usize) -> Drain {
+        if reaped > DRAIN_MAX_REAPED {
+            return Drain { settle: None, until: now, found: Vec::new() };
+        }
+        let found = look_for_drainers(tree);
+        Drain { settle: Some(now + DRAIN_SETTLE), until: now + OUTPUT_DRAIN, found }
+    }
+
+    /// True while the leftovers' stop must wait: a drainer found is alive, or the settle has not
+    /// passed. Looks again (once) at the settle's deadline.
+    fn waiting(&mut self, now: Instant, tree: &Tree) -> bool {
+        if now >= self.until || tree.is_gone() {
+            return false;
+        }
+        self.found.retain(|m| procfs::is_alive(m.pid) && procfs::start_time(m.pid) == m.start_time);
+        match self.settle {
+            Some(t) if now < t => true,
+            Some(_) => {
+                self.settle = None;
+                if self.found.is_empty() {
+                    self.found = look_for_drainers(tree);
+                }
+                !self.found.is_empty()
+            }
+            None => !self.found.is_empty(),
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        self.settle.unwrap_or(self.until).min(self.until)
+    }
+}
+
+fn look_for_drainers(tree: &Tree) -> Vec<Member> {
+    if !cfg!(target_os = "linux") || !tree.at_most(DRAIN_MAX_MEMBERS) {
+        return Vec::new();
+    }
+    tree.draining()
+}
+
 /// Whom the supervisor answers to: when the owner dies, the tree is stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Owner {
@@ -617,8 +680,8 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
 
     // In the keeper: the supervisor's pipe, which hangs up when the supervisor is killed.
     let mut supervisor_fd = crate::keeper::supervisor_gone_fd();
-    // After the provider's own exit: when the look for drainers settles, and when it ends.
-    let mut drain: Option<(Instant, Instant)> = None;
+    // After the provider's own exit: the leftovers draining its output.
+    let mut drain: Option<Drain> = None;
     let mut backlog = false;
     loop {
         let now = Instant::now();
@@ -655,9 +718,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         }
         if !machine.stopping() {
             deadline = earliest(earliest(deadline, timeout_at), next_scan);
-            if let Some((settle, until)) = drain {
-                deadline = earliest(deadline, Some(if now < settle { settle } else { until }));
-            }
+            deadline = earliest(deadline, drain.as_ref().map(Drain::deadline));
         }
         if owner.as_ref().is_some_and(|o| o.pidfd.is_none()) {
             deadline = earliest(deadline, Some(now + OWNER_POLL));
@@ -770,17 +831,12 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             begin(&mut machine, Trigger::Timeout, &tree, observer);
         }
 
-        if provider.is_some() && machine.phase() == Phase::Running && drain.is_none() && cfg!(target_os = "linux") {
-            drain = Some((now + DRAIN_SETTLE, now + OUTPUT_DRAIN));
+        if provider.is_some() && machine.phase() == Phase::Running && drain.is_none() && !tree.is_gone() {
+            drain = Some(Drain::new(now, &tree, reaped));
         }
-        // Looked at on every wake of the window (a drainer's exit wakes the loop: it is this
-        // process's child by then, or the cgroup's last member).
-        let draining = drain.is_some_and(|(settle, until)| {
-            machine.phase() == Phase::Running
-                && now < until
-                && !tree.is_gone()
-                && (now < settle || !tree.draining().is_empty())
-        });
+        // A drainer's exit wakes the loop: it is this process's child by then, or the cgroup's
+        // last member.
+        let draining = machine.phase() == Phase::Running && drain.as_mut().is_some_and(|d| d.waiting(now, &tree));
         let step = if draining && machine.phase() == Phase::Running {
             // Not yet: a reader is still writing out what the provider printed.
             None

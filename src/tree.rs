@@ -267,6 +267,28 @@ impl Tree {
         out
     }
 
+    /// True if the tree has at most `max` live processes, found by a look that stops after
+    /// `max + 1` (a fork storm's thousands are not walked to count them). The cgroup tier
+    /// counts its cgroup's members; the group's members that are not descendants are not
+    /// counted.
+    pub fn at_most(&self, max: usize) -> bool {
+        if let Some(cg) = &self.cgroup {
+            return cg.members().len() <= max;
+        }
+        let Scope::Supervised { root, foreign } = &self.scope else { return self.live().len() <= max };
+        let seen = std::cell::Cell::new(0usize);
+        procfs::descendants_except(*root, |s| {
+            if seen.get() > max || foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time)) {
+                return true;
+            }
+            if !s.is_zombie() {
+                seen.set(seen.get() + 1);
+            }
+            false
+        });
+        seen.get() <= max
+    }
+
     /// The members that are draining what the provider wrote: their stdin is a pipe that no
     /// live member writes to any more (a `>(reader)` of bash, a `| tee log` whose writer was
     /// the provider), so they end on their own once it is read (codex#7846). Linux only.
