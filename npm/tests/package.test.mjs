@@ -9,6 +9,7 @@ import { execFileSync, spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { createRequire } from "node:module";
 import { api, closed, here, installProject, lines, repo, stateDir } from "./helpers.mjs";
 
 const npx = (args, opts = {}) =>
@@ -16,7 +17,7 @@ const npx = (args, opts = {}) =>
 
 test("the tarballs install offline and the platform package carries static binaries", () => {
   const dir = installProject();
-  const bin = path.join(dir, "node_modules/@sheepdog/linux-x64/bin");
+  const bin = path.join(dir, "node_modules/sheepdog-linux-x64/bin");
   for (const b of ["sheepdog", "sheepdog-mcp", "sheepdog-top"]) {
     const f = path.join(bin, b);
     assert.ok(fs.statSync(f).mode & 0o111, `${b} is not executable`);
@@ -30,6 +31,26 @@ test("the tarballs install offline and the platform package carries static binar
   const pkg = JSON.parse(fs.readFileSync(path.join(dir, "node_modules/sheepdog/package.json"), "utf8"));
   assert.equal(pkg.dependencies, undefined, "the main package must have no runtime dependencies");
   assert.deepEqual(pkg.bin, { sheepdog: "bin/sheepdog" });
+});
+
+test("the distribution names are unscoped: sheepdog, sheepdog-linux-x64, sheepdog-linux-arm64 (issue 31)", () => {
+  const dir = installProject();
+  const main = JSON.parse(fs.readFileSync(path.join(dir, "node_modules/sheepdog/package.json"), "utf8"));
+  assert.equal(main.name, "sheepdog");
+  assert.deepEqual(Object.keys(main.optionalDependencies).sort(), ["sheepdog-linux-arm64", "sheepdog-linux-x64"]);
+  const plat = JSON.parse(fs.readFileSync(path.join(dir, "node_modules/sheepdog-linux-x64/package.json"), "utf8"));
+  assert.equal(plat.name, "sheepdog-linux-x64");
+  assert.equal(JSON.parse(fs.readFileSync(path.join(repo, "npm/linux-arm64/package.json"), "utf8")).name, "sheepdog-linux-arm64");
+  assert.ok(!fs.existsSync(path.join(dir, "node_modules/@sheepdog")), "nothing may come from the @sheepdog scope");
+  const require = createRequire(import.meta.url);
+  const { PLATFORMS, shipped } = require(path.join(dir, "node_modules/sheepdog/lib/binary.js"));
+  assert.deepEqual(PLATFORMS, {
+    "linux-x64": "sheepdog-linux-x64",
+    "linux-arm64": "sheepdog-linux-arm64",
+    "darwin-arm64": "sheepdog-darwin-arm64",
+    "darwin-x64": "sheepdog-darwin-x64",
+  });
+  assert.ok(shipped("sheepdog-linux-x64") && !shipped("sheepdog-darwin-arm64"));
 });
 
 test("npx sheepdog ps and --version run the binary and pass its status on", (t) => {
@@ -200,7 +221,7 @@ test("scripts/gen-types.mjs turns a schema into the types file (and refuses one 
       },
       "other.json": {
         $defs: Object.fromEntries(
-          ["StartResult", "StopView", "RestartView", "WaitResult", "LogsResult", "ReapResult", "ErrorDocument", "SpawnedEvent", "StoppingEvent", "EscalatedEvent", "ExitedEvent", "EntryEvent"].map((n) => [
+          ["StartResult", "StopView", "RestartView", "WaitResult", "LogsResult", "ReapResult", "ErrorDocument", "SpawnedEvent", "StoppingEvent", "EscalatedEvent", "ExitedEvent", "SpawnFailedEvent", "EntryEvent"].map((n) => [
             n,
             obj(n, { v: { const: 1 }, note: { anyOf: [{ type: "string" }, { type: "null" }] } }, ["v"]),
           ]),

@@ -188,7 +188,7 @@ export function startPi(t, m, { env = {}, cwd } = {}) {
   );
   const guard = new Guard();
   const piBin = path.join(dir, "node_modules/@mariozechner/pi-coding-agent/dist/cli.js");
-  const ext = path.join(dir, "node_modules/@sheepdog/pi");
+  const ext = path.join(dir, "node_modules/pi-sheepdog");
   const child = spawn(
     process.execPath,
     [piBin, "--mode", "rpc", "--provider", "scripted", "--model", "scripted", "--no-session", "--no-skills", "--no-extensions", "--offline", "-e", ext],

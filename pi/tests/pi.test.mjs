@@ -292,7 +292,7 @@ test("the extension type-checks against the installed sheepdog types (tsc --stri
         types: ["node"],
         typeRoots: [tsc.types],
       },
-      files: ["node_modules/@sheepdog/pi/extensions/index.ts"],
+      files: ["node_modules/pi-sheepdog/extensions/index.ts"],
     }),
   );
   const r = spawnSync(process.execPath, [tsc.bin, "-p", "."], { cwd: dir, encoding: "utf8" });

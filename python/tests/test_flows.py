@@ -83,9 +83,9 @@ class Guard:
 
 @pytest.fixture(scope="session")
 def venv():
-    wheels = sorted(glob.glob(str(PACKAGES / "sheepdog-*.whl")))
+    wheels = sorted(glob.glob(str(PACKAGES / "sheepdog_cli-*.whl")))
     if not wheels:
-        pytest.fail(f"no sheepdog-*.whl in {PACKAGES}: run scripts/package {PACKAGES} first")
+        pytest.fail(f"no sheepdog_cli-*.whl in {PACKAGES}: run scripts/package {PACKAGES} first")
     d = Path(tempfile.mkdtemp(prefix="sheepdog-venv-"))
     try:
         subprocess.run([sys.executable, "-m", "venv", str(d)], check=True)
@@ -143,6 +143,22 @@ def test_the_wheel_puts_the_three_binaries_on_the_venvs_path_and_import_gives_th
     v = subprocess.run([str(venv / "bin" / "sheepdog"), "--version"], capture_output=True, text=True)
     assert v.returncode == 0 and v.stdout.startswith("sheepdog ")
 
+
+
+def test_the_distribution_is_sheepdog_cli_and_the_import_and_commands_keep_their_names(venv):
+    # Issue 31: PyPI's `sheepdog` is another project's; the wheel is `sheepdog-cli`.
+    got = run_host(
+        venv,
+        """
+        import json, importlib.metadata as md
+        d = md.distribution("sheepdog-cli")
+        print(json.dumps([d.metadata["Name"], sorted({p.parts[0] for p in d.files if p.parts[0].endswith(".dist-info")})]))
+        """,
+    )
+    assert got[0] == "sheepdog-cli"
+    assert got[1] and got[1][0].startswith("sheepdog_cli-"), got[1]
+    for b in ("sheepdog", "sheepdog-mcp", "sheepdog-top"):
+        assert os.access(venv / "bin" / b, os.X_OK), b
 
 ORCA_HOST = """
 import os, sys, sheepdog

@@ -168,6 +168,8 @@ mod tests {
         assert!(!is_launcher(&v("node /usr/local/bin/claude"), "node"));
         assert!(!is_launcher(&v("node /usr/local/bin/gemini"), "node"));
         assert!(is_launcher(&v("uvx sheepdog"), "uvx"));
+        // Issue 31: the PyPI distribution is sheepdog-cli.
+        assert!(is_launcher(&v("uvx --from sheepdog-cli sheepdog mcp"), "uvx"));
         assert!(is_launcher(&v("/usr/bin/env FOO=1 sheepdog mcp"), "env"));
         assert!(!is_launcher(&v("codex"), "codex"));
         assert!(!is_launcher(&v("python3 agent.py"), "python3"));

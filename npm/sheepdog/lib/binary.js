@@ -7,11 +7,23 @@
 const path = require("node:path");
 const fs = require("node:fs");
 
-/** The per-platform packages this version is built for, by `${process.platform}-${process.arch}`. */
+/**
+ * The per-platform package of each platform, by `${process.platform}-${process.arch}`. The darwin
+ * names are reserved for when macOS builds exist (they are made on macOS); the ones this version
+ * ships are those in package.json's optionalDependencies.
+ */
 const PLATFORMS = {
-  "linux-x64": "@sheepdog/linux-x64",
-  "linux-arm64": "@sheepdog/linux-arm64",
+  "linux-x64": "sheepdog-linux-x64",
+  "linux-arm64": "sheepdog-linux-arm64",
+  "darwin-arm64": "sheepdog-darwin-arm64",
+  "darwin-x64": "sheepdog-darwin-x64",
 };
+
+/** Whether this version of the package ships `pkg` (lists it in optionalDependencies). */
+function shipped(pkg) {
+  const deps = require("../package.json").optionalDependencies || {};
+  return Object.prototype.hasOwnProperty.call(deps, pkg);
+}
 
 /**
  * The path of the `sheepdog` binary to run. Throws an Error naming the platform when none is
@@ -34,10 +46,11 @@ function binaryPath() {
       if (fs.existsSync(bin)) return bin;
     }
   }
-  const hint = pkg
-    ? `the package ${pkg} is not installed (reinstall without --no-optional / --omit=optional)`
-    : `no binary is published for ${key} (build it with 'cargo install sheepdog')`;
+  const hint =
+    pkg && shipped(pkg)
+      ? `the package ${pkg} is not installed (reinstall without --no-optional / --omit=optional)`
+      : `no binary is built for ${key} yet (build one from the repository with 'cargo install --path .')`;
   throw new Error(`sheepdog: no sheepdog binary for ${key}: ${hint}; or set SHEEPDOG_BINARY to a sheepdog binary`);
 }
 
-module.exports = { binaryPath, PLATFORMS };
+module.exports = { binaryPath, PLATFORMS, shipped };
