@@ -284,6 +284,7 @@ mod tests {
             escalated: true,
             cgroup_left: false,
             left: Vec::new(),
+            kept: None,
         };
         assert_eq!(
             serde_json::to_string(&Event::exited(&outcome)).unwrap(),

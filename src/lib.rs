@@ -40,6 +40,7 @@
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod agent;
 pub mod cgroup;
 pub mod cleanup;
 pub mod duration;

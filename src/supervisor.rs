@@ -24,7 +24,7 @@ use crate::spawn::{self, SpawnError, SpawnOptions, Spawned};
 use crate::stop::{AfterProviderExit, Phase, Step, StopMachine, StopPolicy, Trigger};
 use crate::sys::process::{self, FdKind, POLL_HUP_ONLY, POLL_IN, POLL_PRI, PidFd, PollFd};
 use crate::sys::signal::SignalPipe;
-use crate::sys::{Pid, Signal, WaitStatus, procfs};
+use crate::sys::{Pgid, Pid, Signal, WaitStatus, procfs};
 use crate::tree::{Member, Tree};
 
 /// Without pidfds (non-Linux, or Linux before 5.3) the owner is checked this often: 100 ms.
@@ -190,6 +190,15 @@ pub struct Options {
     pub timeout: Option<Duration>,
     /// The containment tier asked for, and limits (see [`crate::cgroup::probe`]).
     pub containment: cgroup::Request,
+    /// What the provider leaves running when it exits on its own with a status (not by a
+    /// signal, not within a stop): `false` (the default, `run`'s promise) stops it; `true`
+    /// leaves it alive and returns it in [`Outcome::kept`], for the caller to hand to a
+    /// supervisor of its own (`run --leftovers keep`, under an agent's shell tool: the server
+    /// a `nohup ... &` meant to keep).
+    pub keep_leftovers: bool,
+    /// A tag the provider carries in `SHEEPDOG_TAG` (inherited by all it starts): how what it
+    /// leaves is found again once this supervisor is gone ([`Options::keep_leftovers`]).
+    pub tag: Option<String>,
 }
 
 /// Hooks for a front end: events to report and extra fds to service. All default to nothing.
@@ -276,6 +285,21 @@ pub struct Outcome {
     /// What still lived when a stop ended unfinished (empty otherwise), by identity: recorded
     /// so that a later `stop` or `reap` finds them whatever uid they switched to.
     pub left: Vec<Member>,
+    /// With [`Options::keep_leftovers`]: what the provider left running, not stopped.
+    pub kept: Option<Kept>,
+}
+
+/// What a provider left running when it exited on its own, handed on alive
+/// ([`Options::keep_leftovers`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// Its live processes, by identity, oldest first.
+    pub members: Vec<Member>,
+    /// The tree's cgroup (path, inode), left in place with them in it; `None` outside the
+    /// cgroup tier.
+    pub cgroup: Option<(std::path::PathBuf, u64)>,
+    /// The provider's process group (what `cmd &` in a script shares).
+    pub pgid: Pgid,
 }
 
 /// How the supervisor itself should end, as README.md's exit-status table says.
@@ -315,7 +339,8 @@ impl Outcome {
     }
 
     fn exit_by_signal(&self) -> Exit {
-        let Some(status) = self.provider.filter(|_| self.tree_gone) else {
+        // What a kept tree left is alive by design (`Outcome::kept`): the provider's own status.
+        let Some(status) = self.provider.filter(|_| self.tree_gone || self.kept.is_some()) else {
             return Exit::Code(EXIT_UNFINISHED);
         };
         match (self.trigger, status) {
@@ -488,6 +513,9 @@ fn handled_signals() -> Vec<Signal> {
 /// tree is gone: a managed supervisor goes on listening for a stop while a cleanup is pending
 /// ([`await_trigger`]).
 pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
+    if let Some(tag) = opts.tag.take() {
+        opts.spawn.env.push((crate::tree::TAG_ENV.into(), tag.into()));
+    }
     // A supervisor that re-executed itself after its keeper's SIGKILL (crate::keeper::adoption)
     // takes the tree over: no owner check can stop it, no cgroup is made, nothing is spawned.
     let adoption = crate::keeper::adoption();
@@ -683,6 +711,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
     // After the provider's own exit: the leftovers draining its output.
     let mut drain: Option<Drain> = None;
     let mut backlog = false;
+    let mut kept: Option<Kept> = None;
     loop {
         let now = Instant::now();
         let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
@@ -842,6 +871,18 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             None
         } else if provider.is_some() {
             let was_running = !machine.stopping();
+            // Exited on its own with a status: what it left is handed on, not stopped. A
+            // provider killed by a signal was stopped from outside (an agent's tree kill), and
+            // what it left goes with it.
+            if was_running && opts.keep_leftovers && matches!(provider, Some(WaitStatus::Exited(_))) {
+                let mut members = tree.live();
+                if !members.is_empty() {
+                    members.sort_by_key(|m| m.start_time);
+                    let cgroup = tree.cgroup().map(|c| (c.path().to_path_buf(), c.inode()));
+                    kept = Some(Kept { members, cgroup, pgid: spawned.pgid });
+                    break;
+                }
+            }
             if was_running && let Some(policy) = observer.policy_for_stop(Trigger::ProviderExited) {
                 machine.set_policy(policy);
             }
@@ -882,7 +923,8 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             }
         }
     }
-    let cgroup_left = tree.cgroup().is_some_and(|cg| cg.remove().is_err());
+    // A tree handed on alive keeps its cgroup.
+    let cgroup_left = kept.is_none() && tree.cgroup().is_some_and(|cg| cg.remove().is_err());
     if let Some(home) = terminal_home {
         // A script that ran `sheepdog run -- CMD` reads the terminal next: the foreground goes
         // back from the provider's (now empty) group, unless someone else already took it.
@@ -896,6 +938,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         escalated: machine.escalated(),
         cgroup_left,
         left: if machine.phase() == Phase::Unfinished { tree.live() } else { Vec::new() },
+        kept,
     })
 }
 
@@ -1062,6 +1105,7 @@ mod tests {
             escalated: false,
             cgroup_left: false,
             left: Vec::new(),
+            kept: None,
         };
         let kill = Signal::KILL;
         let term = Signal::TERM;

@@ -18,6 +18,7 @@ mod clear;
 mod common;
 mod doctor;
 mod events;
+mod hook;
 mod logs;
 mod ps;
 mod reap;
@@ -171,6 +172,14 @@ struct RunArgs {
     /// could not start) to this inherited fd.
     #[arg(long, value_name = "FD")]
     events_fd: Option<i32>,
+    /// What CMD leaves running when it exits on its own (with a status, not by a signal):
+    /// `stop` it, or `keep` it as a managed entry of --session with a supervisor of its own,
+    /// stopped when the owner dies (the agent hooks' mode: `nohup server &`).
+    #[arg(long, value_name = "ACTION", default_value = "stop", value_parser = ["stop", "keep"])]
+    leftovers: String,
+    /// The session kept leftovers join (`ps --session`, `stop --session`).
+    #[arg(long, value_name = "ID", env = "SHEEPDOG_SESSION")]
+    session: Option<String>,
     #[command(flatten)]
     containment: ContainmentArgs,
     /// The command to supervise, after `--`.
@@ -230,6 +239,12 @@ pub fn main() -> i32 {
     if let Some((dir, a)) = supervise::supervise_invocation(&args) {
         return supervise::supervise_entry(a, dir).unwrap_or_else(|e| report(&e, false));
     }
+    if let Some((dir, a)) = hook::hook_invocation(&args) {
+        return hook::hook(dir, a);
+    }
+    if let Some((dir, id)) = supervise::leftovers_invocation(&args) {
+        return supervise::supervise_leftovers(id, dir).unwrap_or_else(|e| report(&e, false));
+    }
     if let Some((dir, rest)) = mcp_invocation(&args) {
         return mcp(rest, dir).unwrap_or_else(|e| report(&e, json));
     }
@@ -240,7 +255,7 @@ pub fn main() -> i32 {
     let dir = cli.state_dir;
     let json = cli.json;
     let result = match cli.command {
-        Command::Run(a) => run::run(a, json),
+        Command::Run(a) => run::run(a, dir, json),
         Command::Start(a) => start::start(a, dir, json),
         Command::Ps(a) => ps::ps(a, dir, json),
         Command::Logs(a) => logs::logs(a, dir, json),

@@ -1,6 +1,7 @@
 //! `sheepdog run`: the foreground supervisor.
 
 use sheepdog::events::EventSink;
+use sheepdog::manager;
 use sheepdog::os::die_by;
 use sheepdog::stop::AfterProviderExit;
 use sheepdog::stop::StopPolicy;
@@ -8,7 +9,7 @@ use sheepdog::supervisor::{self, Exit, OnOwnerDeath, OnStdinEof, Options, Owner,
 
 use super::{CliError, RunArgs, pid_arg};
 
-pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
+pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> Result<i32, CliError> {
     if a.command.is_empty() {
         return Err(CliError::usage("run: missing command (usage: sheepdog run [OPTIONS] -- CMD [ARGS...])"));
     }
@@ -21,6 +22,18 @@ pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
         None => None,
     };
     let (mode, limits) = a.containment.resolve()?;
+    // `--leftovers keep`: the registry is opened (and its errors reported) before CMD runs, and
+    // CMD carries a tag so that what it leaves can be found again after `run` is gone.
+    let keep = a.leftovers == "keep";
+    if let Some(s) = &a.session {
+        sheepdog::entry::check_session(s).map_err(CliError::usage)?;
+    }
+    let registry = if keep { Some(super::common::open(dir)?) } else { None };
+    let tag = keep.then(sheepdog::registry::new_tag);
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let owner_pid = a.owner.and_then(sheepdog::os::Pid::new);
+    let argv = a.command.clone();
+    let policy = StopPolicy { stdin_grace: a.stdin_grace, term_grace: a.term_grace, kill_wait: a.kill_wait };
     let kill_wait = a.kill_wait;
     let a_timeout = a.timeout;
     let opts = Options {
@@ -37,6 +50,8 @@ pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
         policy: StopPolicy { stdin_grace: a.stdin_grace, term_grace: a.term_grace, kill_wait: a.kill_wait },
         timeout: a.timeout,
         containment: sheepdog::cgroup::Request { mode, limits, label: "run".into(), name: None },
+        keep_leftovers: keep,
+        tag: tag.clone(),
         ..Options::default()
     };
     let outcome = match events.as_mut() {
@@ -53,6 +68,25 @@ pub(super) fn run(a: RunArgs, _json: bool) -> Result<i32, CliError> {
     })?;
     if let Some(sink) = &events {
         sink.exited(&outcome);
+    }
+    if let (Some(kept), Some(reg), Some(tag)) = (outcome.kept.clone(), &registry, tag) {
+        let h = manager::Handoff {
+            kept,
+            tag,
+            session_id: a.session.clone(),
+            owner: owner_pid,
+            cwd,
+            policy,
+            provider_argv: argv,
+        };
+        if let Err(e) = manager::hand_off(reg, h) {
+            eprintln!("sheepdog: what CMD left running could not be kept ({e}); it was stopped");
+        }
+        sheepdog::keeper::done();
+        return match outcome.exit() {
+            Exit::Code(c) => Ok(c),
+            Exit::Signal(s) => die_by(s),
+        };
     }
     // Only worth a line when the tree is gone: otherwise the 124 line below says why.
     if outcome.cgroup_left && outcome.tree_gone {

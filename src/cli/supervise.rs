@@ -72,3 +72,27 @@ pub(super) fn supervise_entry(a: SuperviseArgs, dir: Option<PathBuf>) -> Result<
     };
     Ok(manager::run_supervisor(&reg, &a.id, a.cwd, a.command, containment, &super::flag))
 }
+
+/// Recognises `sheepdog [--state-dir DIR] supervise-leftovers --id ID` (the shape
+/// `manager::hand_off` writes): the supervisor of what a `run --leftovers keep` command left
+/// running. `None` for anything else.
+pub(super) fn leftovers_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, String)> {
+    let mut it = args.iter().skip(1);
+    let mut dir = None;
+    loop {
+        match it.next()?.to_str()? {
+            "--state-dir" => dir = Some(PathBuf::from(it.next()?)),
+            "supervise-leftovers" => break,
+            _ => return None,
+        }
+    }
+    match (it.next()?.to_str()?, it.next()?.to_str()?) {
+        ("--id", id) if !id.is_empty() => Some((dir, id.to_string())),
+        _ => None,
+    }
+}
+
+pub(super) fn supervise_leftovers(id: String, dir: Option<PathBuf>) -> Result<i32, CliError> {
+    let reg = open(dir)?;
+    Ok(manager::supervise_leftovers(&reg, &id))
+}

@@ -36,6 +36,7 @@ use crate::sys::{Pid, Signal, WaitStatus, procfs};
 use crate::tree::{ID_ENV, Member, TAG_ENV};
 
 mod clear;
+mod leftovers;
 mod reap;
 mod start;
 mod stdin;
@@ -45,6 +46,7 @@ mod update;
 mod wait;
 
 pub use clear::clear;
+pub use leftovers::{Handoff, LOOK_MAX, LOOK_MIN, hand_off, watch as supervise_leftovers};
 pub use reap::reap;
 use reap::settle_cgroup;
 use start::settle_start;

@@ -6,8 +6,8 @@
 //! every detached supervisor stay the small single-threaded `sheepdog` binary, which this server
 //! runs as each entry's supervisor (found next to this executable).
 //!
-//! - [`owner`]: who owns the processes started here (the agent, seen through launchers) and the
-//!   default session derived from it.
+//! - `sheepdog::agent`: who owns the processes started here (the agent, seen through
+//!   launchers) and the default session derived from it, shared with the agent hooks.
 //! - [`server`]: the tools: one typed argument struct and one typed result struct each.
 //! - [`news`]: the `finished` list every reply carries, each entry reported once.
 //! - [`transport`]: newline-delimited JSON-RPC on stdio, answering malformed lines.
@@ -17,7 +17,6 @@
 //! processes because it exits.
 
 mod news;
-mod owner;
 mod schema;
 mod server;
 mod tools;
@@ -92,9 +91,9 @@ fn main() {
             Some(_) => fail(format!("mcp: --owner {raw}: no such process")),
             None => fail(format!("mcp: --owner {raw}: not a process id (must be > 0)")),
         },
-        None => owner::detect(),
+        None => sheepdog::agent::detect(),
     };
-    let ctx = server::Ctx { reg, session: owner::session_of(owner), owner };
+    let ctx = server::Ctx { reg, session: sheepdog::agent::session_of(owner), owner };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -1,5 +1,6 @@
-//! Who owns the processes the server starts: the agent, i.e. the MCP client process that
-//! launched the server — not the server itself, which clients restart and kill often.
+//! Who the agent is: the process that launched sheepdog's MCP server or ran its hook (Claude
+//! Code, Codex, Gemini CLI...), which owns what either starts — not the server itself, which
+//! clients restart and kill often, and not the shell a hook runs in.
 //!
 //! Clients rarely start a server directly. Claude Code, Codex, Cursor and Gemini CLI run the
 //! configured command, often through a wrapper: `sh -c "..."`, `npx pkg`, `uvx pkg`, `env K=V
@@ -11,7 +12,7 @@
 //! The default session is derived from the owner's identity (pid and start time), so a server
 //! restarted by the same agent sees the same session, and a new agent a new one.
 
-use sheepdog::os::{Pid, procfs};
+use crate::sys::{Pid, procfs};
 
 /// Programs that only launch the server on the client's behalf (by the basename of `argv[0]`):
 /// shells running a script (`-c`), package runners and small exec wrappers.
@@ -120,7 +121,13 @@ fn argv_of(pid: Pid) -> Vec<String> {
 /// The agent: this process's parent, or the first ancestor above it that is not a launcher.
 /// `None` when the parent is init (the server was orphaned: nothing to be owned by).
 pub fn detect() -> Option<Pid> {
-    let mut pid = Pid::new(sheepdog::os::process::getppid()).filter(|p| p.as_raw() > 1)?;
+    detect_from(Pid::new(crate::sys::process::getppid())?)
+}
+
+/// The agent above `pid` (`pid` itself, or its first ancestor that is not a launcher); `None`
+/// when `pid` is init.
+pub fn detect_from(pid: Pid) -> Option<Pid> {
+    let mut pid = Some(pid).filter(|p| p.as_raw() > 1)?;
     for _ in 0..MAX_DEPTH {
         let Ok(st) = procfs::stat(pid) else { return Some(pid) };
         if !is_launcher(&argv_of(pid), &st.comm) {

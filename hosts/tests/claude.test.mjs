@@ -1,0 +1,201 @@
+// Claude Code (pinned in harness.mjs) with the sheepdog plugin (hosts/claude-code, loaded with
+// --plugin-dir), driven by a scripted model: the host's own stop, exit and SIGKILL end every
+// process a Bash call started, a nohup'd server lives on as an entry of the session until the
+// session ends, and what the model reads is what the bare host gives.
+
+import { test, afterEach } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+
+import {
+  Guard,
+  alive,
+  answers,
+  claudeSetup,
+  devPids,
+  devServer,
+  freePort,
+  runClaude,
+  sleep,
+  startModel,
+  survivors,
+  tempDir,
+  toolResults,
+  until,
+} from "./harness.mjs";
+
+let guard;
+let models = [];
+afterEach(async () => {
+  guard?.killAll();
+  for (const m of models) await m.close();
+  models = [];
+});
+async function model(script) {
+  const m = await startModel(script);
+  models.push(m);
+  return m;
+}
+const bash = (command, extra = {}) => ({ tool: "Bash", input: { command, description: "test", ...extra } });
+const lastResult = (body) => toolResults([{ body }]).at(-1);
+
+test("TaskStop of a background dev server ends it whole: the setsid child and the double-forked helper too", async () => {
+  guard = new Guard();
+  const dir = tempDir("sheepdog-cc-bg-");
+  const port = await freePort();
+  let taskId;
+  const m = await model([
+    bash(devServer(dir, port), { run_in_background: true }),
+    (body) => {
+      taskId = /ID: (\w+)/.exec(lastResult(body).text)?.[1];
+      return bash("sleep 1");
+    },
+    () => ({ tool: "TaskStop", input: { task_id: taskId } }),
+    { hold: true },
+  ]);
+  const setup = claudeSetup({ plugin: true });
+  await runClaude(m, setup, {
+    guard,
+    during: async (child) => {
+      const pids = await devPids(dir, guard);
+      await until(() => m.step >= 4, 30_000, "TaskStop's result");
+      assert.ok(taskId, "the background call's task id");
+      const left = await survivors(pids, port);
+      assert.deepEqual(left, { live: [], open: false }, "5 s after TaskStop");
+      child.kill("SIGKILL");
+    },
+  });
+});
+
+test("the agent's exit with a background dev server running leaves nothing", async () => {
+  guard = new Guard();
+  const dir = tempDir("sheepdog-cc-exit-");
+  const port = await freePort();
+  const m = await model([bash(devServer(dir, port), { run_in_background: true }), bash(`sleep 1; cat ${dir}/helper`), { text: "done" }]);
+  const setup = claudeSetup({ plugin: true });
+  let pids;
+  const r = await runClaude(m, setup, { guard, during: async () => (pids = await devPids(dir, guard)) });
+  assert.equal(r.code, 0, r.out);
+  assert.deepEqual(await survivors(pids, port), { live: [], open: false }, "5 s after claude exited");
+});
+
+test("kill -9 of the agent mid-turn leaves nothing", async () => {
+  guard = new Guard();
+  const dir = tempDir("sheepdog-cc-kill-");
+  const port = await freePort();
+  const m = await model([bash(devServer(dir, port), { run_in_background: true }), { hold: true }]);
+  const setup = claudeSetup({ plugin: true });
+  let pids;
+  await runClaude(m, setup, {
+    guard,
+    during: async (child) => {
+      pids = await devPids(dir, guard);
+      await until(() => answers(port), 10_000, "the dev server's port");
+      await until(() => m.step >= 2, 10_000, "the turn to wait on the model");
+      child.kill("SIGKILL");
+    },
+  });
+  assert.deepEqual(await survivors(pids, port), { live: [], open: false }, "5 s after kill -9 of claude");
+});
+
+test("a nohup'd server from a foreground call answers in the next turn, is told to the model once, and is gone after the exit", async () => {
+  guard = new Guard();
+  const dir = tempDir("sheepdog-cc-nohup-");
+  const port = await freePort();
+  const probe = `python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:${port}/').status)"`;
+  const m = await model([
+    bash(`nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > ${dir}/server; echo started`),
+    bash(`for i in $(seq 50); do ${probe} 2>/dev/null && break; sleep 0.1; done`),
+    bash("echo third"),
+    { text: "done" },
+  ]);
+  const setup = claudeSetup({ plugin: true });
+  const r = await runClaude(m, setup, { guard });
+  assert.equal(r.code, 0, r.out);
+  const server = Number(fs.readFileSync(path.join(dir, "server"), "utf8"));
+  guard.track(server);
+  const results = m.results();
+  assert.equal(results[0].text, "started");
+  assert.equal(results[1].text, "200", "the server answers in the next turn");
+  const told = m.requests.map((q) => JSON.stringify(q.body)).filter((b) => b.includes("kept as entry"));
+  assert.ok(told.length >= 1, "the model is told which entry the server became");
+  const mentions = JSON.stringify(m.requests.at(-1).body).split("kept as entry").length - 1;
+  assert.equal(mentions, 1, "told once");
+  assert.deepEqual(await survivors([server], port), { live: [], open: false }, "5 s after claude exited");
+});
+
+test("a foreground timeout, which Claude Code -p enforces by killing, ends the whole tree (setsid child too) with the bare host's result", async () => {
+  guard = new Guard();
+  const run = async (plugin) => {
+    const dir = tempDir("sheepdog-cc-timeout-");
+    const cmd = `echo $$ > ${dir}/shell; setsid sh -c 'echo $$ > ${dir}/setsid; exec sleep 60' & sleep 60 & echo $! > ${dir}/sleep; wait`;
+    const m = await model([bash(cmd, { timeout: 2000 }), bash("sleep 0.2"), { hold: true }]);
+    const setup = claudeSetup({ plugin });
+    let left;
+    await runClaude(m, setup, {
+      guard,
+      during: async (child) => {
+        await until(() => m.step >= 2, 30_000, "the timeout's result");
+        const pids = ["shell", "setsid", "sleep"].map((n) => Number(fs.readFileSync(path.join(dir, n), "utf8")));
+        for (const p of pids) guard.track(p);
+        left = await survivors(pids, 0);
+        child.kill("SIGKILL");
+      },
+    });
+    return { result: m.results()[0], left: left.live.length };
+  };
+  const bare = await run(false);
+  const hooked = await run(true);
+  assert.match(bare.result.text, /Command timed out/);
+  assert.deepEqual(hooked.result, bare.result, "the model reads the bare host's timeout");
+  assert.equal(hooked.left, 0, "5 s after the timeout nothing of the tree is alive");
+  guard.killAll();
+});
+
+/** The tool results of one scripted session, with the project's path made neutral. */
+async function session(plugin, script, settings) {
+  const m = await model(script);
+  const setup = claudeSetup({ plugin, settings });
+  const r = await runClaude(m, setup, { guard });
+  return { r, results: m.results().map((x) => ({ ...x, text: x.text.replaceAll(setup.proj, "<proj>") })), setup };
+}
+
+test("what the model reads (output, exit code line, is_error, cwd across calls) is the bare host's", async () => {
+  guard = new Guard();
+  const script = () => [
+    bash("mkdir -p sub && cd sub && echo out && echo err >&2"),
+    bash("pwd; printf 'no newline'; (exit 3)"),
+    bash("echo to-stderr >&2; kill -TERM $$"),
+    bash("cd .. && pwd && ls"),
+    { text: "done" },
+  ];
+  const bare = await session(false, script());
+  const hooked = await session(true, script());
+  assert.equal(bare.results.length, 4);
+  assert.deepEqual(hooked.results.map(({ text, isError }) => ({ text, isError })), bare.results.map(({ text, isError }) => ({ text, isError })));
+});
+
+test("a command the user's settings deny stays denied", async () => {
+  guard = new Guard();
+  const settings = { permissions: { deny: ["Bash(rm:*)"] } };
+  const run = async (plugin) => {
+    const victim = path.join(tempDir("sheepdog-cc-deny-"), "victim");
+    fs.writeFileSync(victim, "x");
+    const s = await session(plugin, [bash(`rm -f ${victim}`), { text: "done" }], settings);
+    return { exists: fs.existsSync(victim), isError: s.results[0]?.isError };
+  };
+  const bare = await run(false);
+  const hooked = await run(true);
+  assert.deepEqual(bare, { exists: true, isError: true }, "the bare host denies it");
+  assert.deepEqual(hooked, bare);
+});
+
+test("without sheepdog on PATH the plugin fails open: commands run as written", async () => {
+  guard = new Guard();
+  const m = await model([bash("echo still-runs; exit 4"), { text: "done" }]);
+  const setup = claudeSetup({ plugin: true });
+  const r = await runClaude(m, setup, { guard, withSheepdog: false });
+  assert.equal(r.code, 0, r.out);
+  assert.equal(m.results()[0].text, "Exit code 4\nstill-runs");
+});

@@ -1,0 +1,305 @@
+// The agent-host harness: the real Claude Code and Codex CLIs from npm (pinned below), each in
+// a fresh home with the sheepdog plugin from hosts/ loaded (or none, for the bare host), driven
+// by the scripted model of model.mjs on 127.0.0.1; sheepdog's static binary from the packed
+// platform tarball ($SHEEPDOG_PACKAGES, as the npm, Python and pi tests use), or
+// $SHEEPDOG_BIN_DIR. Processes are checked, and on cleanup killed, by recorded pid and start
+// time, never by name. Zombies count as dead; a thread group is alive while any thread is.
+
+import { execFileSync, spawn } from "node:child_process";
+import { after } from "node:test";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { startModel, toolResults } from "./model.mjs";
+
+export { startModel, toolResults };
+export const here = path.dirname(fileURLToPath(import.meta.url));
+export const repo = path.resolve(here, "../..");
+/** The versions tested (README, "Agent hosts"). */
+export const CLAUDE = "@anthropic-ai/claude-code@2.1.197";
+export const CODEX = "@openai/codex@0.171.0";
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** `/proc/<pid>/stat`: state, ppid, start time; `null` once gone. */
+export function stat(pid) {
+  try {
+    const s = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    const f = s.slice(s.lastIndexOf(")") + 2).split(" ");
+    return { state: f[0], ppid: Number(f[1]), startTime: Number(f[19]) };
+  } catch {
+    return null;
+  }
+}
+
+/** Alive: not gone and not a zombie, or a zombie leader with a live thread. */
+export function alive(pid) {
+  const s = stat(pid);
+  if (!s) return false;
+  if (s.state !== "Z") return true;
+  try {
+    return fs.readdirSync(`/proc/${pid}/task`).some((t) => {
+      try {
+        const ts = fs.readFileSync(`/proc/${pid}/task/${t}/stat`, "utf8");
+        return ts.slice(ts.lastIndexOf(")") + 2)[0] !== "Z";
+      } catch {
+        return false;
+      }
+    });
+  } catch {
+    return false;
+  }
+}
+
+/** Processes a test spawned or learned of, killed on cleanup by pid and start time. */
+export class Guard {
+  constructor() {
+    this.procs = [];
+  }
+  track(pid, startTime = stat(pid)?.startTime) {
+    if (pid > 1 && startTime) this.procs.push({ pid, startTime });
+  }
+  left() {
+    return this.procs.filter(({ pid, startTime }) => alive(pid) && stat(pid)?.startTime === startTime);
+  }
+  killAll() {
+    for (const { pid } of this.left()) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {}
+    }
+  }
+}
+
+/** Every live descendant of `pid` (by ppid links), with start times. */
+export function descendants(pid) {
+  const kids = new Map();
+  for (const d of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    const s = stat(Number(d));
+    if (s && s.state !== "Z") {
+      if (!kids.has(s.ppid)) kids.set(s.ppid, []);
+      kids.get(s.ppid).push(Number(d));
+    }
+  }
+  const out = [];
+  const walk = (p) => {
+    for (const c of kids.get(p) || []) {
+      out.push(c);
+      walk(c);
+    }
+  };
+  walk(pid);
+  return out;
+}
+
+/** Waits until `pred()` is truthy; returns it, or throws after `ms`. */
+export async function until(pred, ms, what) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await pred();
+    if (v) return v;
+    if (Date.now() >= end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(25);
+  }
+}
+
+/** True if something accepts on 127.0.0.1:`port`. */
+export function answers(port) {
+  return new Promise((resolve) => {
+    const s = net.connect({ port, host: "127.0.0.1" });
+    s.once("connect", () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once("error", () => resolve(false));
+  });
+}
+
+/** A free TCP port on 127.0.0.1. */
+export function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const p = s.address().port;
+      s.close(() => resolve(p));
+    });
+  });
+}
+
+const temps = [];
+after(() => {
+  for (const d of temps) fs.rmSync(d, { recursive: true, force: true });
+});
+export function tempDir(prefix) {
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  temps.push(d);
+  return d;
+}
+
+let bin;
+/** The directory holding the static `sheepdog` and `sheepdog-mcp` that go on the hosts' PATH. */
+export function binDir() {
+  if (bin) return bin;
+  if (process.env.SHEEPDOG_BIN_DIR) return (bin = path.resolve(process.env.SHEEPDOG_BIN_DIR));
+  const packages = path.resolve(process.env.SHEEPDOG_PACKAGES || path.join(repo, "target/package"));
+  const arch = process.arch === "arm64" ? "arm64" : "x64";
+  const tgz = fs.readdirSync(packages).find((f) => f.startsWith(`sheepdog-linux-${arch}-`) && f.endsWith(".tgz"));
+  if (!tgz) throw new Error(`no sheepdog-linux-${arch}-*.tgz in ${packages}: run scripts/package ${packages} first`);
+  const dir = tempDir("sheepdog-bin-");
+  execFileSync("tar", ["-xzf", path.join(packages, tgz), "-C", dir]);
+  return (bin = path.join(dir, "package", "bin"));
+}
+
+let hosts;
+/**
+ * The directory whose node_modules has both CLIs: $SHEEPDOG_HOSTS_DIR (CI installs them once
+ * there), else a temp project installed now (once per test file).
+ */
+export function hostsDir() {
+  if (hosts) return hosts;
+  if (process.env.SHEEPDOG_HOSTS_DIR) return (hosts = process.env.SHEEPDOG_HOSTS_DIR);
+  const dir = tempDir("sheepdog-hosts-");
+  fs.writeFileSync(path.join(dir, "package.json"), JSON.stringify({ name: "hosts", version: "1.0.0", private: true }));
+  execFileSync("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", CLAUDE, CODEX], {
+    cwd: dir,
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  return (hosts = dir);
+}
+
+/**
+ * Runs one host to its end (or until `during(child)` returns, for tests that act mid-run).
+ * `argv` after the program; `env` added to a minimal environment (PATH with sheepdog first,
+ * HOME, the state dir). Returns `{ code, signal, out, child }`; SIGKILLs the host after `ms`.
+ */
+export async function runHost(program, argv, { cwd, env, ms = 90_000, during, guard }) {
+  const child = spawn(program, argv, { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
+  guard?.track(child.pid);
+  let out = "";
+  child.stdout.on("data", (d) => (out += d));
+  child.stderr.on("data", (d) => (out += d));
+  const exited = new Promise((r) => child.on("exit", (code, signal) => r({ code, signal })));
+  const timer = setTimeout(() => child.kill("SIGKILL"), ms);
+  if (during) await during(child);
+  const { code, signal } = await exited;
+  clearTimeout(timer);
+  return { code, signal, out, child };
+}
+
+/** PATH for a host: sheepdog's bin dir first (unless `withSheepdog` is false), then the rest. */
+export function hostPath(withSheepdog = true) {
+  return [withSheepdog ? binDir() : null, process.env.PATH].filter(Boolean).join(":");
+}
+
+/** A fresh Claude Code home and project; the plugin's dir when `plugin`. */
+export function claudeSetup({ plugin, settings }) {
+  const home = tempDir("sheepdog-claude-");
+  const proj = path.join(home, "proj");
+  fs.mkdirSync(proj);
+  if (settings) {
+    fs.mkdirSync(path.join(home, ".claude"), { recursive: true });
+    fs.writeFileSync(path.join(home, ".claude", "settings.json"), JSON.stringify(settings));
+  }
+  const state = path.join(home, "state");
+  return { home, proj, state, pluginArgs: plugin ? ["--plugin-dir", path.join(repo, "hosts", "claude-code")] : [] };
+}
+
+/** Runs `claude -p` against `model` in `setup`. */
+export function runClaude(model, setup, opts = {}) {
+  const env = {
+    PATH: hostPath(opts.withSheepdog ?? true),
+    HOME: setup.home,
+    LANG: "C.UTF-8",
+    ANTHROPIC_BASE_URL: model.url,
+    ANTHROPIC_API_KEY: "sk-test",
+    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
+    DISABLE_AUTOUPDATER: "1",
+    // Tests run as root in CI containers; Claude Code refuses to skip permissions there otherwise.
+    IS_SANDBOX: "1",
+    SHEEPDOG_STATE_DIR: setup.state,
+    ...(opts.env || {}),
+  };
+  const mode = opts.permissions ?? ["--dangerously-skip-permissions"];
+  const argv = ["-p", opts.prompt || "go", "--output-format", "json", ...mode, ...setup.pluginArgs];
+  return runHost(path.join(hostsDir(), "node_modules", ".bin", "claude"), argv, { cwd: setup.proj, env, ...opts });
+}
+
+/** A fresh CODEX_HOME with the scripted provider, and the plugin installed from the repo's marketplace when `plugin`. */
+export function codexSetup(model, { plugin }) {
+  const home = tempDir("sheepdog-codex-");
+  const proj = path.join(home, "proj");
+  fs.mkdirSync(proj);
+  const state = path.join(home, "state");
+  const codex = path.join(hostsDir(), "node_modules", ".bin", "codex");
+  const env = { PATH: hostPath(), HOME: home, CODEX_HOME: home, LANG: "C.UTF-8" };
+  if (plugin) {
+    execFileSync(codex, ["plugin", "marketplace", "add", repo], { env, stdio: "ignore" });
+    execFileSync(codex, ["plugin", "add", "sheepdog@sheepdog"], { env, stdio: "ignore" });
+  }
+  fs.appendFileSync(
+    path.join(home, "config.toml"),
+    `model = "gpt-5"\nmodel_provider = "scripted"\n\n[model_providers.scripted]\nname = "scripted"\nbase_url = "${model.url}/v1"\nwire_api = "responses"\nenv_key = "SCRIPTED_KEY"\n`,
+  );
+  // config.toml's top-level keys must come before any table: rewrite with them first.
+  const text = fs.readFileSync(path.join(home, "config.toml"), "utf8");
+  const lines = text.split("\n");
+  const top = lines.filter((l) => /^model(_provider)? = /.test(l));
+  const rest = lines.filter((l) => !/^model(_provider)? = /.test(l));
+  fs.writeFileSync(path.join(home, "config.toml"), [...top, "", ...rest].join("\n"));
+  return { home, proj, state, codex, plugin };
+}
+
+/** Runs `codex exec` against the setup's model. */
+export function runCodex(setup, opts = {}) {
+  const env = {
+    PATH: hostPath(opts.withSheepdog ?? true),
+    HOME: setup.home,
+    CODEX_HOME: setup.home,
+    LANG: "C.UTF-8",
+    SCRIPTED_KEY: "x",
+    SHEEPDOG_STATE_DIR: setup.state,
+    ...(opts.env || {}),
+  };
+  const mode = opts.permissions ?? ["--dangerously-bypass-approvals-and-sandbox"];
+  const argv = ["exec", "--skip-git-repo-check", ...mode, ...(setup.plugin ? ["--dangerously-bypass-hook-trust"] : []), opts.prompt || "go"];
+  return runHost(setup.codex, argv, { cwd: setup.proj, env, ...opts });
+}
+
+/**
+ * The shell script of a dev server the tests start: a server on `port`, a `setsid` child and a
+ * double-forked helper, each writing its pid into `dir` (so the test knows every process, even
+ * those that leave the agent's tree).
+ */
+export function devServer(dir, port) {
+  return [
+    `python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > ${dir}/server`,
+    `setsid sh -c 'echo $$ > ${dir}/setsid; exec sleep 300' &`,
+    `( sh -c 'echo $$ > ${dir}/helper; exec sleep 301' & )`,
+    `echo $$ > ${dir}/shell`,
+    `wait`,
+  ].join("\n");
+}
+
+/** The pids `devServer` wrote, once all four are there. */
+export async function devPids(dir, guard) {
+  const names = ["server", "setsid", "helper", "shell"];
+  await until(() => names.every((n) => fs.existsSync(path.join(dir, n)) && fs.readFileSync(path.join(dir, n), "utf8").trim()), 15_000, "the dev server's pids");
+  const pids = names.map((n) => Number(fs.readFileSync(path.join(dir, n), "utf8").trim()));
+  for (const p of pids) guard?.track(p);
+  return pids;
+}
+
+/** Waits up to `ms` for every pid to be dead and the port free; returns what is still alive. */
+export async function survivors(pids, port, ms = 5000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const live = pids.filter(alive);
+    const open = port ? await answers(port) : false;
+    if ((live.length === 0 && !open) || Date.now() >= end) return { live, open };
+    await sleep(50);
+  }
+}
