@@ -860,6 +860,18 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             begin(&mut machine, Trigger::Timeout, &tree, observer);
         }
 
+        // Exited on its own with a status: what it left is handed on, not stopped, and without
+        // the drain window (a reader of its output is kept with the rest). A provider killed by
+        // a signal was stopped from outside (an agent's tree kill), and what it left goes too.
+        if opts.keep_leftovers && machine.phase() == Phase::Running && matches!(provider, Some(WaitStatus::Exited(_))) {
+            let mut members = tree.live();
+            if !members.is_empty() {
+                members.sort_by_key(|m| m.start_time);
+                let cgroup = tree.cgroup().map(|c| (c.path().to_path_buf(), c.inode()));
+                kept = Some(Kept { members, cgroup, pgid: spawned.pgid });
+                break;
+            }
+        }
         if provider.is_some() && machine.phase() == Phase::Running && drain.is_none() && !tree.is_gone() {
             drain = Some(Drain::new(now, &tree, reaped));
         }
@@ -871,18 +883,6 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             None
         } else if provider.is_some() {
             let was_running = !machine.stopping();
-            // Exited on its own with a status: what it left is handed on, not stopped. A
-            // provider killed by a signal was stopped from outside (an agent's tree kill), and
-            // what it left goes with it.
-            if was_running && opts.keep_leftovers && matches!(provider, Some(WaitStatus::Exited(_))) {
-                let mut members = tree.live();
-                if !members.is_empty() {
-                    members.sort_by_key(|m| m.start_time);
-                    let cgroup = tree.cgroup().map(|c| (c.path().to_path_buf(), c.inode()));
-                    kept = Some(Kept { members, cgroup, pgid: spawned.pgid });
-                    break;
-                }
-            }
             if was_running && let Some(policy) = observer.policy_for_stop(Trigger::ProviderExited) {
                 machine.set_policy(policy);
             }

@@ -31,7 +31,12 @@ fn shell_quote(s: &str) -> String {
 const LEAVES_THREE: &str = "setsid sleep 300 & a=$!; (sleep 301 & echo $! > \"$D/b\"); nohup sleep 302 >/dev/null 2>&1 & c=$!; \
      echo left $a $(cat \"$D/b\") $c; exit 3";
 
-fn spawn_owner(st: &State, dir: &std::path::Path, session: &str, guard: &Guard) -> (std::process::Child, Lines, Vec<i32>) {
+fn spawn_owner(
+    st: &State,
+    dir: &std::path::Path,
+    session: &str,
+    guard: &Guard,
+) -> (std::process::Child, Lines, Vec<i32>) {
     let mut cmd = std::process::Command::new("sh");
     cmd.args(["-c", &owner_script(st, session, LEAVES_THREE)]).env("D", dir).stdin(Stdio::null());
     let (owner, lines) = spawn_lines(cmd, guard);

@@ -18,9 +18,10 @@ import { startModel, toolResults } from "./model.mjs";
 export { startModel, toolResults };
 export const here = path.dirname(fileURLToPath(import.meta.url));
 export const repo = path.resolve(here, "../..");
-/** The versions tested (README, "Agent hosts"). */
-export const CLAUDE = "@anthropic-ai/claude-code@2.1.197";
-export const CODEX = "@openai/codex@0.171.0";
+/** The versions tested (README, "Agent shells"; .ci/run installs the same). */
+const versions = JSON.parse(fs.readFileSync(path.join(here, "versions.json"), "utf8"));
+export const CLAUDE = versions.claude;
+export const CODEX = versions.codex;
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -234,7 +235,7 @@ export function codexSetup(model, { plugin }) {
   const proj = path.join(home, "proj");
   fs.mkdirSync(proj);
   const state = path.join(home, "state");
-  const codex = path.join(hostsDir(), "node_modules", ".bin", "codex");
+  const codex = codexBinary();
   const env = { PATH: hostPath(), HOME: home, CODEX_HOME: home, LANG: "C.UTF-8" };
   if (plugin) {
     execFileSync(codex, ["plugin", "marketplace", "add", repo], { env, stdio: "ignore" });
@@ -253,12 +254,31 @@ export function codexSetup(model, { plugin }) {
   return { home, proj, state, codex, plugin };
 }
 
+/**
+ * The native `codex` in its platform package, run directly: the npm launcher (Node) spawns it
+ * as a child where `execve` is not available, and a test that SIGKILLs "the agent" must kill
+ * the agent, not a wrapper whose child lives on. Its helpers' dir goes on PATH, as the
+ * launcher puts it.
+ */
+export function codexBinary() {
+  const base = path.join(hostsDir(), "node_modules", "@openai");
+  for (const pkg of fs.readdirSync(base).filter((d) => d.startsWith("codex-linux-"))) {
+    const vendor = path.join(base, pkg, "vendor");
+    for (const triple of fs.readdirSync(vendor)) {
+      const bin = path.join(vendor, triple, "bin", "codex");
+      if (fs.existsSync(bin)) return bin;
+    }
+  }
+  throw new Error(`no native codex under ${base}`);
+}
+
 /** Runs `codex exec` against the setup's model. */
 export function runCodex(setup, opts = {}) {
   const env = {
-    PATH: hostPath(opts.withSheepdog ?? true),
+    PATH: [path.join(path.dirname(path.dirname(setup.codex)), "codex-path"), hostPath(opts.withSheepdog ?? true)].join(":"),
     HOME: setup.home,
     CODEX_HOME: setup.home,
+    CODEX_MANAGED_BY_NPM: "1",
     LANG: "C.UTF-8",
     SCRIPTED_KEY: "x",
     SHEEPDOG_STATE_DIR: setup.state,
@@ -271,14 +291,15 @@ export function runCodex(setup, opts = {}) {
 
 /**
  * The shell script of a dev server the tests start: a server on `port`, a `setsid` child and a
- * double-forked helper, each writing its pid into `dir` (so the test knows every process, even
+ * double-forked `setsid` helper, each writing its pid into `dir` (so the test knows every process, even
  * those that leave the agent's tree).
  */
 export function devServer(dir, port) {
   return [
     `python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > ${dir}/server`,
     `setsid sh -c 'echo $$ > ${dir}/setsid; exec sleep 300' &`,
-    `( sh -c 'echo $$ > ${dir}/helper; exec sleep 301' & )`,
+    // Double-forked and in a session of its own: it leaves both the agent's tree and its group.
+    `( setsid sh -c 'echo $$ > ${dir}/helper; exec sleep 301' & )`,
     `echo $$ > ${dir}/shell`,
     `wait`,
   ].join("\n");

@@ -135,8 +135,26 @@ pub(super) fn rewrite(command: &str, exe: &Path, state: &Path, session: &str, ca
 /// its approval. So the rewrite is given only where Codex would not ask anyway: approvals off
 /// (`bypassPermissions`, `never`). In every other mode the call runs as written, unsupervised,
 /// and the user's approval stays in force.
+///
+/// Codex also checks its execpolicy rules (`prefix_rule`s in `rules/*.rules` of `CODEX_HOME` or
+/// the project's `.codex/`) against the command it runs, which after a rewrite begins with the
+/// rewrite's own words: a rule forbidding `git push` would no longer match. So where any rules
+/// file exists, nothing is rewritten and the rules see the command as the model wrote it.
 fn codex_may_allow(input: &Value) -> bool {
-    matches!(input.get("permission_mode").and_then(Value::as_str), Some("bypassPermissions" | "never"))
+    let mode = input.get("permission_mode").and_then(Value::as_str);
+    if !matches!(mode, Some("bypassPermissions" | "never")) {
+        return false;
+    }
+    let home = std::env::var_os("CODEX_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".codex")));
+    let project = input.get("cwd").and_then(Value::as_str).map(|c| Path::new(c).join(".codex"));
+    let has_rules = |dir: PathBuf| {
+        std::fs::read_dir(dir.join("rules"))
+            .map(|d| d.flatten().any(|f| f.path().extension().is_some_and(|x| x == "rules")))
+            .unwrap_or(false)
+    };
+    !home.into_iter().chain(project).any(has_rules)
 }
 
 fn pre_tool_use(host: Host, dir: Option<&Path>, input: &Value) -> Option<Value> {

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""What the agent hooks cost each shell call (issue 30), side by side in one run.
+
+    python3 bench/hook.py [SHEEPDOG] [ROUNDS]
+
+SHEEPDOG defaults to target/x86_64-unknown-linux-musl/release/sheepdog (the static binary the
+packages ship). Peers are interleaved round by round; medians and p10-p90 in ms, wall clock,
+process start included:
+
+- the PreToolUse hook itself (`sheepdog hook claude pre-tool-use` with a Claude Code input on
+  stdin, as the host runs it from `sh -c`), against `sh -c true` (the floor of any hook);
+- one shell call as Claude Code runs it (`bash -c 'eval CMD && pwd -P >| FILE'`), bare and with
+  the hook's rewrite of CMD (the same bash `exec`s `sheepdog run`, which runs bash again), for
+  CMD `true` and for a call that leaves a `setsid` sleeper (kept as an entry: the registry
+  write and the supervisor of the leftovers), each against the bare host's shell.
+
+Prints a Markdown table for BENCHMARKS.md.
+"""
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+exe = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/x86_64-unknown-linux-musl/release/sheepdog")
+rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+state = tempfile.mkdtemp(prefix="sheepdog-bench-hook-")
+work = tempfile.mkdtemp(prefix="sheepdog-bench-cwd-")
+cwd_file = os.path.join(work, "cwd")
+env = dict(os.environ, SHEEPDOG_STATE_DIR=state)
+
+
+def hook_input(command):
+    return json.dumps({
+        "session_id": "bench",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": command, "description": "bench"},
+        "tool_use_id": "toolu_bench",
+        "cwd": work,
+    }).encode()
+
+
+def rewritten(command):
+    out = subprocess.run([exe, "hook", "claude", "pre-tool-use"], input=hook_input(command), capture_output=True, env=env, check=True)
+    return json.loads(out.stdout)["hookSpecificOutput"]["updatedInput"]["command"]
+
+
+def claude_shell(command):
+    # Claude Code 2.1's wrapper (shell snapshot left out: the same in both).
+    quoted = "'" + command.replace("'", "'\"'\"'") + "'"
+    return ["/bin/bash", "-c", f"eval {quoted} < /dev/null && pwd -P >| {cwd_file}"]
+
+
+pids_file = os.path.join(work, "pids")
+# Each leftover records its pid: the bare host's are killed by it at the end.
+leaves = f"setsid sleep 5 >/dev/null 2>&1 & echo $! >> {pids_file}"
+peers = {
+    "hook: sh -c true (floor)": (["sh", "-c", "true"], None),
+    "hook: sheepdog hook claude pre-tool-use": (["sh", "-c", f"exec {exe} hook claude pre-tool-use"], hook_input("npm test")),
+    "call `true`: bare host": (claude_shell("true"), None),
+    "call `true`: hooked": (claude_shell(rewritten("true")), None),
+    "call leaving a setsid child: bare host": (claude_shell(leaves), None),
+    "call leaving a setsid child: hooked (kept as an entry)": (claude_shell(rewritten(leaves)), None),
+}
+times = {k: [] for k in peers}
+for _ in range(rounds):
+    for name, (argv, stdin) in peers.items():
+        t = time.perf_counter()
+        subprocess.run(argv, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
+        times[name].append((time.perf_counter() - t) * 1000)
+    # What the bare calls left (the hooked ones' leftovers are entries, stopped below).
+    subprocess.run([exe, "--state-dir", state, "stop", "--all"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+
+def q(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+print(f"| figure | median ms | p10–p90 | added to its peer |")
+print(f"|---|---|---|---|")
+base = {"hook": "hook: sh -c true (floor)", "call `true`": "call `true`: bare host", "call leaving": "call leaving a setsid child: bare host"}
+for name, xs in times.items():
+    med = statistics.median(xs)
+    peer = next(v for k, v in base.items() if name.startswith(k))
+    added = "—" if peer == name else f"+{med - statistics.median(times[peer]):.2f} ms ({med / statistics.median(times[peer]):.2f}×)"
+    print(f"| {name} | {med:.2f} | {q(xs, 0.1):.2f}–{q(xs, 0.9):.2f} | {added} |")
+print(f"\n{rounds} rounds, interleaved; {exe}")
+for line in open(pids_file).read().split():
+    try:
+        os.kill(int(line), 9)
+    except (ProcessLookupError, ValueError):
+        pass
+shutil.rmtree(work, ignore_errors=True)
+# Every kept entry was stopped above; the state dir goes with them.
+shutil.rmtree(state, ignore_errors=True)

@@ -1,0 +1,126 @@
+// Codex (pinned in harness.mjs) with the sheepdog plugin installed from this repository's
+// marketplace (.agents/plugins/marketplace.json -> hosts/codex), hooks trusted for the run
+// (--dangerously-bypass-hook-trust), driven by a scripted Responses API: the agent's exit and
+// SIGKILL end every process exec_command started (Codex's own group kill misses `setsid` and
+// double forks), a nohup'd server the agent meant to keep answers in the next turn (bare Codex
+// has killed it by then), and what the model reads is what the bare host gives.
+
+import { test, afterEach } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+
+import { Guard, answers, codexSetup, devPids, devServer, freePort, runCodex, startModel, survivors, tempDir, until } from "./harness.mjs";
+
+let guard;
+let models = [];
+afterEach(async () => {
+  guard?.killAll();
+  for (const m of models) await m.close();
+  models = [];
+});
+async function model(script) {
+  const m = await startModel(script);
+  models.push(m);
+  return m;
+}
+const ex = (cmd, extra = {}) => ({ tool: "exec_command", input: { cmd, ...extra } });
+
+test("the agent's exit with a dev server still running (setsid child, double-forked helper) leaves nothing", async () => {
+  guard = new Guard();
+  const dir = tempDir("sheepdog-cx-exit-");
+  const port = await freePort();
+  const m = await model([ex(devServer(dir, port), { yield_time_ms: 1000 }), ex(`sleep 0.5; cat ${dir}/helper`), { text: "done" }]);
+  const setup = codexSetup(m, { plugin: true });
+  let pids;
+  const r = await runCodex(setup, { guard, during: async () => (pids = await devPids(dir, guard)) });
+  assert.equal(r.code, 0, r.out);
+  assert.match(m.results()[0].text, /Process running with session ID/);
+  assert.deepEqual(await survivors(pids, port), { live: [], open: false }, "5 s after codex exited");
+});
+
+test("kill -9 of the agent mid-turn leaves nothing", async () => {
+  guard = new Guard();
+  const dir = tempDir("sheepdog-cx-kill-");
+  const port = await freePort();
+  const m = await model([ex(devServer(dir, port), { yield_time_ms: 1000 }), { hold: true }]);
+  const setup = codexSetup(m, { plugin: true });
+  let pids;
+  await runCodex(setup, {
+    guard,
+    during: async (child) => {
+      pids = await devPids(dir, guard);
+      await until(() => answers(port), 10_000, "the dev server's port");
+      await until(() => m.step >= 2, 10_000, "the turn to wait on the model");
+      child.kill("SIGKILL");
+    },
+  });
+  assert.deepEqual(await survivors(pids, port), { live: [], open: false }, "5 s after kill -9 of codex");
+});
+
+test("a nohup'd server from a foreground call answers in the next turn and is gone after the exit", async () => {
+  guard = new Guard();
+  const dir = tempDir("sheepdog-cx-nohup-");
+  const port = await freePort();
+  const probe = `python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:${port}/').status)"`;
+  const m = await model([
+    ex(`nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > ${dir}/server; echo started`),
+    ex(`for i in $(seq 50); do ${probe} 2>/dev/null && break; sleep 0.1; done`),
+    { text: "done" },
+  ]);
+  const setup = codexSetup(m, { plugin: true });
+  const r = await runCodex(setup, { guard });
+  assert.equal(r.code, 0, r.out);
+  const server = Number(fs.readFileSync(path.join(dir, "server"), "utf8"));
+  guard.track(server);
+  assert.match(m.results()[1].text, /Output:\n200\n/, "the server answers in the next turn");
+  assert.deepEqual(await survivors([server], port), { live: [], open: false }, "5 s after codex exited");
+});
+
+/** One scripted session's tool results, with what changes from run to run made neutral. */
+async function session(plugin, script, prepare) {
+  const m = await model(script);
+  const setup = codexSetup(m, { plugin });
+  prepare?.(setup);
+  await runCodex(setup, { guard });
+  const neutral = (t) =>
+    t
+      .replaceAll(setup.proj, "<proj>")
+      .replaceAll(setup.home, "<home>")
+      .replace(/Chunk ID: \w+/, "Chunk ID: <id>")
+      .replace(/Wall time: [\d.]+ seconds/, "Wall time: <t>");
+  return m.results().map((x) => neutral(x.text));
+}
+
+test("what the model reads (output, exit code, signals) is the bare host's", async () => {
+  guard = new Guard();
+  const script = () => [
+    // Codex reads stdout and stderr from two pipes: their order is only kept when apart in time.
+    ex("echo out && sleep 0.2 && echo err >&2"),
+    ex("pwd; printf 'no newline'; exit 3"),
+    ex("echo before; kill -TERM $$"),
+    ex("mkdir -p sub && ls"),
+    { text: "done" },
+  ];
+  const bare = await session(false, script());
+  const hooked = await session(true, script());
+  assert.equal(bare.length, 4);
+  assert.deepEqual(hooked, bare);
+});
+
+test("a command the user's rules forbid stays forbidden", async () => {
+  guard = new Guard();
+  const run = async (plugin) => {
+    const marker = path.join(tempDir("sheepdog-cx-deny-"), "made");
+    const rules = (setup) => {
+      fs.mkdirSync(path.join(setup.home, "rules"), { recursive: true });
+      fs.writeFileSync(path.join(setup.home, "rules", "default.rules"), 'prefix_rule(pattern=["touch"], decision="forbidden")\n');
+    };
+    const results = await session(plugin, [ex(`touch ${marker}`), { text: "done" }], rules);
+    return { made: fs.existsSync(marker), text: results[0].replaceAll(marker, "<marker>") };
+  };
+  const bare = await run(false);
+  const hooked = await run(true);
+  assert.equal(bare.made, false, "the bare host forbids it");
+  assert.deepEqual(hooked, bare);
+});

@@ -1,0 +1,123 @@
+//! `sheepdog hook HOST EVENT` (issue 30): the answers in each host's format, failing open, and
+//! the rewritten command run by a real bash as the host runs it (Claude Code's wrapper): the
+//! same output, status and cwd, with the tree under `sheepdog run`.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use common::*;
+
+fn hook(st: &State, host: &str, event: &str, input: &str, env: &[(&str, &str)]) -> (i32, String) {
+    let mut c = st.cmd(&["hook", host, event]);
+    c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn bash_input(command: &str, mode: &str) -> String {
+    serde_json::json!({
+        "session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+        "tool_input": {"command": command, "timeout": 5000, "run_in_background": false, "description": "d"},
+        "tool_use_id": "toolu_9", "permission_mode": mode, "cwd": "/",
+    })
+    .to_string()
+}
+
+#[test]
+fn bad_input_and_other_tools_get_no_answer_and_exit_0() {
+    let st = State::new();
+    assert_eq!(hook(&st, "claude", "pre-tool-use", "not json", &[]), (0, String::new()));
+    let read = r#"{"tool_name":"Read","tool_input":{"file_path":"/etc/hosts"}}"#;
+    assert_eq!(hook(&st, "claude", "pre-tool-use", read, &[]), (0, String::new()));
+    assert_eq!(hook(&st, "claude", "pre-tool-use", r#"{"tool_name":"Bash","tool_input":{}}"#, &[]), (0, String::new()));
+    assert_eq!(hook(&st, "nosuchhost", "pre-tool-use", "{}", &[]).0, 2);
+}
+
+#[test]
+fn claude_gets_the_rewrite_alone_with_every_other_field_kept_and_no_permission_decision() {
+    let st = State::new();
+    let (code, out) = hook(&st, "claude", "pre-tool-use", &bash_input("echo hi", "default"), &[]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let h = &v["hookSpecificOutput"];
+    assert_eq!(h["hookEventName"], "PreToolUse");
+    assert!(h.get("permissionDecision").is_none(), "the user's rules decide: {v}");
+    let u = &h["updatedInput"];
+    assert_eq!(
+        (u["timeout"].as_i64(), u["run_in_background"].as_bool(), u["description"].as_str()),
+        (Some(5000), Some(false), Some("d"))
+    );
+    let cmd = u["command"].as_str().unwrap();
+    assert!(cmd.ends_with("\necho hi") && cmd.contains(" run --owner \"$PPID\" --leftovers keep"), "{cmd}");
+}
+
+#[test]
+fn codex_gets_the_rewrite_only_where_it_would_not_ask_and_no_rules_file_exists() {
+    let st = State::new();
+    let home = tempfile::tempdir().unwrap();
+    let env = [("CODEX_HOME", home.path().to_str().unwrap())];
+    assert_eq!(
+        hook(&st, "codex", "pre-tool-use", &bash_input("ls", "default"), &env),
+        (0, String::new()),
+        "approvals on: untouched"
+    );
+    let (_, out) = hook(&st, "codex", "pre-tool-use", &bash_input("ls", "bypassPermissions"), &env);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["hookSpecificOutput"]["permissionDecision"], "allow");
+    std::fs::create_dir(home.path().join("rules")).unwrap();
+    std::fs::write(home.path().join("rules/default.rules"), "prefix_rule(pattern=[\"ls\"], decision=\"forbidden\")\n")
+        .unwrap();
+    assert_eq!(
+        hook(&st, "codex", "pre-tool-use", &bash_input("ls", "bypassPermissions"), &env),
+        (0, String::new()),
+        "rules present: untouched"
+    );
+}
+
+/// Runs `command` as Claude Code's Bash tool does (`bash -c "eval '...' < /dev/null && pwd -P >|
+/// FILE"`) from `dir`: stdout, stderr, status and the cwd written.
+fn as_claude_runs(command: &str, dir: &std::path::Path, cwd_file: &std::path::Path) -> (String, String, i32, String) {
+    let quoted = format!("'{}'", command.replace('\'', r#"'"'"'"#));
+    let out = Command::new("/bin/bash")
+        .arg("-c")
+        .arg(format!("eval {quoted} < /dev/null && pwd -P >| {}", cwd_file.display()))
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let cwd = std::fs::read_to_string(cwd_file).unwrap_or_default();
+    let _ = std::fs::remove_file(cwd_file);
+    (
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+        out.status.code().unwrap_or(-1),
+        cwd,
+    )
+}
+
+#[test]
+fn the_rewritten_command_runs_under_sheepdog_with_the_bare_output_status_and_cwd() {
+    let st = State::new();
+    let dir = tempfile::tempdir().unwrap();
+    let cwd_file = dir.path().join("cwd");
+    let original =
+        "mkdir -p sub && cd sub && echo out && echo err >&2 && ls /proc/$$/ >/dev/null && cat /proc/$PPID/comm";
+    let (_, out) = hook(&st, "claude", "pre-tool-use", &bash_input(original, "default"), &[]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let rewritten = v["hookSpecificOutput"]["updatedInput"]["command"].as_str().unwrap().to_string();
+    let bare = as_claude_runs(original, dir.path(), &cwd_file);
+    let hooked = as_claude_runs(&rewritten, dir.path(), &cwd_file);
+    // The one difference: the inner shell's parent is sheepdog's keeper, not the host.
+    assert_eq!(bare.0.lines().next(), Some("out"));
+    assert_eq!(hooked.0, "out\nsheepdog\n", "the command ran under sheepdog");
+    assert_eq!((&hooked.1, hooked.2, &hooked.3), (&bare.1, bare.2, &bare.3), "stderr, status and cwd");
+    let (_, _, code, _) = as_claude_runs(&rewritten.replace("cat /proc/$PPID/comm", "exit 7"), dir.path(), &cwd_file);
+    assert_eq!(code, 7);
+}
