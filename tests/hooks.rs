@@ -121,3 +121,27 @@ fn the_rewritten_command_runs_under_sheepdog_with_the_bare_output_status_and_cwd
     let (_, _, code, _) = as_claude_runs(&rewritten.replace("cat /proc/$PPID/comm", "exit 7"), dir.path(), &cwd_file);
     assert_eq!(code, 7);
 }
+
+#[test]
+fn session_start_gives_claude_codes_shells_the_agents_session_and_session_end_stops_it_detached() {
+    let st = State::new();
+    let guard = Guard::new();
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("env.sh");
+    let (code, out) = hook(&st, "claude", "session-start", "{}", &[("CLAUDE_ENV_FILE", env_file.to_str().unwrap())]);
+    assert_eq!((code, out.as_str()), (0, ""));
+    let written = std::fs::read_to_string(&env_file).unwrap();
+    // The hook's parent is this test process (no launcher between): the session names it.
+    let me = std::process::id();
+    assert!(written.starts_with(&format!("export SHEEPDOG_SESSION='agent-{me}-")), "{written}");
+    let session = written.trim().trim_start_matches("export SHEEPDOG_SESSION=").trim_matches('\'').to_string();
+    // An entry of that session (what a hooked call kept, or an MCP start) is stopped by the
+    // session's end, after the hook itself has returned.
+    let e = st.start(&["--session", &session, "--", "sleep", "300"]);
+    let pid = e["pid"].as_i64().unwrap() as i32;
+    guard.track(pid);
+    let t = std::time::Instant::now();
+    assert_eq!(hook(&st, "claude", "session-end", "{}", &[]), (0, String::new()));
+    assert!(t.elapsed() < SECS(1), "the hook returns at once");
+    assert_eq!(wait_gone(&[pid], SECS(10)), Vec::<i32>::new(), "the detached stop ended the session's entry");
+}

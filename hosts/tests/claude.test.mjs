@@ -107,7 +107,11 @@ test("a nohup'd server from a foreground call answers in the next turn, is told 
   const m = await model([
     bash(`nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > ${dir}/server; echo started`),
     bash(`for i in $(seq 50); do ${probe} 2>/dev/null && break; sleep 0.1; done`),
-    bash("echo third"),
+    // The plugin's MCP server lists the kept server with the session's other entries.
+    (body) => {
+      const list = (body.tools || []).map((t) => t.name).find((n) => n.endsWith("process_list"));
+      return list ? { tool: list, input: {} } : bash("echo no-process_list-tool");
+    },
     { text: "done" },
   ]);
   const setup = claudeSetup({ plugin: true });
@@ -122,6 +126,7 @@ test("a nohup'd server from a foreground call answers in the next turn, is told 
   assert.ok(told.length >= 1, "the model is told which entry the server became");
   const mentions = JSON.stringify(m.requests.at(-1).body).split("kept as entry").length - 1;
   assert.equal(mentions, 1, "told once");
+  assert.match(results[2].text, /http\.server/, "MCP process_list shows the kept server");
   assert.deepEqual(await survivors([server], port), { live: [], open: false }, "5 s after claude exited");
 });
 
