@@ -154,3 +154,18 @@ fn without_keep_run_still_stops_what_the_command_left() {
     assert!(wait_child(&mut child, SECS(10)).success());
     assert_eq!(wait_gone(&left, SECS(1)), Vec::<i32>::new(), "gone by the time run exits");
 }
+
+#[test]
+fn a_forged_supervise_leftovers_cannot_take_another_entry() {
+    let guard = Guard::new();
+    let st = State::new();
+    let e = st.start(&["--", "sleep", "300"]);
+    let id = e["id"].as_str().unwrap().to_string();
+    guard.track(e["pid"].as_i64().unwrap() as i32);
+    let sup = st.entry(&id)["supervisorPid"].clone();
+    guard.track(sup.as_i64().unwrap() as i32);
+    let out = st.run(&["supervise-leftovers", "--id", &id]);
+    assert_eq!(out.status.code(), Some(125));
+    assert_eq!(st.entry(&id)["supervisorPid"], sup, "the entry is untouched");
+    st.ok(&["stop", &id]);
+}

@@ -179,6 +179,13 @@ pub fn watch(reg: &Registry, id: &str) -> i32 {
         Err(e) => return fail(e.exit_code(), e.to_string()),
     };
     let me = process::getpid();
+    // Only the hand-off that made the entry starts its supervisor: an entry that is past
+    // `starting`, or was made by another process, is someone else's and is left as it is.
+    match reg.read(id) {
+        Ok(e) if e.status == Status::Starting && e.starter_pid == Some(process::getppid()) => {}
+        Ok(_) => return fail(exit::USAGE, format!("entry {id} is not one being handed off by this process's parent")),
+        Err(e) => return fail(exit::USAGE, e.to_string()),
+    }
     let entry = match reg.update(id, |e| {
         e.supervisor_pid = Some(me.as_raw());
         e.supervisor_start_time = procfs::start_time(me);
