@@ -3,7 +3,8 @@
 // by the scripted model of model.mjs on 127.0.0.1; sheepdog's static binary from the packed
 // platform tarball ($SHEEPDOG_PACKAGES, as the npm, Python and pi tests use), or
 // $SHEEPDOG_BIN_DIR. Processes are checked, and on cleanup killed, by recorded pid and start
-// time, never by name. Zombies count as dead; a thread group is alive while any thread is.
+// time, never by name (npm/tests/helpers.mjs: zombies count as dead; a thread group is alive
+// while any thread is).
 
 import { execFileSync, spawn } from "node:child_process";
 import { after } from "node:test";
@@ -13,100 +14,16 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
+import { Guard, alive, sleep, stat, until } from "../../npm/tests/helpers.mjs";
 import { startModel, toolResults } from "./model.mjs";
 
-export { startModel, toolResults };
+export { Guard, alive, sleep, startModel, stat, toolResults, until };
 export const here = path.dirname(fileURLToPath(import.meta.url));
 export const repo = path.resolve(here, "../..");
 /** The versions tested (README, "Agent shells"; .ci/run installs the same). */
 const versions = JSON.parse(fs.readFileSync(path.join(here, "versions.json"), "utf8"));
 export const CLAUDE = versions.claude;
 export const CODEX = versions.codex;
-
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-/** `/proc/<pid>/stat`: state, ppid, start time; `null` once gone. */
-export function stat(pid) {
-  try {
-    const s = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
-    const f = s.slice(s.lastIndexOf(")") + 2).split(" ");
-    return { state: f[0], ppid: Number(f[1]), startTime: Number(f[19]) };
-  } catch {
-    return null;
-  }
-}
-
-/** Alive: not gone and not a zombie, or a zombie leader with a live thread. */
-export function alive(pid) {
-  const s = stat(pid);
-  if (!s) return false;
-  if (s.state !== "Z") return true;
-  try {
-    return fs.readdirSync(`/proc/${pid}/task`).some((t) => {
-      try {
-        const ts = fs.readFileSync(`/proc/${pid}/task/${t}/stat`, "utf8");
-        return ts.slice(ts.lastIndexOf(")") + 2)[0] !== "Z";
-      } catch {
-        return false;
-      }
-    });
-  } catch {
-    return false;
-  }
-}
-
-/** Processes a test spawned or learned of, killed on cleanup by pid and start time. */
-export class Guard {
-  constructor() {
-    this.procs = [];
-  }
-  track(pid, startTime = stat(pid)?.startTime) {
-    if (pid > 1 && startTime) this.procs.push({ pid, startTime });
-  }
-  left() {
-    return this.procs.filter(({ pid, startTime }) => alive(pid) && stat(pid)?.startTime === startTime);
-  }
-  killAll() {
-    for (const { pid } of this.left()) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {}
-    }
-  }
-}
-
-/** Every live descendant of `pid` (by ppid links), with start times. */
-export function descendants(pid) {
-  const kids = new Map();
-  for (const d of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(d)) continue;
-    const s = stat(Number(d));
-    if (s && s.state !== "Z") {
-      if (!kids.has(s.ppid)) kids.set(s.ppid, []);
-      kids.get(s.ppid).push(Number(d));
-    }
-  }
-  const out = [];
-  const walk = (p) => {
-    for (const c of kids.get(p) || []) {
-      out.push(c);
-      walk(c);
-    }
-  };
-  walk(pid);
-  return out;
-}
-
-/** Waits until `pred()` is truthy; returns it, or throws after `ms`. */
-export async function until(pred, ms, what) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await pred();
-    if (v) return v;
-    if (Date.now() >= end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await sleep(25);
-  }
-}
 
 /** True if something accepts on 127.0.0.1:`port`. */
 export function answers(port) {

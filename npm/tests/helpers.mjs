@@ -27,13 +27,42 @@ export function stat(pid) {
   return { state: rest[0], ppid: Number(rest[1]), startTime: rest[19] };
 }
 
-/** Alive and not a zombie. */
+/**
+ * Alive: not gone and not a zombie, or a zombie thread-group leader with a live thread (its
+ * process is alive while any of its tasks is).
+ */
 export function alive(pid) {
   const s = stat(pid);
-  return s !== null && s.state !== "Z" && s.state !== "X";
+  if (s === null || s.state === "X") return false;
+  if (s.state !== "Z") return true;
+  let tasks = [];
+  try {
+    tasks = fs.readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return false;
+  }
+  return tasks.some((t) => {
+    try {
+      const ts = fs.readFileSync(`/proc/${pid}/task/${t}/stat`, "utf8");
+      return !"ZX".includes(ts.slice(ts.lastIndexOf(")") + 2)[0]);
+    } catch {
+      return false;
+    }
+  });
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Waits until `pred()` is truthy; returns its value, or throws after `ms`. */
+export async function until(pred, ms, what) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await pred();
+    if (v) return v;
+    if (Date.now() >= end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(25);
+  }
+}
 
 /** Waits until none of `pids` is alive; returns the ones still alive after `ms`. */
 export async function waitGone(pids, ms) {

@@ -12,9 +12,9 @@ import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 
-import { Guard, alive, packages, repo, sleep, stat } from "../../npm/tests/helpers.mjs";
+import { Guard, alive, packages, repo, sleep, stat, until } from "../../npm/tests/helpers.mjs";
 
-export { alive, sleep };
+export { alive, sleep, until };
 export const PI = process.env.SHEEPDOG_PI_PACKAGE || "@mariozechner/pi-coding-agent@0.73.1";
 
 /** Every live descendant of `pid` (by /proc ppid links), with its start time. */
@@ -40,16 +40,6 @@ export function descendants(pid) {
   return out;
 }
 
-/** Waits until `pred()` is truthy; returns its value, or throws after `ms`. */
-export async function until(pred, ms, what) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await pred();
-    if (v) return v;
-    if (Date.now() >= end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await sleep(25);
-  }
-}
 
 let project;
 after(() => project && fs.rmSync(project, { recursive: true, force: true }));

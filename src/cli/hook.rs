@@ -43,16 +43,8 @@ pub const HOOK_TERM_GRACE: &str = "2s";
 
 /// Recognises `sheepdog [--state-dir DIR] hook HOST EVENT` and `hook detached -- ARGS...`.
 pub(super) fn hook_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, Vec<String>)> {
-    let mut it = args.iter().skip(1);
-    let mut dir = None;
-    loop {
-        match it.next()?.to_str()? {
-            "--state-dir" => dir = Some(PathBuf::from(it.next()?)),
-            "hook" => break,
-            _ => return None,
-        }
-    }
-    let rest: Option<Vec<String>> = it.map(|a| a.to_str().map(str::to_string)).collect();
+    let (dir, rest) = super::invocation(args, "hook")?;
+    let rest: Option<Vec<String>> = rest.iter().map(|a| a.to_str().map(str::to_string)).collect();
     Some((dir, rest?))
 }
 

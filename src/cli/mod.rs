@@ -208,6 +208,24 @@ fn mcp_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, Vec<OsString>)>
     None
 }
 
+/// `sheepdog [--state-dir DIR] NAME REST...`: the state dir (if given) and REST, for the hidden
+/// entry points recognised before clap (`supervise-entry`, `supervise-leftovers`, `hook`), in
+/// the shape their callers write. `None` for anything else, which then goes to clap.
+fn invocation<'a>(args: &'a [OsString], name: &str) -> Option<(Option<PathBuf>, &'a [OsString])> {
+    let mut dir = None;
+    let mut i = 1;
+    loop {
+        match args.get(i)?.to_str()? {
+            "--state-dir" => {
+                dir = Some(PathBuf::from(args.get(i + 1)?));
+                i += 2;
+            }
+            s if s == name => return Some((dir, &args[i + 1..])),
+            _ => return None,
+        }
+    }
+}
+
 /// The MCP server's binary: `sheepdog-mcp` in the directory of this executable. A separate
 /// binary so that `run` and every supervisor never load an async runtime (BENCHMARKS.md).
 pub const MCP_BINARY: &str = "sheepdog-mcp";

@@ -28,15 +28,8 @@ pub struct SuperviseArgs {
 /// Recognises `sheepdog [--state-dir DIR] supervise-entry ...` (the shape `manager::start`
 /// writes); `None` for anything else, which then goes to clap.
 pub(super) fn supervise_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, SuperviseArgs)> {
-    let mut it = args.iter().skip(1);
-    let mut dir = None;
-    loop {
-        match it.next()?.to_str()? {
-            "--state-dir" => dir = Some(PathBuf::from(it.next()?)),
-            "supervise-entry" => break,
-            _ => return None,
-        }
-    }
+    let (dir, rest) = super::invocation(args, "supervise-entry")?;
+    let mut it = rest.iter();
     let mut a = SuperviseArgs { containment: "auto".into(), ..SuperviseArgs::default() };
     while let Some(arg) = it.next() {
         let s = arg.to_str()?;
@@ -77,17 +70,9 @@ pub(super) fn supervise_entry(a: SuperviseArgs, dir: Option<PathBuf>) -> Result<
 /// `manager::hand_off` writes): the supervisor of what a `run --leftovers keep` command left
 /// running. `None` for anything else.
 pub(super) fn leftovers_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, String)> {
-    let mut it = args.iter().skip(1);
-    let mut dir = None;
-    loop {
-        match it.next()?.to_str()? {
-            "--state-dir" => dir = Some(PathBuf::from(it.next()?)),
-            "supervise-leftovers" => break,
-            _ => return None,
-        }
-    }
-    match (it.next()?.to_str()?, it.next()?.to_str()?) {
-        ("--id", id) if !id.is_empty() => Some((dir, id.to_string())),
+    let (dir, rest) = super::invocation(args, "supervise-leftovers")?;
+    match rest {
+        [flag, id] if flag == "--id" && !id.is_empty() => Some((dir, id.to_str()?.to_string())),
         _ => None,
     }
 }

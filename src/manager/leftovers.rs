@@ -127,33 +127,15 @@ fn register_and_watch(reg: &Registry, h: &Handoff) -> Result<Entry, ManagerError
         reg.release_id(&id);
         e
     };
-    let sup_log = File::options()
-        .create(true)
-        .append(true)
-        .open(reg.file(&id, "supervisor.log"))
-        .map_err(|e| fail(io_err("open the supervisor log")(e)))?;
-    let exe = super::start::supervisor_exe().map_err(|e| fail(io_err("find the sheepdog executable")(e)))?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg("--state-dir")
-        .arg(reg.root())
-        .args(["supervise-leftovers", "--id", &id])
-        .current_dir("/")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::from(sup_log));
-    crate::spawn::isolate(&mut cmd, process::Isolation::Session);
-    let mut child = cmd.spawn().map_err(|e| fail(io_err("start the supervisor")(e)))?;
-    let mut line = String::new();
-    if let Some(out) = child.stdout.take() {
-        let _ = io::BufRead::read_line(&mut io::BufReader::new(out), &mut line);
-    }
-    match serde_json::from_str::<supervise::Handshake>(line.trim_end()) {
-        Ok(supervise::Handshake::Spawned) => Ok(reg.read(&id)?),
-        Ok(supervise::Handshake::Failed { code, message }) => Err(fail(ManagerError::Start { code, message })),
-        Err(_) => Err(fail(ManagerError::Start {
+    let args = ["supervise-leftovers", "--id", &id].map(OsString::from);
+    match super::start::launch_supervisor(reg, &id, &args) {
+        Ok(Some(supervise::Handshake::Spawned)) => Ok(reg.read(&id)?),
+        Ok(Some(supervise::Handshake::Failed { code, message })) => Err(fail(ManagerError::Start { code, message })),
+        Ok(None) => Err(fail(ManagerError::Start {
             code: exit::USAGE,
             message: "the supervisor of the leftovers exited before it took them".into(),
         })),
+        Err(e) => Err(fail(e)),
     }
 }
 

@@ -152,55 +152,22 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     let entry = reg.create(entry)?;
     let id = entry.id.clone();
 
-    let sup_log = File::options()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(reg.file(&id, "supervisor.log"))
-        .map_err(io_err("open the supervisor log"))?;
-    let exe = supervisor_exe().map_err(io_err("find the sheepdog executable"))?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("--state-dir")
-        .arg(reg.root())
-        .args(["supervise-entry", "--id", &id, "--containment", req.containment.name()])
-        .args(req.limits.memory_max.map(|m| format!("--memory-max={m}")))
-        .args(req.limits.pids_max.map(|p| format!("--pids-max={p}")))
-        .arg("--cwd")
-        .arg(&cwd)
-        .arg("--")
-        .args(&req.argv)
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(sup_log));
-    crate::spawn::isolate(&mut cmd, process::Isolation::Session);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = reg.remove(&id);
-            reg.release_id(&id);
-            return Err(io_err("start the supervisor")(e));
-        }
-    };
-    let mut line = String::new();
-    if let Some(out) = child.stdout.take() {
-        let _ = BufReader::new(out).read_line(&mut line);
-    }
-    // A supervisor that already finished (a command like `true`) is reaped here; a running one
-    // is left to whoever inherits it.
-    if let Some(pid) = Pid::new(child.id() as i32) {
-        let _ = process::reap(pid, false);
-    }
-    match serde_json::from_str::<Handshake>(line.trim_end()) {
-        Ok(Handshake::Spawned) => return Ok(reg.read(&id)?),
-        Ok(Handshake::Failed { code, message }) => {
+    let mut args: Vec<OsString> =
+        ["supervise-entry", "--id", &id, "--containment", req.containment.name()].map(OsString::from).into();
+    args.extend(req.limits.memory_max.map(|m| format!("--memory-max={m}").into()));
+    args.extend(req.limits.pids_max.map(|p| format!("--pids-max={p}").into()));
+    args.extend(["--cwd".into(), cwd.clone().into_os_string(), "--".into()]);
+    args.extend(req.argv.iter().cloned());
+    match launch_supervisor(reg, &id, &args)? {
+        Some(Handshake::Spawned) => return Ok(reg.read(&id)?),
+        Some(Handshake::Failed { code, message }) => {
             // The supervisor removed the entry: give its id back.
             reg.release_id(&id);
             return Err(ManagerError::Start { code, message });
         }
         // Nothing (or nothing readable): the supervisor died before it could say, or its keeper
         // was killed after the spawn and the supervisor that adopted the tree recorded it.
-        Err(_) => {}
+        None => {}
     }
     if let Ok(e) = reg.read(&id)
         && e.pid.is_some()
@@ -218,6 +185,50 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
             reg.file(&id, "supervisor.log").display()
         ),
     })
+}
+
+/// Starts `sheepdog --state-dir ROOT ARGS` as the detached supervisor of entry `id` (in `/`, a
+/// session of its own, stderr appended to the entry's `supervisor.log`, stdout a pipe) and reads
+/// its one [`Handshake`] line; `None` when it wrote none (it died first). A supervisor that
+/// already exited is reaped here; a running one is left to whoever inherits it. Errors: the log
+/// cannot be opened; the spawn failed (then the entry is removed and its id given back).
+pub(super) fn launch_supervisor(
+    reg: &Registry,
+    id: &str,
+    args: &[OsString],
+) -> Result<Option<Handshake>, ManagerError> {
+    let sup_log = File::options()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(reg.file(id, "supervisor.log"))
+        .map_err(io_err("open the supervisor log"))?;
+    let exe = supervisor_exe().map_err(io_err("find the sheepdog executable"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--state-dir")
+        .arg(reg.root())
+        .args(args)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(sup_log));
+    crate::spawn::isolate(&mut cmd, process::Isolation::Session);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = reg.remove(id);
+            reg.release_id(id);
+            return Err(io_err("start the supervisor")(e));
+        }
+    };
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = BufReader::new(out).read_line(&mut line);
+    }
+    if let Some(pid) = Pid::new(child.id() as i32) {
+        let _ = process::reap(pid, false);
+    }
+    Ok(serde_json::from_str::<Handshake>(line.trim_end()).ok())
 }
 
 /// How often, and for how long at most, `stop` and `wait` re-read an entry whose `start` is
