@@ -215,18 +215,7 @@ pub fn watch(reg: &Registry, id: &str) -> i32 {
             break Why::Owner;
         }
         if crate::inspect::recorded_tree(&now).is_none_or(|t| t.is_gone()) {
-            let _ = reg.update(id, |e| {
-                if !e.is_finished() {
-                    e.status = Status::Exited;
-                    e.status_text = Some("exited (nothing it left is running any more)".into());
-                    e.tree_gone = Some(true);
-                    e.ended_at = Some(files::now_ms());
-                }
-            });
-            if let Ok(e) = reg.read(id) {
-                super::reap::settle_cgroup(reg, e);
-            }
-            crate::cleanup::run_once(reg, id, CleanupRunner::Supervisor);
+            finish(reg, id, Status::Exited, "exited (nothing it left is running any more)".into(), None, true);
             return 0;
         }
         if let Some(cg) = &cgroup {
@@ -257,12 +246,21 @@ pub fn watch(reg: &Registry, id: &str) -> i32 {
             if report.gone { "gone" } else { "NOT confirmed gone" }
         ),
     );
+    finish(reg, id, Status::Stopped, text, Some(reason), report.gone);
+    0
+}
+
+/// Records the end of kept leftovers (unless someone recorded one first), removes their cgroup
+/// once it is empty, and runs the entry's cleanup if one is still due.
+fn finish(reg: &Registry, id: &str, status: Status, text: String, reason: Option<StopReason>, tree_gone: bool) {
     let _ = reg.update(id, |e| {
         if !e.is_finished() {
-            e.status = Status::Stopped;
+            e.status = status;
             e.status_text = Some(text.clone());
-            e.stop_reason = Some(reason.clone());
-            e.tree_gone = Some(report.gone);
+            if reason.is_some() {
+                e.stop_reason = reason.clone();
+            }
+            e.tree_gone = Some(tree_gone);
             e.ended_at = Some(files::now_ms());
         }
     });
@@ -270,5 +268,4 @@ pub fn watch(reg: &Registry, id: &str) -> i32 {
         super::reap::settle_cgroup(reg, e);
     }
     crate::cleanup::run_once(reg, id, CleanupRunner::Supervisor);
-    0
 }
