@@ -184,3 +184,234 @@ impl StdinRelay {
         self.to = None;
     }
 }
+
+/// The output relay (`run --leftovers keep`, which the agent hooks use): the provider's stdout
+/// and stderr are pipes the supervisor holds and copies to its own fd 1 and 2, so that what
+/// the command leaves running (`nohup server &`) never holds the host's pipes. The host's call
+/// returns when the command ends (opencode #20902, codex#7846 are the hangs and losses of a
+/// leftover that kept them), and what a kept leftover writes later goes to its entry's log
+/// (`manager::hand_off` passes the read ends on, [`OutputRelay::into_kept`]).
+///
+/// - A terminal is not relayed: the command keeps it (and its size, colours, job control).
+/// - Stdout and stderr that are the same file or pipe (a host's one task file, `2>&1`) share
+///   one pipe, so their order is kept byte for byte.
+/// - The host's fds keep their flags (they are shared): a write to a pipe or socket is at most
+///   [`PIPE_BUF`] bytes per `POLLOUT`, which never blocks; a file's write does not block.
+/// - A host that stopped reading (EPIPE) gets nothing more; the tree's output is then read
+///   and dropped, so the tree never blocks on a full pipe because of it.
+/// - Only this mode pays for the copy: a plain `run` gives the command the host's fds.
+#[derive(Debug)]
+pub struct OutputRelay {
+    pumps: Vec<Pump>,
+}
+
+/// `PIPE_BUF` on Linux: 4096 bytes, the largest write to a pipe that `POLLOUT` guarantees room
+/// for (pipe(7)).
+pub const PIPE_BUF: usize = 4096;
+
+/// The most [`OutputRelay::drain_now`] copies per stream before it leaves the rest in the
+/// pipe: 1 MiB. A leftover that writes without pause must not keep the hand-off waiting.
+pub const DRAIN_MAX: usize = 1024 * 1024;
+
+#[derive(Debug)]
+struct Pump {
+    stream: crate::logs::Stream,
+    /// The supervisor's fd the bytes go to: 1 or 2.
+    to: RawFd,
+    /// Writes to `to` are cut to [`PIPE_BUF`] (a pipe or socket); a file takes any size.
+    small_writes: bool,
+    /// The pipe's read end (non-blocking: the relay's own open file); `None` after EOF.
+    from: Option<std::fs::File>,
+    buf: Vec<u8>,
+    /// False once the host's end failed (EPIPE): bytes are read and dropped.
+    sink_ok: bool,
+}
+
+/// The provider's ends of the output relay's pipes; `None`: that fd is inherited.
+#[derive(Debug)]
+pub struct WriteEnds {
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
+}
+
+/// Where each pump of the output relay wants to be polled: (read slot, write slot).
+#[derive(Clone, Debug, Default)]
+pub struct OutputSlots(Vec<(Option<usize>, Option<usize>)>);
+
+impl OutputRelay {
+    /// Makes the pipes for the supervisor's fd 1 and 2 that are not terminals (or closed).
+    /// Returns the relay and the write ends for the provider's stdout and stderr (`None`:
+    /// inherited), or `None` when nothing is relayed. Errors: `pipe2`/`fcntl` failures.
+    pub fn new() -> io::Result<Option<(OutputRelay, WriteEnds)>> {
+        use crate::logs::Stream;
+        let relayable = |fd: RawFd| !matches!(process::fd_kind(fd), process::FdKind::Tty | process::FdKind::Closed);
+        let small = |fd: RawFd| matches!(process::fd_kind(fd), process::FdKind::Fifo | process::FdKind::Socket);
+        let pump = |stream, to| -> io::Result<(Pump, OwnedFd)> {
+            let (r, w) = pipe_cloexec()?;
+            set_nonblocking(r.as_raw_fd())?;
+            let from = Some(std::fs::File::from(r));
+            Ok((Pump { stream, to, small_writes: small(to), from, buf: Vec::new(), sink_ok: true }, w))
+        };
+        let (out, err) = (relayable(1), relayable(2));
+        if out && err && process::fd_identity(1) == process::fd_identity(2) {
+            let (p, w) = pump(Stream::Out, 1)?;
+            let w2 = w.try_clone()?;
+            return Ok(Some((OutputRelay { pumps: vec![p] }, WriteEnds { stdout: Some(w), stderr: Some(w2) })));
+        }
+        let mut pumps = Vec::new();
+        let mut ends = [None, None];
+        for (i, (fd, stream, yes)) in [(1, Stream::Out, out), (2, Stream::Err, err)].into_iter().enumerate() {
+            if yes {
+                let (p, w) = pump(stream, fd)?;
+                pumps.push(p);
+                ends[i] = Some(w);
+            }
+        }
+        if pumps.is_empty() {
+            return Ok(None);
+        }
+        let [stdout, stderr] = ends;
+        Ok(Some((OutputRelay { pumps }, WriteEnds { stdout, stderr })))
+    }
+
+    /// The read ends, while open: fds only the process running the loop may hold.
+    pub fn read_fds(&self) -> impl Iterator<Item = RawFd> + '_ {
+        self.pumps.iter().filter_map(|p| p.from.as_ref().map(|f| f.as_raw_fd()))
+    }
+
+    /// Adds the relay's fds to `fds`: each read end while there is room for its bytes, the
+    /// host's fd while bytes wait for it.
+    pub fn poll_fds(&self, fds: &mut Vec<PollFd>) -> OutputSlots {
+        let mut slots = Vec::with_capacity(self.pumps.len());
+        for p in &self.pumps {
+            let read = p.from.as_ref().filter(|_| p.buf.len() < RELAY_BUFFER).map(|f| {
+                fds.push(PollFd::new(f.as_raw_fd(), POLL_IN));
+                fds.len() - 1
+            });
+            let write = (!p.buf.is_empty()).then(|| {
+                fds.push(PollFd::new(p.to, POLL_OUT));
+                fds.len() - 1
+            });
+            slots.push((read, write));
+        }
+        OutputSlots(slots)
+    }
+
+    /// After `poll`: reads what the tree wrote, writes what the host's fds take.
+    pub fn service(&mut self, fds: &[PollFd], slots: &OutputSlots) {
+        for (p, (read, write)) in self.pumps.iter_mut().zip(&slots.0) {
+            if read.is_some_and(|s| fds[s].ready()) {
+                p.read_some();
+            }
+            if write.is_some_and(|s| fds[s].ready()) {
+                p.write_some();
+            }
+        }
+    }
+
+    /// Copies what the pipes hold now to the host, blocking on its writes (at most
+    /// [`DRAIN_MAX`] per stream): before the supervisor exits, and before a hand-off, so that
+    /// everything the command itself wrote reaches the host first.
+    pub fn drain_now(&mut self) {
+        for p in &mut self.pumps {
+            let mut copied = 0;
+            loop {
+                p.flush_blocking();
+                if p.from.is_none() || copied >= DRAIN_MAX {
+                    break;
+                }
+                let before = p.buf.len();
+                if !p.read_some() || p.buf.len() == before {
+                    p.flush_blocking();
+                    break;
+                }
+                copied += p.buf.len() - before;
+            }
+        }
+    }
+
+    /// The read ends still open, with their stream (one `Out` for a shared pipe): what a
+    /// supervisor of kept leftovers reads into the entry's log. Call after [`Self::drain_now`].
+    pub fn into_kept(self) -> Vec<(crate::logs::Stream, OwnedFd)> {
+        self.pumps.into_iter().filter_map(|p| p.from.map(|f| (p.stream, OwnedFd::from(f)))).collect()
+    }
+}
+
+impl Pump {
+    /// One read of what the pipe holds, into the buffer's room. False at EOF or error (the
+    /// read end is then closed).
+    fn read_some(&mut self) -> bool {
+        let Some(from) = &self.from else { return false };
+        let room = RELAY_BUFFER.saturating_sub(self.buf.len());
+        if room == 0 {
+            return true;
+        }
+        let at = self.buf.len();
+        self.buf.resize(at + room, 0);
+        let got = process::read_fd(from.as_fd(), &mut self.buf[at..]);
+        match got {
+            Ok(n) => {
+                self.buf.truncate(at + n);
+                if !self.sink_ok {
+                    self.buf.clear();
+                }
+                if n == 0 {
+                    self.from = None;
+                    return false;
+                }
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.buf.truncate(at);
+                true
+            }
+            Err(_) => {
+                self.buf.truncate(at);
+                self.from = None;
+                false
+            }
+        }
+    }
+
+    /// One write to the host's fd that cannot block: at most [`PIPE_BUF`] to a pipe or socket.
+    fn write_some(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let n = if self.small_writes { self.buf.len().min(PIPE_BUF) } else { self.buf.len() };
+        match process::write_fd(self.to, &self.buf[..n]) {
+            Ok(w) => {
+                self.buf.drain(..w);
+            }
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+            Err(_) => self.give_up(),
+        }
+    }
+
+    /// Writes all that waits, blocking as the host's fd does.
+    fn flush_blocking(&mut self) {
+        while !self.buf.is_empty() && self.sink_ok {
+            match process::write_fd(self.to, &self.buf) {
+                Ok(0) => self.give_up(),
+                Ok(w) => {
+                    self.buf.drain(..w);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // The host's fd is non-blocking (its flags are the host's): wait for room.
+                    let mut fds = [PollFd::new(self.to, POLL_OUT)];
+                    if process::poll(&mut fds, Some(std::time::Duration::from_secs(1))).unwrap_or(0) == 0 {
+                        self.give_up();
+                    }
+                }
+                Err(_) => self.give_up(),
+            }
+        }
+    }
+
+    /// The host's end is gone: nothing more is written to it.
+    fn give_up(&mut self) {
+        self.sink_ok = false;
+        self.buf.clear();
+    }
+}

@@ -112,6 +112,10 @@ pub struct SpawnOptions {
     /// With `stdio` `None`: stdin alone, stdout and stderr inherited (the read end of the stdin
     /// relay's pipe, `crate::relay`).
     pub stdin: Option<OwnedFd>,
+    /// With `stdio` `None`: stdout alone (the output relay's pipe, `crate::relay::OutputRelay`).
+    pub stdout: Option<OwnedFd>,
+    /// With `stdio` `None`: stderr alone (the output relay's pipe).
+    pub stderr: Option<OwnedFd>,
 }
 
 impl SpawnOptions {
@@ -119,7 +123,13 @@ impl SpawnOptions {
     /// close (a copy of a pipe's end elsewhere keeps its reader from EOF).
     pub fn fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> + '_ {
         use std::os::fd::AsRawFd;
-        self.stdio.iter().flatten().chain(self.stdin.iter()).map(|fd| fd.as_raw_fd())
+        self.stdio
+            .iter()
+            .flatten()
+            .chain(self.stdin.iter())
+            .chain(self.stdout.iter())
+            .chain(self.stderr.iter())
+            .map(|fd| fd.as_raw_fd())
     }
 }
 
@@ -129,6 +139,12 @@ impl SpawnOptions {
 /// (`Group`), and the provider (`Group`, after joining its cgroup).
 pub fn isolate(cmd: &mut Command, isolation: Isolation) {
     process::set_pre_exec(cmd, move || process::pre_exec(isolation));
+}
+
+/// [`isolate`], with the fds of `keep` (above 2; negative: none) left open across `exec` for a
+/// child that is told their numbers.
+pub fn isolate_keeping(cmd: &mut Command, isolation: Isolation, keep: [std::os::fd::RawFd; 2]) {
+    process::set_pre_exec(cmd, move || process::pre_exec_keeping(isolation, keep));
 }
 
 /// Where a provider must run: the fds that let the forked child join the tree's cgroup before
@@ -168,10 +184,13 @@ pub fn spawn_joined(
     if std::env::var_os(crate::sys::cgroup::NO_CLONE3_ENV).is_none() {
         use std::os::fd::AsRawFd;
         // A negative source leaves that fd as the supervisor's (exec::Plan).
-        let stdio = match (&opts.stdio, &opts.stdin) {
-            (Some(fds), _) => Some(fds.each_ref().map(AsRawFd::as_raw_fd)),
-            (None, Some(i)) => Some([i.as_raw_fd(), -1, -1]),
-            (None, None) => None,
+        let one = |fd: &Option<OwnedFd>| fd.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+        let stdio = match &opts.stdio {
+            Some(fds) => Some(fds.each_ref().map(AsRawFd::as_raw_fd)),
+            None if opts.stdin.is_some() || opts.stdout.is_some() || opts.stderr.is_some() => {
+                Some([one(&opts.stdin), one(&opts.stdout), one(&opts.stderr)])
+            }
+            None => None,
         };
         let plan = exec::Plan::new(program, args, &opts.env, opts.cwd.as_deref(), stdio, take_terminal)
             .map_err(|e| SpawnError::classify(program, e))?;
@@ -198,8 +217,16 @@ pub fn spawn_joined(
     }
     if let Some([i, o, e]) = opts.stdio {
         cmd.stdin(Stdio::from(i)).stdout(Stdio::from(o)).stderr(Stdio::from(e));
-    } else if let Some(i) = opts.stdin {
-        cmd.stdin(Stdio::from(i));
+    } else {
+        if let Some(i) = opts.stdin {
+            cmd.stdin(Stdio::from(i));
+        }
+        if let Some(o) = opts.stdout {
+            cmd.stdout(Stdio::from(o));
+        }
+        if let Some(e) = opts.stderr {
+            cmd.stderr(Stdio::from(e));
+        }
     }
     // Read in the forked child: set by the parent before a retry outside the cgroup.
     let skip_join = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::cgroup;
 use crate::keeper::{Message, Role};
-use crate::relay::{Seen, StdinRelay};
+use crate::relay::{OutputRelay, Seen, StdinRelay};
 use crate::spawn::{self, SpawnError, SpawnOptions, Spawned};
 use crate::stop::{AfterProviderExit, Phase, Step, StopMachine, StopPolicy, Trigger};
 use crate::sys::process::{self, FdKind, POLL_HUP_ONLY, POLL_IN, POLL_PRI, PidFd, PollFd};
@@ -196,6 +196,8 @@ pub struct Options {
     /// supervisor of its own (`run --leftovers keep`, under an agent's shell tool: the server
     /// a `nohup ... &` meant to keep).
     pub keep_leftovers: bool,
+    // With `keep_leftovers`, the provider's stdout and stderr go through the output relay
+    // (crate::relay::OutputRelay), so that a kept leftover never holds the host's pipes.
     /// A tag the provider carries in `SHEEPDOG_TAG` (inherited by all it starts): how what it
     /// leaves is found again once this supervisor is gone ([`Options::keep_leftovers`]).
     pub tag: Option<String>,
@@ -268,7 +270,7 @@ pub struct Quiet;
 impl Observer for Quiet {}
 
 /// How a supervised provider and its tree ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Outcome {
     pub spawned: Spawned,
     /// The provider's own wait status; `None` only if it could not be killed in time.
@@ -291,7 +293,7 @@ pub struct Outcome {
 
 /// What a provider left running when it exited on its own, handed on alive
 /// ([`Options::keep_leftovers`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Kept {
     /// Its live processes, by identity, oldest first.
     pub members: Vec<Member>,
@@ -300,6 +302,9 @@ pub struct Kept {
     pub cgroup: Option<(std::path::PathBuf, u64)>,
     /// The provider's process group (what `cmd &` in a script shares).
     pub pgid: Pgid,
+    /// The read ends of the output relay ([`crate::relay::OutputRelay`]) that the leftovers
+    /// may still write to, with their stream: for the entry's log.
+    pub output: Vec<(crate::logs::Stream, std::os::fd::OwnedFd)>,
 }
 
 /// How the supervisor itself should end, as README.md's exit-status table says.
@@ -546,6 +551,17 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             relay = Some(r);
         }
     }
+    // The output relay, for the same reason and only when leftovers are kept: a plain `run`
+    // gives the command the host's own fds.
+    let mut output = None;
+    if adoption.is_none()
+        && opts.keep_leftovers
+        && let Some((o, ends)) = OutputRelay::new().map_err(io_err("make the output relay"))?
+    {
+        opts.spawn.stdout = ends.stdout;
+        opts.spawn.stderr = ends.stderr;
+        output = Some(o);
+    }
     #[cfg(target_os = "linux")]
     process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
 
@@ -601,6 +617,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                 .spawn
                 .fds()
                 .chain(relay.as_ref().and_then(StdinRelay::write_fd))
+                .chain(output.iter().flat_map(OutputRelay::read_fds))
                 .chain(observer.keeper_only_fds())
                 .collect(),
             inherit: observer.adoptable_fds(),
@@ -625,6 +642,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                 drop(opts.spawn);
                 opts.spawn = SpawnOptions::default();
                 relay = None;
+                output = None;
                 observer.handed_to_keeper();
                 let report = front.relay(signals);
                 adopted = take_over(&report, foreign.as_deref().unwrap_or_default());
@@ -738,6 +756,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             fds.len() - 1
         });
         let relay_slots = relay.as_ref().map(|r| r.poll_fds(&mut fds)).unwrap_or_default();
+        let output_slots = output.as_ref().map(|o| o.poll_fds(&mut fds)).unwrap_or_default();
         let extra_from = fds.len();
         fds.extend(observer.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
 
@@ -841,6 +860,9 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                 watch_stdin = opts.on_stdin_eof == OnStdinEof::Stop;
             }
         }
+        if let Some(o) = output.as_mut() {
+            o.service(&fds, &output_slots);
+        }
         for p in &fds[extra_from..] {
             if p.ready() {
                 observer.ready(p.fd);
@@ -868,7 +890,16 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             if !members.is_empty() {
                 members.sort_by_key(|m| m.start_time);
                 let cgroup = tree.cgroup().map(|c| (c.path().to_path_buf(), c.inode()));
-                kept = Some(Kept { members, cgroup, pgid: spawned.pgid });
+                // All the command itself wrote is in the pipes now: the host gets it first, and
+                // what the leftovers write from here on goes to the entry's log.
+                let output = match output.take() {
+                    Some(mut o) => {
+                        o.drain_now();
+                        o.into_kept()
+                    }
+                    None => Vec::new(),
+                };
+                kept = Some(Kept { members, cgroup, pgid: spawned.pgid, output });
                 break;
             }
         }
@@ -923,6 +954,11 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             }
         }
     }
+    // The tree is gone (or past its kill wait): the relay copies out what it left in the pipes.
+    if let Some(o) = output.as_mut() {
+        o.drain_now();
+    }
+    drop(output);
     // A tree handed on alive keeps its cgroup.
     let cgroup_left = kept.is_none() && tree.cgroup().is_some_and(|cg| cg.remove().is_err());
     if let Some(home) = terminal_home {

@@ -84,10 +84,21 @@ fn codex_gets_the_rewrite_only_where_it_would_not_ask_and_no_rules_file_exists()
 /// Runs `command` as Claude Code's Bash tool does (`bash -c "eval '...' < /dev/null && pwd -P >|
 /// FILE"`) from `dir`: stdout, stderr, status and the cwd written.
 fn as_claude_runs(command: &str, dir: &std::path::Path, cwd_file: &std::path::Path) -> (String, String, i32, String) {
+    as_claude_runs_with("true", command, dir, cwd_file)
+}
+
+/// [`as_claude_runs`] with the session's `CLAUDE_ENV_FILE` text pasted ahead of the command, as
+/// Claude Code 2.1 does (`... && ENV_FILE_TEXT\n: && eval '...'`).
+fn as_claude_runs_with(
+    env_text: &str,
+    command: &str,
+    dir: &std::path::Path,
+    cwd_file: &std::path::Path,
+) -> (String, String, i32, String) {
     let quoted = format!("'{}'", command.replace('\'', r#"'"'"'"#));
     let out = Command::new("/bin/bash")
         .arg("-c")
-        .arg(format!("eval {quoted} < /dev/null && pwd -P >| {}", cwd_file.display()))
+        .arg(format!("true && {env_text}\n: && eval {quoted} < /dev/null && pwd -P >| {}", cwd_file.display()))
         .current_dir(dir)
         .stdin(Stdio::null())
         .output()
@@ -134,7 +145,8 @@ fn session_start_gives_claude_codes_shells_the_agents_session_and_session_end_st
     // The hook's parent is this test process (no launcher between): the session names it.
     let me = std::process::id();
     assert!(written.starts_with(&format!("export SHEEPDOG_SESSION='agent-{me}-")), "{written}");
-    let session = written.trim().trim_start_matches("export SHEEPDOG_SESSION=").trim_matches('\'').to_string();
+    let first = written.lines().next().unwrap_or_default();
+    let session = first.trim_start_matches("export SHEEPDOG_SESSION=").trim_matches('\'').to_string();
     // An entry of that session (what a hooked call kept, or an MCP start) is stopped by the
     // session's end, after the hook itself has returned.
     let e = st.start(&["--session", &session, "--", "sleep", "300"]);
@@ -144,4 +156,28 @@ fn session_start_gives_claude_codes_shells_the_agents_session_and_session_end_st
     assert_eq!(hook(&st, "claude", "session-end", "{}", &[]), (0, String::new()));
     assert!(t.elapsed() < SECS(1), "the hook returns at once");
     assert_eq!(wait_gone(&[pid], SECS(10)), Vec::<i32>::new(), "the detached stop ended the session's entry");
+}
+
+/// Claude Code's calls are never rewritten: the plugin has no PreToolUse hook, and the line
+/// SessionStart writes to `CLAUDE_ENV_FILE` (which Claude Code pastes into every call) puts the
+/// call under sheepdog with the bare output, status and cwd.
+#[test]
+fn claude_codes_env_file_puts_each_call_under_sheepdog_without_rewriting_it() {
+    let hooks: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string("hosts/claude-code/hooks/hooks.json").unwrap()).unwrap();
+    assert!(hooks["hooks"].get("PreToolUse").is_none(), "the model's command is never rewritten in Claude Code");
+    let st = State::new();
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("env.sh");
+    hook(&st, "claude", "session-start", "{}", &[("CLAUDE_ENV_FILE", env_file.to_str().unwrap())]);
+    let env_text = std::fs::read_to_string(&env_file).unwrap();
+    let cwd_file = dir.path().join("cwd");
+    let command = "mkdir -p sub && cd sub && echo out && echo err >&2 && echo $SHEEPDOG_SESSION >/dev/null && cat /proc/$PPID/comm";
+    let bare = as_claude_runs(command, dir.path(), &cwd_file);
+    let hooked = as_claude_runs_with(env_text.trim_end(), command, dir.path(), &cwd_file);
+    assert_eq!(bare.0.lines().next(), Some("out"));
+    assert_eq!(hooked.0, "out\nsheepdog\n", "the call ran under sheepdog, once (not nested)");
+    assert_eq!((&hooked.1, hooked.2, &hooked.3), (&bare.1, bare.2, &bare.3), "stderr, status and cwd");
+    let (_, _, code, _) = as_claude_runs_with(env_text.trim_end(), "exit 7", dir.path(), &cwd_file);
+    assert_eq!(code, 7);
 }

@@ -169,3 +169,81 @@ fn a_forged_supervise_leftovers_cannot_take_another_entry() {
     assert_eq!(st.entry(&id)["supervisorPid"], sup, "the entry is untouched");
     st.ok(&["stop", &id]);
 }
+
+/// The host's pipes reach EOF when the command ends, though what it left still runs (the hang
+/// of opencode #20902 and codex#7846's lost lines): `run --leftovers keep` relays the command's
+/// output through pipes of its own, and what the leftover writes later goes to the entry's log.
+#[test]
+fn the_hosts_pipes_end_with_the_command_and_later_output_goes_to_the_entrys_log() {
+    let guard = Guard::new();
+    let st = State::new();
+    let mut run = st.cmd(&[
+        "run",
+        "--leftovers",
+        "keep",
+        "--session",
+        "s-out",
+        "--",
+        "sh",
+        "-c",
+        "echo first; echo first-err >&2; (sleep 0.5; echo later; echo later-err >&2; exec sleep 300) & echo left $!",
+    ]);
+    run.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = run.spawn().unwrap();
+    guard.track_child(&child);
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx2 = tx.clone();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        let _ = tx.send((1, s));
+    });
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        let _ = tx2.send((2, s));
+    });
+    let mut got = [String::new(), String::new()];
+    for _ in 0..2 {
+        let (fd, text) = rx.recv_timeout(SECS(5)).expect("the host's pipe reaches EOF when the command ends");
+        got[fd - 1] = text;
+    }
+    assert!(wait_child(&mut child, SECS(5)).success());
+    let left: Vec<i32> = got[0].lines().filter_map(|l| l.strip_prefix("left ")?.parse().ok()).collect();
+    left.iter().for_each(|p| guard.track(*p));
+    assert_eq!(left.len(), 1, "{got:?}");
+    assert!(alive(left[0]), "the leftover still runs");
+    assert_eq!(got[0].lines().next(), Some("first"), "{got:?}");
+    assert_eq!(got[1], "first-err\n", "the command's own stderr reaches the host's stderr");
+    let e = kept_entry(&st, "s-out");
+    guard.track(e["supervisorPid"].as_i64().unwrap_or(0) as i32);
+    let id = e["id"].as_str().unwrap();
+    st.wait_log(id, "stdout.log", "later\n");
+    st.wait_log(id, "stderr.log", "later-err\n");
+    let combined = st.wait_log(id, "combined.log", "[err] later-err");
+    assert!(combined.contains("kept alive"), "{combined}");
+    assert!(!got[0].contains("later") && !got[1].contains("later"), "later output is the entry's, not the host's");
+    st.ok(&["stop", id]);
+    assert_eq!(wait_gone(&left, SECS(5)), Vec::<i32>::new());
+}
+
+/// The relay changes nothing the host reads: every byte, in order, with stdout and stderr that
+/// shared one pipe still interleaved as the command wrote them, and the command's status.
+#[test]
+fn the_output_relay_passes_every_byte_in_order() {
+    let st = State::new();
+    let script = format!(
+        "{bin} --state-dir {dir} run --leftovers keep -- sh -c 'seq 1 100000; echo mid >&2; seq 100001 150000; exit 7' 2>&1 | cat; echo status ${{PIPESTATUS[0]}}",
+        bin = bin(),
+        dir = st.path().display()
+    );
+    let out = std::process::Command::new("bash").args(["-c", &script]).stdin(Stdio::null()).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut want = (1..=100000).map(|n| format!("{n}\n")).collect::<String>();
+    want.push_str("mid\n");
+    want.extend((100001..=150000).map(|n| format!("{n}\n")));
+    want.push_str("status 7\n");
+    assert!(text == want, "{} bytes, not the {} written", text.len(), want.len());
+    assert!(st.entries().is_empty(), "nothing was left, so nothing is kept");
+}

@@ -166,6 +166,40 @@ async function session(plugin, script, settings) {
   return { r, results: m.results().map((x) => ({ ...x, text: x.text.replaceAll(setup.proj, "<proj>") })), setup };
 }
 
+test("a simple foreground command that times out is moved to the background as in the bare host, and runs supervised until the exit", async () => {
+  guard = new Guard();
+  const run = async (plugin) => {
+    const dir = tempDir("sheepdog-cc-autobg-");
+    const port = await freePort();
+    const server = path.join(dir, "srv.py");
+    // A simple command (one program, not `sleep`): Claude Code moves it to the background when
+    // its timeout passes, and tells the model so.
+    fs.writeFileSync(
+      server,
+      `import http.server, os, sys\nopen(sys.argv[2], "w").write(str(os.getpid()))\nhttp.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()\n`,
+    );
+    const probe = `python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:${port}/').status)"`;
+    const m = await model([
+      bash(`python3 ${server} ${port} ${dir}/pid`, { timeout: 2000 }),
+      bash(`for i in $(seq 50); do ${probe} 2>/dev/null && break; sleep 0.1; done`),
+      { text: "done" },
+    ]);
+    const r = await runClaude(m, claudeSetup({ plugin }), { guard });
+    const pid = Number(fs.readFileSync(path.join(dir, "pid"), "utf8"));
+    guard.track(pid);
+    const results = m.results();
+    return { code: r.code, out: r.out, moved: results[0], answered: results[1]?.text, after: await survivors([pid], port) };
+  };
+  const bare = await run(false);
+  const hooked = await run(true);
+  assert.match(bare.moved.text, /background/i, "the bare host moves it to the background");
+  assert.equal(hooked.code, 0, hooked.out);
+  const plain = (t) => t.replace(/\/tmp\/\S+/g, "FILE").replace(/ID: \w+/g, "ID");
+  assert.equal(plain(hooked.moved.text), plain(bare.moved.text), "the model is told the same");
+  assert.equal(hooked.answered, "200", "it keeps running under its supervisor after the move");
+  assert.deepEqual(hooked.after, { live: [], open: false }, "5 s after claude exited");
+});
+
 test("what the model reads (output, exit code line, is_error, cwd across calls) is the bare host's", async () => {
   guard = new Guard();
   const script = () => [

@@ -2,14 +2,16 @@
 //! `hosts/`). It reads the host's hook JSON on stdin and answers in the host's format on stdout.
 //! Recognised before clap: a hook runs on every shell call (BENCHMARKS.md, hooked shell call).
 //!
-//! - `pre-tool-use`: a `Bash` call's command is rewritten so that the host's own shell `exec`s
-//!   `sheepdog run --owner $PPID --leftovers keep --session S` on itself, with the same shell
-//!   running the same `-c` string inside (see [`rewrite`]): the host's pid, output, exit status
-//!   and cwd tracking stay what they were, and the command's tree is the agent's to the end.
+//! - `pre-tool-use` (Codex): a `Bash` call's command gets a line ahead of it that makes the
+//!   host's own shell `exec` `sheepdog run --owner $PPID --leftovers keep --session S` on
+//!   itself, with the same shell running the same `-c` string inside (see [`guard_line`]): the
+//!   host's pid, output, exit status and cwd tracking stay what they were, and the command's
+//!   tree is the agent's to the end. Claude Code needs no rewrite: the line goes into its
+//!   session's `CLAUDE_ENV_FILE`, which it pastes into every shell call.
 //! - `post-tool-use`: what a call left running (kept as entries of the session) is told to the
 //!   model once, as `additionalContext`.
-//! - `session-start`: the session's id for its shells (Claude Code's `CLAUDE_ENV_FILE`), and a
-//!   detached `reap` of what earlier sessions' crashes left.
+//! - `session-start`: the session's id and the line above for its shells (Claude Code's
+//!   `CLAUDE_ENV_FILE`), and a detached `reap` of what earlier sessions' crashes left.
 //! - `session-end`: a detached `stop --session`, so the host's time budget for the hook cannot
 //!   cut the stop short.
 //!
@@ -102,25 +104,38 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The command that runs `command` under sheepdog, as the host's shell will `eval` it. Its
-/// first line makes that shell (bash or zsh, which name their `-c` string) `exec` `sheepdog
-/// run` on itself with the same shell and `-c` string inside; in there the line is skipped
-/// (`SHEEPDOG_CALL` names this call) and `command` runs as the model wrote it, in the host's own
-/// wrapper (its shell snapshot, its cwd tracking). In any other shell, or when the binary is
-/// not there any more, the line does nothing and the command runs unsupervised.
-pub(super) fn rewrite(command: &str, exe: &Path, state: &Path, session: &str, call: &str) -> String {
+/// The line that puts a host's shell call under sheepdog: in the host's own shell (bash or
+/// zsh, which name their `-c` string) it `exec`s `sheepdog run --owner $PPID --leftovers keep
+/// --session S` on itself, with the same shell and `-c` string inside. In there the line is
+/// skipped (`SHEEPDOG_CALL` is the session's id: a shell of another agent, nested in this
+/// one's call, is put under a supervisor of its own) and the rest of the string runs as the
+/// host wrote it: its shell snapshot, the model's command,
+/// its cwd tracking. In any other shell, or when the binary is not there any more, the line
+/// does nothing and the call runs unsupervised.
+///
+/// Claude Code pastes its session's `CLAUDE_ENV_FILE` into every shell call's `-c` string
+/// ahead of the command, so the line goes there ([`session_start`]) and the model's command is
+/// never rewritten: the host's checks (permissions, which commands it moves to the background
+/// on a timeout) and its display see the command as the model wrote it. Codex has no such
+/// file; its calls get the line ahead of the command ([`rewrite`]).
+pub(super) fn guard_line(exe: &Path, state: &Path, session: &str) -> String {
     let exe = quote(&exe.to_string_lossy());
     let run = format!(
         "{exe} --state-dir {} run --owner \"$PPID\" --leftovers keep --session {} --term-grace {HOOK_TERM_GRACE} --",
         quote(&state.to_string_lossy()),
         quote(session),
     );
-    let call = quote(call);
+    let call = quote(session);
     format!(
         "if [ \"${{SHEEPDOG_CALL-}}\" != {call} ] && [ -x {exe} ]; then \
          if [ -n \"${{BASH_EXECUTION_STRING-}}\" ]; then SHEEPDOG_CALL={call} exec {run} \"${{BASH:-bash}}\" -c \"$BASH_EXECUTION_STRING\"; \
-         elif [ -n \"${{ZSH_EXECUTION_STRING-}}\" ]; then SHEEPDOG_CALL={call} exec {run} \"${{ZSH_NAME:-zsh}}\" -c \"$ZSH_EXECUTION_STRING\"; fi; fi\n{command}"
+         elif [ -n \"${{ZSH_EXECUTION_STRING-}}\" ]; then SHEEPDOG_CALL={call} exec {run} \"${{ZSH_NAME:-zsh}}\" -c \"$ZSH_EXECUTION_STRING\"; fi; fi"
     )
+}
+
+/// `command` with [`guard_line`] ahead of it, as the host's shell will `eval` it (Codex).
+pub(super) fn rewrite(command: &str, exe: &Path, state: &Path, session: &str) -> String {
+    format!("{}\n{command}", guard_line(exe, state, session))
 }
 
 /// Codex applies a rewritten command only with `permissionDecision: "allow"`, which also skips
@@ -161,9 +176,8 @@ fn pre_tool_use(host: Host, dir: Option<&Path>, input: &Value) -> Option<Value> 
     let exe = std::env::current_exe().ok()?;
     let state = sheepdog::registry::state_dir(dir.map(Path::to_path_buf)).ok()?;
     let (_, session) = agent_session();
-    let call = input.get("tool_use_id").and_then(Value::as_str).unwrap_or("call");
     let mut updated = tool_input.clone();
-    updated.insert("command".into(), Value::String(rewrite(command, &exe, &state, &session, call)));
+    updated.insert("command".into(), Value::String(rewrite(command, &exe, &state, &session)));
     let mut out = json!({ "hookEventName": "PreToolUse", "updatedInput": updated });
     if host == Host::Codex {
         out["permissionDecision"] = json!("allow");
@@ -203,9 +217,12 @@ fn session_start(host: Host, dir: Option<PathBuf>) -> Option<Value> {
     let (_, session) = agent_session();
     if host == Host::Claude
         && let Some(file) = std::env::var_os("CLAUDE_ENV_FILE")
+        && let Ok(exe) = std::env::current_exe()
+        && let Ok(state) = sheepdog::registry::state_dir(dir.clone())
         && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(file)
     {
         let _ = writeln!(f, "export SHEEPDOG_SESSION={}", quote(&session));
+        let _ = writeln!(f, "{}", guard_line(&exe, &state, &session));
     }
     // What an earlier session's crash left (its hook never ran, its supervisor was killed):
     // `reap` takes entries whose supervisor is gone; the rest stop on their own owner's death.
@@ -256,9 +273,9 @@ mod tests {
 
     #[test]
     fn the_rewrite_keeps_the_command_and_quotes_every_value() {
-        let r = rewrite("echo 'a b'", Path::new("/x/sheep dog"), Path::new("/st"), "agent-1-2", "toolu_'1");
+        let r = rewrite("echo 'a b'", Path::new("/x/sheep dog"), Path::new("/st"), "agent-'1");
         assert!(r.ends_with("\necho 'a b'"), "{r}");
         assert!(r.contains("'/x/sheep dog' --state-dir '/st' run --owner \"$PPID\""), "{r}");
-        assert!(r.contains("SHEEPDOG_CALL='toolu_'\\''1'"), "{r}");
+        assert!(r.contains("--session 'agent-'\\''1'"), "{r}");
     }
 }

@@ -54,7 +54,7 @@ pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> R
         tag: tag.clone(),
         ..Options::default()
     };
-    let outcome = match events.as_mut() {
+    let mut outcome = match events.as_mut() {
         Some(sink) => supervisor::supervise(opts, sink),
         None => supervisor::supervise(opts, &mut Quiet),
     }
@@ -69,7 +69,10 @@ pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> R
     if let Some(sink) = &events {
         sink.exited(&outcome);
     }
-    if let (Some(kept), Some(reg), Some(tag)) = (outcome.kept.clone(), &registry, tag) {
+    // Decided before the kept tree is taken: a provider whose leftovers were kept exits with its
+    // own status.
+    let exit = outcome.exit();
+    if let (Some(kept), Some(reg), Some(tag)) = (outcome.kept.take(), &registry, tag) {
         let h = manager::Handoff {
             kept,
             tag,
@@ -83,7 +86,7 @@ pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> R
             eprintln!("sheepdog: what CMD left running could not be kept ({e}); it was stopped");
         }
         sheepdog::keeper::done();
-        return match outcome.exit() {
+        return match exit {
             Exit::Code(c) => Ok(c),
             Exit::Signal(s) => die_by(s),
         };

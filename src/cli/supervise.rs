@@ -66,18 +66,29 @@ pub(super) fn supervise_entry(a: SuperviseArgs, dir: Option<PathBuf>) -> Result<
     Ok(manager::run_supervisor(&reg, &a.id, a.cwd, a.command, containment, &super::flag))
 }
 
-/// Recognises `sheepdog [--state-dir DIR] supervise-leftovers --id ID` (the shape
-/// `manager::hand_off` writes): the supervisor of what a `run --leftovers keep` command left
-/// running. `None` for anything else.
-pub(super) fn leftovers_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, String)> {
+/// Recognises `sheepdog [--state-dir DIR] supervise-leftovers --id ID [--out-fd N] [--err-fd N]`
+/// (the shape `manager::hand_off` writes): the supervisor of what a `run --leftovers keep`
+/// command left running, and the read ends of its output relay. `None` for anything else.
+pub(super) fn leftovers_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, String, [Option<i32>; 2])> {
     let (dir, rest) = super::invocation(args, "supervise-leftovers")?;
-    match rest {
-        [flag, id] if flag == "--id" && !id.is_empty() => Some((dir, id.to_str()?.to_string())),
-        _ => None,
+    let [flag, id, more @ ..] = rest else { return None };
+    if flag != "--id" || id.is_empty() {
+        return None;
     }
+    let mut fds = [None, None];
+    for pair in more.chunks(2) {
+        let [flag, n] = pair else { return None };
+        let slot = match flag.to_str()? {
+            "--out-fd" => 0,
+            "--err-fd" => 1,
+            _ => return None,
+        };
+        fds[slot] = Some(n.to_str()?.parse().ok()?);
+    }
+    Some((dir, id.to_str()?.to_string(), fds))
 }
 
-pub(super) fn supervise_leftovers(id: String, dir: Option<PathBuf>) -> Result<i32, CliError> {
+pub(super) fn supervise_leftovers(id: String, dir: Option<PathBuf>, fds: [Option<i32>; 2]) -> Result<i32, CliError> {
     let reg = open(dir)?;
-    Ok(manager::supervise_leftovers(&reg, &id))
+    Ok(manager::supervise_leftovers(&reg, &id, fds))
 }

@@ -19,6 +19,7 @@ use crate::entry;
 use crate::entry::RecordedMember;
 use crate::files;
 use crate::supervisor::Kept;
+use std::os::fd::AsFd;
 
 /// How often the supervisor of kept leftovers looks whether anything of them is left, at
 /// first: 50 ms, doubling after each look up to [`LOOK_MAX`]. Nothing tells a process that is
@@ -73,8 +74,7 @@ pub fn hand_off(reg: &Registry, h: Handoff) -> Result<Entry, ManagerError> {
 }
 
 fn register_and_watch(reg: &Registry, h: &Handoff) -> Result<Entry, ManagerError> {
-    // The oldest that shows a command line (not one caught between fork and exec, or exiting).
-    let first = h.kept.members.iter().find(|m| !procfs::cmdline(m.pid).is_empty()).or(h.kept.members.first()).copied();
+    let first = named_member(h);
     let stat = first.and_then(|m| procfs::stat(m.pid).ok());
     let line = first.map(|m| procfs::cmdline(m.pid)).unwrap_or_default();
     let argv: Vec<String> = line.split(' ').filter(|w| !w.is_empty()).map(str::to_string).collect();
@@ -118,17 +118,31 @@ fn register_and_watch(reg: &Registry, h: &Handoff) -> Result<Entry, ManagerError
     let id = entry.id.clone();
     let preview =
         super::start::preview(&h.provider_argv.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>());
-    logs::append_marker(
-        &reg.dir(&id),
-        &format!("kept alive: {} process(es) that `{preview}` left running when it exited", h.kept.members.len()),
-    );
+    // The logs exist from here on, as a started entry's do (`logs ID` reads them at once).
+    if let Ok(mut l) = LogSet::open(&reg.dir(&id), logs::DEFAULT_LOG_MAX) {
+        l.marker(&format!(
+            "kept alive: {} process(es) that `{preview}` left running when it exited",
+            h.kept.members.len()
+        ));
+    }
     let fail = |e: ManagerError| {
         let _ = reg.remove(&id);
         reg.release_id(&id);
         e
     };
-    let args = ["supervise-leftovers", "--id", &id].map(OsString::from);
-    match super::start::launch_supervisor(reg, &id, &args) {
+    // The output relay's read ends go to the new supervisor by number (left open across its
+    // `exec`), for the entry's log.
+    let mut args: Vec<OsString> = ["supervise-leftovers", "--id", &id].map(OsString::from).to_vec();
+    let mut keep = [-1, -1];
+    for (stream, fd) in &h.kept.output {
+        let (flag, slot) = match stream {
+            logs::Stream::Out => ("--out-fd", 0),
+            logs::Stream::Err => ("--err-fd", 1),
+        };
+        keep[slot] = fd.as_raw_fd();
+        args.extend([flag.into(), fd.as_raw_fd().to_string().into()]);
+    }
+    match super::start::launch_supervisor(reg, &id, &args, keep) {
         Ok(Some(supervise::Handshake::Spawned)) => Ok(reg.read(&id)?),
         Ok(Some(supervise::Handshake::Failed { code, message })) => Err(fail(ManagerError::Start { code, message })),
         Ok(None) => Err(fail(ManagerError::Start {
@@ -136,6 +150,30 @@ fn register_and_watch(reg: &Registry, h: &Handoff) -> Result<Entry, ManagerError
             message: "the supervisor of the leftovers exited before it took them".into(),
         })),
         Err(e) => Err(fail(e)),
+    }
+}
+
+/// How long a hand-off waits at most for a leftover to `exec` its own program, so that the
+/// entry is named from it: 50 ms, in 5 ms looks. `nohup server &` in a shell is a fork of the
+/// shell until it execs, and the provider's exit often comes first.
+pub const NAME_WAIT: Duration = Duration::from_millis(50);
+
+/// The member the entry is named from: the oldest that runs a program of its own (its command
+/// line is neither empty, as while it exits, nor the provider's, as a shell's fork before its
+/// `exec`); after [`NAME_WAIT`], the oldest that shows any command line.
+fn named_member(h: &Handoff) -> Option<Member> {
+    let provider: Vec<String> = h.provider_argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let provider = provider.join(" ");
+    let end = Instant::now() + NAME_WAIT;
+    loop {
+        let lines: Vec<(Member, String)> = h.kept.members.iter().map(|m| (*m, procfs::cmdline(m.pid))).collect();
+        if let Some((m, _)) = lines.iter().find(|(_, l)| !l.is_empty() && *l != provider) {
+            return Some(*m);
+        }
+        if Instant::now() >= end {
+            return lines.iter().find(|(_, l)| !l.is_empty()).map(|(m, _)| *m).or(h.kept.members.first().copied());
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -151,7 +189,7 @@ enum Why {
 /// owner's death, SIGTERM/SIGINT/SIGHUP: the one stop over the recorded tree, recorded
 /// `stopped`, then the cleanup if one was set). Returns the exit status: 0, or 125 when it
 /// could not take the entry (then the handshake says why).
-pub fn watch(reg: &Registry, id: &str) -> i32 {
+pub fn watch(reg: &Registry, id: &str, output_fds: [Option<RawFd>; 2]) -> i32 {
     let fail = |code: i32, message: String| {
         supervise::Handshake::Failed { code, message }.send();
         code
@@ -184,19 +222,27 @@ pub fn watch(reg: &Registry, id: &str) -> i32 {
         cg.hold();
     }
     let owner = entry.owner_pid.and_then(Pid::new).and_then(|p| PidFd::open(p).ok());
+    let mut output = Output::take(reg, &entry, output_fds);
     supervise::Handshake::Spawned.send();
     let _ = process::redirect_to_null(1);
     let policy = StopPolicy::from_timings(&entry.stop);
     let mut wait = LOOK_MIN;
+    let mut next_look = Instant::now() + wait;
     let why = loop {
         let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
         if let Some(o) = &owner {
             fds.push(PollFd::new(o.as_raw_fd(), POLL_IN));
         }
-        if let Some(cg) = &cgroup {
+        let cgroup_slot = cgroup.as_ref().map(|cg| {
             fds.push(PollFd::new(cg.events_fd(), process::POLL_PRI));
-        }
-        let _ = process::poll(&mut fds, Some(wait));
+            fds.len() - 1
+        });
+        let output_from = fds.len();
+        output.poll_fds(&mut fds);
+        let _ = process::poll(&mut fds, Some(next_look.saturating_duration_since(Instant::now())));
+        // Output alone does not call for a census: only the look's timer, the cgroup's
+        // `populated` change, a pipe's end (its last writer exited) or a signal do.
+        let ended = output.service(&fds[output_from..]);
         let mut asked = None;
         for sig in signals.drain() {
             if matches!(sig, Signal::TERM | Signal::INT | Signal::HUP) {
@@ -207,6 +253,11 @@ pub fn watch(reg: &Registry, id: &str) -> i32 {
         if let Some(sig) = asked {
             break Why::Signal(sig);
         }
+        let cgroup_woke = cgroup_slot.is_some_and(|s| fds[s].ready());
+        let owner_woke = owner.is_some() && fds[1].ready();
+        if !ended && !cgroup_woke && !owner_woke && Instant::now() < next_look {
+            continue;
+        }
         let Ok(now) = reg.read(id) else { return 0 };
         if now.is_finished() {
             return 0;
@@ -215,6 +266,7 @@ pub fn watch(reg: &Registry, id: &str) -> i32 {
             break Why::Owner;
         }
         if crate::inspect::recorded_tree(&now).is_none_or(|t| t.is_gone()) {
+            output.drain();
             finish(reg, id, Status::Exited, "exited (nothing it left is running any more)".into(), None, true);
             return 0;
         }
@@ -223,6 +275,7 @@ pub fn watch(reg: &Registry, id: &str) -> i32 {
             let _ = cg.populated();
         }
         wait = (wait * 2).min(LOOK_MAX);
+        next_look = Instant::now() + wait;
     };
     let (reason, text) = match why {
         Why::Owner => (StopReason::Owner, "stopped (its owner died)".to_string()),
@@ -238,6 +291,8 @@ pub fn watch(reg: &Registry, id: &str) -> i32 {
         Some(tree) => crate::stop::stop_blocking(&tree, policy),
         None => crate::stop::StopReport { gone: true, escalated: false, signalled: 0 },
     };
+    // What the tree wrote while it stopped (its SIGTERM handlers' last words).
+    output.drain();
     logs::append_marker(
         &reg.dir(id),
         &format!(
@@ -268,4 +323,85 @@ fn finish(reg: &Registry, id: &str, status: Status, text: String, reason: Option
         super::reap::settle_cgroup(reg, e);
     }
     crate::cleanup::run_once(reg, id, CleanupRunner::Supervisor);
+}
+
+/// The leftovers' output: the read ends of `run`'s output relay (crate::relay::OutputRelay),
+/// copied into the entry's logs (stdout.log, stderr.log, combined.log; capped as any entry's).
+/// A pipe that stdout and stderr shared is logged as stdout.
+struct Output {
+    logs: Option<LogSet>,
+    from: Vec<(Stream, OwnedFd)>,
+}
+
+impl Output {
+    /// Takes the fds `hand_off` passed (numbers above 2 only: 0, 1 and 2 are this process's
+    /// stdio) and opens the entry's logs for them.
+    fn take(reg: &Registry, entry: &Entry, fds: [Option<RawFd>; 2]) -> Output {
+        let from: Vec<(Stream, OwnedFd)> = [Stream::Out, Stream::Err]
+            .into_iter()
+            .zip(fds)
+            .filter_map(|(s, fd)| {
+                let fd = process::take_inherited_fd(fd.filter(|fd| *fd > 2)?).ok()?;
+                set_nonblocking(fd.as_raw_fd()).ok()?;
+                Some((s, fd))
+            })
+            .collect();
+        let cap = entry.log_max_bytes.unwrap_or(logs::DEFAULT_LOG_MAX);
+        let logs = if from.is_empty() { None } else { LogSet::open(&reg.dir(&entry.id), cap).ok() };
+        Output { logs, from }
+    }
+
+    fn poll_fds(&self, fds: &mut Vec<PollFd>) {
+        fds.extend(self.from.iter().map(|(_, fd)| PollFd::new(fd.as_raw_fd(), POLL_IN)));
+    }
+
+    /// After `poll` (`fds`: the slots [`Output::poll_fds`] added): one read of each ready pipe.
+    /// True if a pipe ended (its last writer is gone).
+    fn service(&mut self, fds: &[PollFd]) -> bool {
+        let mut ended = false;
+        let mut i = 0;
+        self.from.retain(|(stream, fd)| {
+            let ready = fds.get(i).is_some_and(PollFd::ready);
+            i += 1;
+            if !ready {
+                return true;
+            }
+            let open = read_into(&mut self.logs, *stream, fd, 1);
+            ended |= !open;
+            open
+        });
+        ended
+    }
+
+    /// Reads what the pipes hold now (at most [`crate::relay::DRAIN_MAX`] each), then closes
+    /// them and ends the logs' unterminated lines.
+    fn drain(&mut self) {
+        for (stream, fd) in std::mem::take(&mut self.from) {
+            read_into(&mut self.logs, stream, &fd, crate::relay::DRAIN_MAX / READ_CHUNK);
+        }
+        if let Some(l) = self.logs.as_mut() {
+            l.flush_partials();
+        }
+    }
+}
+
+/// The size of one read of the leftovers' output: 64 KiB.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Up to `reads` reads of `fd` into `logs`; false at EOF or error (the pipe is done).
+fn read_into(logs: &mut Option<LogSet>, stream: Stream, fd: &OwnedFd, reads: usize) -> bool {
+    let mut buf = vec![0u8; READ_CHUNK];
+    for _ in 0..reads {
+        match process::read_fd(fd.as_fd(), &mut buf) {
+            Ok(0) => return false,
+            Ok(n) => {
+                if let Some(l) = logs.as_mut() {
+                    l.write(stream, &buf[..n]);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(_) => return false,
+        }
+    }
+    true
 }

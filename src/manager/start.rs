@@ -158,7 +158,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     args.extend(req.limits.pids_max.map(|p| format!("--pids-max={p}").into()));
     args.extend(["--cwd".into(), cwd.clone().into_os_string(), "--".into()]);
     args.extend(req.argv.iter().cloned());
-    match launch_supervisor(reg, &id, &args)? {
+    match launch_supervisor(reg, &id, &args, [-1, -1])? {
         Some(Handshake::Spawned) => return Ok(reg.read(&id)?),
         Some(Handshake::Failed { code, message }) => {
             // The supervisor removed the entry: give its id back.
@@ -196,6 +196,7 @@ pub(super) fn launch_supervisor(
     reg: &Registry,
     id: &str,
     args: &[OsString],
+    keep: [std::os::fd::RawFd; 2],
 ) -> Result<Option<Handshake>, ManagerError> {
     let sup_log = File::options()
         .create(true)
@@ -212,7 +213,7 @@ pub(super) fn launch_supervisor(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(sup_log));
-    crate::spawn::isolate(&mut cmd, process::Isolation::Session);
+    crate::spawn::isolate_keeping(&mut cmd, process::Isolation::Session, keep);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {

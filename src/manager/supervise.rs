@@ -179,7 +179,7 @@ pub fn run_supervisor(
                 .chain([(ID_ENV.into(), id.into()), (TAG_ENV.into(), entry.tag.clone().into())])
                 .collect(),
             stdio: Some([stdin, out_w, err_w]),
-            stdin: None,
+            ..SpawnOptions::default()
         },
         owner: entry.owner_pid.and_then(Pid::new).map(Owner::Process),
         on_stdin_eof: OnStdinEof::Ignore,

@@ -483,6 +483,21 @@ pub enum FdKind {
     Other,
 }
 
+/// The file `fd` refers to, as `(st_dev, st_ino)`: two fds with the same identity write to
+/// the same file or pipe (a host that gave stdout and stderr one task file, or `2>&1`). `None`
+/// if it is not open.
+pub fn fd_identity(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: st is a valid out-pointer; a closed fd yields EBADF.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 {
+            return None;
+        }
+        #[allow(clippy::unnecessary_cast)]
+        Some((st.st_dev as u64, st.st_ino as u64))
+    }
+}
+
 /// Classifies `fd` with `fstat` and `isatty`.
 pub fn fd_kind(fd: RawFd) -> FdKind {
     // SAFETY: st is a valid out-pointer; a closed fd yields EBADF.
@@ -556,6 +571,20 @@ pub(crate) fn pre_exec(isolation: Isolation) -> io::Result<()> {
     }
     close_inherited_on_exec();
     super::signal::reset_for_exec()
+}
+
+/// [`pre_exec`], then `keep` (fds above 2; negative entries are skipped) left open across
+/// `exec`: how a parent hands a detached supervisor a pipe's read end whose number it passes
+/// in argv (the leftovers' output, `manager::hand_off`). Async-signal-safe.
+pub(crate) fn pre_exec_keeping(isolation: Isolation, keep: [RawFd; 2]) -> io::Result<()> {
+    pre_exec(isolation)?;
+    for fd in keep.into_iter().filter(|fd| *fd > 2) {
+        // SAFETY: fcntl with integer arguments; clears only that fd's close-on-exec flag.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// In a forked child before `exec`: marks every fd above 2 close-on-exec, so the command gets
@@ -715,6 +744,22 @@ pub fn readable_bytes(fd: RawFd) -> Option<usize> {
     // SAFETY: FIONREAD writes one c_int through the valid pointer; a bad fd yields EBADF.
     let rc = unsafe { libc::ioctl(fd, libc::FIONREAD as _, &mut n) };
     (rc == 0).then_some(n.max(0) as usize)
+}
+
+/// One `write(2)` of `buf` to `fd` (an fd this process holds, such as its own stdout), retried
+/// on EINTR: the bytes written, which may be fewer than `buf`.
+pub fn write_fd(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: buf is a valid readable slice of buf.len() bytes; a bad fd yields EBADF.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
 }
 
 /// `read(2)` on a borrowed fd, retried on EINTR. `Ok(0)` is end of file.
