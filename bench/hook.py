@@ -7,11 +7,14 @@ SHEEPDOG defaults to target/x86_64-unknown-linux-musl/release/sheepdog (the stat
 packages ship). Peers are interleaved round by round; medians and p10-p90 in ms, wall clock,
 process start included:
 
-- the PreToolUse hook itself (`sheepdog hook claude pre-tool-use` with a Claude Code input on
-  stdin, as the host runs it from `sh -c`), against `sh -c true` (the floor of any hook);
-- one shell call as Claude Code runs it (`bash -c 'eval CMD && pwd -P >| FILE'`), bare and with
-  the hook's rewrite of CMD (the same bash `exec`s `sheepdog run`, which runs bash again), for
-  CMD `true` and for a call that leaves a `setsid` sleeper (kept as an entry: the registry
+- the hooks themselves, as the host runs them from `sh -c`: Codex's PreToolUse (`sheepdog hook
+  codex pre-tool-use`, which rewrites the call), and the PostToolUse both hosts run after a call
+  (`hook claude post-tool-use`), against `sh -c true` (the floor of any command hook). Claude
+  Code has no PreToolUse hook: its calls get the guard line from `CLAUDE_ENV_FILE`;
+- one shell call as Claude Code runs it (`bash -c 'ENV_FILE_TEXT; eval CMD && pwd -P >| FILE'`),
+  bare and with the plugin's env file (the same bash `exec`s `sheepdog run`, which runs bash
+  again and relays its output), for CMD `true`, for a call that prints 16 MiB (the output
+  relay's copy), and for a call that leaves a `setsid` sleeper (kept as an entry: the registry
   write and the supervisor of the leftovers), each against the bare host's shell.
 
 Prints a Markdown table for BENCHMARKS.md.
@@ -34,38 +37,45 @@ cwd_file = os.path.join(work, "cwd")
 env = dict(os.environ, SHEEPDOG_STATE_DIR=state)
 
 
-def hook_input(command):
+def hook_input(command, event="PreToolUse"):
     return json.dumps({
         "session_id": "bench",
-        "hook_event_name": "PreToolUse",
+        "hook_event_name": event,
         "tool_name": "Bash",
         "tool_input": {"command": command, "description": "bench"},
         "tool_use_id": "toolu_bench",
+        "permission_mode": "bypassPermissions",
         "cwd": work,
     }).encode()
 
 
-def rewritten(command):
-    out = subprocess.run([exe, "hook", "claude", "pre-tool-use"], input=hook_input(command), capture_output=True, env=env, check=True)
-    return json.loads(out.stdout)["hookSpecificOutput"]["updatedInput"]["command"]
+# The plugin's env file, as SessionStart writes it for Claude Code.
+env_file = os.path.join(work, "env.sh")
+subprocess.run([exe, "hook", "claude", "session-start"], input=b"{}", env=dict(env, CLAUDE_ENV_FILE=env_file), check=True, capture_output=True)
+env_text = open(env_file).read().rstrip("\n")
 
 
-def claude_shell(command):
+def claude_shell(command, text="true"):
     # Claude Code 2.1's wrapper (shell snapshot left out: the same in both).
     quoted = "'" + command.replace("'", "'\"'\"'") + "'"
-    return ["/bin/bash", "-c", f"eval {quoted} < /dev/null && pwd -P >| {cwd_file}"]
+    return ["/bin/bash", "-c", f"true && {text}\n: && eval {quoted} < /dev/null && pwd -P >| {cwd_file}"]
 
 
 pids_file = os.path.join(work, "pids")
 # Each leftover records its pid: the bare host's are killed by it at the end.
 leaves = f"setsid sleep 5 >/dev/null 2>&1 & echo $! >> {pids_file}"
+prints = "head -c 16777216 /dev/zero"
+codex_home = tempfile.mkdtemp(prefix="sheepdog-bench-codex-")
 peers = {
     "hook: sh -c true (floor)": (["sh", "-c", "true"], None),
-    "hook: sheepdog hook claude pre-tool-use": (["sh", "-c", f"exec {exe} hook claude pre-tool-use"], hook_input("npm test")),
+    "hook: sheepdog hook codex pre-tool-use": (["sh", "-c", f"CODEX_HOME={codex_home} exec {exe} hook codex pre-tool-use"], hook_input("npm test")),
+    "hook: sheepdog hook claude post-tool-use": (["sh", "-c", f"exec {exe} hook claude post-tool-use"], hook_input("npm test", "PostToolUse")),
     "call `true`: bare host": (claude_shell("true"), None),
-    "call `true`: hooked": (claude_shell(rewritten("true")), None),
+    "call `true`: hooked": (claude_shell("true", env_text), None),
+    "call printing 16 MiB: bare host": (claude_shell(prints), None),
+    "call printing 16 MiB: hooked (output relayed)": (claude_shell(prints, env_text), None),
     "call leaving a setsid child: bare host": (claude_shell(leaves), None),
-    "call leaving a setsid child: hooked (kept as an entry)": (claude_shell(rewritten(leaves)), None),
+    "call leaving a setsid child: hooked (kept as an entry)": (claude_shell(leaves, env_text), None),
 }
 times = {k: [] for k in peers}
 for _ in range(rounds):
@@ -84,7 +94,12 @@ def q(xs, p):
 
 print(f"| figure | median ms | p10–p90 | added to its peer |")
 print(f"|---|---|---|---|")
-base = {"hook": "hook: sh -c true (floor)", "call `true`": "call `true`: bare host", "call leaving": "call leaving a setsid child: bare host"}
+base = {
+    "hook": "hook: sh -c true (floor)",
+    "call `true`": "call `true`: bare host",
+    "call printing": "call printing 16 MiB: bare host",
+    "call leaving": "call leaving a setsid child: bare host",
+}
 for name, xs in times.items():
     med = statistics.median(xs)
     peer = next(v for k, v in base.items() if name.startswith(k))
@@ -97,5 +112,6 @@ for line in open(pids_file).read().split():
     except (ProcessLookupError, ValueError):
         pass
 shutil.rmtree(work, ignore_errors=True)
+shutil.rmtree(codex_home, ignore_errors=True)
 # Every kept entry was stopped above; the state dir goes with them.
 shutil.rmtree(state, ignore_errors=True)

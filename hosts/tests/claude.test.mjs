@@ -7,11 +7,13 @@ import { test, afterEach } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
+import { execFileSync } from "node:child_process";
 
 import {
   Guard,
   alive,
   answers,
+  binDir,
   claudeSetup,
   devPids,
   devServer,
@@ -165,6 +167,69 @@ async function session(plugin, script, settings) {
   const r = await runClaude(m, setup, { guard });
   return { r, results: m.results().map((x) => ({ ...x, text: x.text.replaceAll(setup.proj, "<proj>") })), setup };
 }
+
+test("what an earlier session left when it and the kept entry's supervisor were SIGKILLed is reaped when the next session starts", async () => {
+  guard = new Guard();
+  const dir = tempDir("sheepdog-cc-reap-");
+  const port = await freePort();
+  const setup = claudeSetup({ plugin: true });
+  const ps = () =>
+    JSON.parse(execFileSync(path.join(binDir(), "sheepdog"), ["--state-dir", setup.state, "ps", "--all", "--json"], { encoding: "utf8" })).entries;
+  const m1 = await model([
+    bash(`nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > ${dir}/server; echo started`),
+    { hold: true },
+  ]);
+  let server;
+  await runClaude(m1, setup, {
+    guard,
+    during: async (child) => {
+      await until(() => m1.step >= 2 && ps().some((e) => e.status === "running" && e.supervisorPid), 30_000, "the kept entry");
+      server = Number(fs.readFileSync(path.join(dir, "server"), "utf8"));
+      guard.track(server);
+      const sup = ps().find((e) => e.status === "running").supervisorPid;
+      guard.track(sup);
+      // The crash that no end hook and no owner watch survives: the entry's own supervisor
+      // first, then the agent.
+      process.kill(sup, "SIGKILL");
+      await until(() => !alive(sup), 5_000, "the supervisor's death");
+      child.kill("SIGKILL");
+    },
+  });
+  await until(() => answers(port), 10_000, "the orphaned server");
+  assert.ok(alive(server), "with its supervisor and its agent gone, the server lives on until a reap");
+  const m2 = await model([bash("echo second"), { text: "done" }]);
+  const r = await runClaude(m2, setup, { guard });
+  assert.equal(r.code, 0, r.out);
+  assert.deepEqual(await survivors([server], port), { live: [], open: false }, "the next session's start reaped it");
+});
+
+test("a background call's completion notice, output and exit status are the bare host's", async () => {
+  guard = new Guard();
+  const run = async (plugin) => {
+    let taskId;
+    const m = await model([
+      bash("echo out; echo err >&2; exit 3", { run_in_background: true }),
+      (body) => {
+        taskId = /ID: (\w+)/.exec(lastResult(body).text)?.[1];
+        return bash("sleep 2");
+      },
+      { text: "done" },
+    ]);
+    const r = await runClaude(m, claudeSetup({ plugin }), { guard });
+    assert.equal(r.code, 0, r.out);
+    // What the model is told of the task once it ended: the host's notice, with the ids and
+    // paths of this run taken out.
+    const later = m.requests.slice(2).map((q) => JSON.stringify(q.body)).join("\n");
+    const notice = later.match(/<task-notification>.*?<\/task-notification>/)?.[0] ?? "";
+    const plain = (t) => t.replaceAll(taskId, "TASK").replace(/\/tmp\/[^\s"\\<]+/g, "FILE").replace(/toolu_\w+/g, "TOOL");
+    return { notice: plain(notice), started: plain(m.results()[0].text) };
+  };
+  const bare = await run(false);
+  const hooked = await run(true);
+  assert.match(bare.notice, /task-notification/, "the bare host tells the model the task ended");
+  assert.match(bare.notice, /exit code 3/);
+  assert.deepEqual(hooked, bare, "the same notice (status, exit code, output file) as the bare host");
+});
 
 test("a simple foreground command that times out is moved to the background as in the bare host, and runs supervised until the exit", async () => {
   guard = new Guard();
