@@ -16,7 +16,8 @@ fn hook(st: &State, host: &str, event: &str, input: &str, env: &[(&str, &str)]) 
         c.env(k, v);
     }
     let mut child = c.spawn().unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    // A hook that refuses its arguments exits before it reads: EPIPE here is no failure.
+    let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
     let out = child.wait_with_output().unwrap();
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -180,4 +181,33 @@ fn claude_codes_env_file_puts_each_call_under_sheepdog_without_rewriting_it() {
     assert_eq!((&hooked.1, hooked.2, &hooked.3), (&bare.1, bare.2, &bare.3), "stderr, status and cwd");
     let (_, _, code, _) = as_claude_runs_with(env_text.trim_end(), "exit 7", dir.path(), &cwd_file);
     assert_eq!(code, 7);
+}
+
+/// The hooks that run on every call exec the static binary that SessionStart recorded
+/// (`hook-exe` in the state dir), not whatever `sheepdog` is first on PATH (npm's launcher
+/// would add Node's start to every call).
+#[test]
+fn the_per_call_hooks_exec_the_binary_session_start_recorded() {
+    let st = State::new();
+    hook(&st, "codex", "session-start", "{}", &[]);
+    let recorded = std::fs::read_to_string(st.path().join("hook-exe")).unwrap();
+    assert_eq!(std::path::Path::new(&recorded), std::fs::canonicalize(bin()).unwrap().as_path());
+    let hooks: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string("hosts/codex/hooks.json").unwrap()).unwrap();
+    let command = hooks["hooks"]["PreToolUse"][0]["hooks"][0]["command"].as_str().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut sh = Command::new("sh");
+    sh.args(["-c", command])
+        .env("PATH", "/usr/bin:/bin")
+        .env("SHEEPDOG_STATE_DIR", st.path())
+        .env("CODEX_HOME", home.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = sh.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(bash_input("ls", "bypassPermissions").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the hook answered");
+    assert_eq!(v["hookSpecificOutput"]["permissionDecision"], "allow");
 }

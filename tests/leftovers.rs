@@ -225,7 +225,9 @@ fn the_hosts_pipes_end_with_the_command_and_later_output_goes_to_the_entrys_log(
     assert!(combined.contains("kept alive"), "{combined}");
     assert!(!got[0].contains("later") && !got[1].contains("later"), "later output is the entry's, not the host's");
     st.ok(&["stop", id]);
-    assert_eq!(wait_gone(&left, SECS(5)), Vec::<i32>::new());
+    let left_alive = wait_gone(&left, SECS(5));
+    let log = std::fs::read_to_string(st.path().join("procs").join(id).join("combined.log")).unwrap_or_default();
+    assert_eq!(left_alive, Vec::<i32>::new(), "{}\n{log}", st.entry(id));
 }
 
 /// The relay changes nothing the host reads: every byte, in order, with stdout and stderr that

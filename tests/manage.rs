@@ -739,3 +739,35 @@ fn issue_34_a_leftover_draining_the_output_reaches_the_log_before_the_stop() {
     assert_eq!(log.lines().count(), 5000, "lines the reader had to write were lost");
     assert_eq!(log.lines().last(), Some("5000"));
 }
+
+/// Issue 34, item 5: a stop is not a success. An entry whose command traps SIGTERM and exits 0
+/// within the stop gives `wait` 143 (128 + SIGTERM), as `run` does, whether `sheepdog stop` or
+/// its owner's death stopped it; its own exit code stays recorded as data.
+#[test]
+fn issue_34_a_stopped_entry_never_waits_as_a_success() {
+    let st = State::new();
+    let guard = Guard::new();
+    let trap = "trap 'exit 0' TERM; echo up; while :; do sleep 0.05; done";
+    let owner = guard.sleeper();
+    let owner_pid = owner.id().to_string();
+    for how in ["stop", "owner"] {
+        let mut args = vec!["--", "bash", "-c", trap];
+        if how == "owner" {
+            args.splice(0..0, ["--owner", owner_pid.as_str()]);
+        }
+        let v = st.start(&args);
+        let id = id_of(&v);
+        st.wait_log(&id, "stdout.log", "up");
+        if how == "stop" {
+            st.ok(&["stop", &id]);
+        } else {
+            signal(owner.id() as i32, libc::SIGKILL);
+        }
+        let out = st.run(&["wait", &id, "--timeout", "10s", "--json"]);
+        assert_eq!(out.status.code(), Some(143), "{how}: {}", stderr(&out));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["exitStatus"], 143, "{how}: {doc}");
+        let e = st.entry(&id);
+        assert_eq!((e["status"].as_str(), e["exitCode"].as_i64()), (Some("stopped"), Some(0)), "{how}: {e}");
+    }
+}

@@ -43,6 +43,10 @@ pub(super) enum Host {
 /// sheepdog's and ends with the tree confirmed gone.
 pub const HOOK_TERM_GRACE: &str = "2s";
 
+/// The file in the state dir naming the static binary that the last session start ran
+/// (`hook-exe`): the per-call hooks of `hosts/` exec it directly, past any launcher.
+pub const HOOK_EXE_FILE: &str = "hook-exe";
+
 /// Recognises `sheepdog [--state-dir DIR] hook HOST EVENT` and `hook detached -- ARGS...`.
 pub(super) fn hook_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, Vec<String>)> {
     let (dir, rest) = super::invocation(args, "hook")?;
@@ -223,6 +227,14 @@ fn session_start(host: Host, dir: Option<PathBuf>) -> Option<Value> {
     {
         let _ = writeln!(f, "export SHEEPDOG_SESSION={}", quote(&session));
         let _ = writeln!(f, "{}", guard_line(&exe, &state, &session));
+    }
+    // The static binary's path, for the hooks that run on every call (`hooks.json` reads it
+    // with the shell's `read`): `sheepdog` on PATH may be npm's Node launcher, whose start
+    // would cost every call ~80 ms (BENCHMARKS.md).
+    if let Ok(exe) = std::env::current_exe()
+        && let Ok(reg) = Registry::open(dir.clone())
+    {
+        let _ = sheepdog::files::write_atomic(&reg.root().join(HOOK_EXE_FILE), exe.as_os_str().as_encoded_bytes());
     }
     // What an earlier session's crash left (its hook never ran, its supervisor was killed):
     // `reap` takes entries whose supervisor is gone; the rest stop on their own owner's death.

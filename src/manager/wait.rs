@@ -82,10 +82,18 @@ pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<
 /// then stopped, reaped or recorded lost from outside: nobody saw the process's own status).
 ///
 /// An entry stopped by its turn timeout reports 124, as GNU `timeout` does, whatever the process
-/// itself exited with (one that traps SIGTERM and exits 0 still timed out).
+/// itself exited with (one that traps SIGTERM and exits 0 still timed out). A stop is not a
+/// success either: an entry stopped (`sheepdog stop`, a session's cancel, its owner's death, a
+/// signal to its supervisor) reports 128 + the signal that ended it, and one that trapped
+/// SIGTERM and exited on its own within the stop reports 143, as `run` under a SIGTERM does
+/// (issue 34, item 5). Its own exit code stays recorded (`exitCode`) as data. A stop from
+/// outside that saw no status (its supervisor was killed) stays unknown.
 pub fn exit_status_of(e: &Entry) -> Option<i32> {
     if e.status == Status::TimedOut {
         return Some(exit::TIMED_OUT);
+    }
+    if e.status == Status::Stopped && e.exit_code.is_some() && e.signal.is_none() {
+        return Some(exit::by_signal(Signal::TERM.as_raw()));
     }
     if let Some(c) = e.exit_code {
         return Some(c);
