@@ -748,7 +748,7 @@ fn issue_34_a_stopped_entry_never_waits_as_a_success() {
     let st = State::new();
     let guard = Guard::new();
     let trap = "trap 'exit 0' TERM; echo up; while :; do sleep 0.05; done";
-    let owner = guard.sleeper();
+    let mut owner = guard.sleeper();
     let owner_pid = owner.id().to_string();
     for how in ["stop", "owner"] {
         let mut args = vec!["--", "bash", "-c", trap];
@@ -762,6 +762,7 @@ fn issue_34_a_stopped_entry_never_waits_as_a_success() {
             st.ok(&["stop", &id]);
         } else {
             signal(owner.id() as i32, libc::SIGKILL);
+            let _ = owner.wait();
         }
         let out = st.run(&["wait", &id, "--timeout", "10s", "--json"]);
         assert_eq!(out.status.code(), Some(143), "{how}: {}", stderr(&out));
