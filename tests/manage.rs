@@ -761,8 +761,7 @@ fn issue_34_a_stopped_entry_never_waits_as_a_success() {
         if how == "stop" {
             st.ok(&["stop", &id]);
         } else {
-            signal(owner.id() as i32, libc::SIGKILL);
-            let _ = owner.wait();
+            owner.kill().unwrap();
         }
         let out = st.run(&["wait", &id, "--timeout", "10s", "--json"]);
         assert_eq!(out.status.code(), Some(143), "{how}: {}", stderr(&out));
@@ -771,4 +770,5 @@ fn issue_34_a_stopped_entry_never_waits_as_a_success() {
         let e = st.entry(&id);
         assert_eq!((e["status"].as_str(), e["exitCode"].as_i64()), (Some("stopped"), Some(0)), "{how}: {e}");
     }
+    let _ = owner.wait();
 }
