@@ -379,7 +379,7 @@ impl Pump {
             return;
         }
         let n = if self.small_writes { self.buf.len().min(PIPE_BUF) } else { self.buf.len() };
-        match process::write_fd(self.to, &self.buf[..n]) {
+        match process::write_raw(self.to, &self.buf[..n]) {
             Ok(w) => {
                 self.buf.drain(..w);
             }
@@ -391,7 +391,7 @@ impl Pump {
     /// Writes all that waits, blocking as the host's fd does.
     fn flush_blocking(&mut self) {
         while !self.buf.is_empty() && self.sink_ok {
-            match process::write_fd(self.to, &self.buf) {
+            match process::write_raw(self.to, &self.buf) {
                 Ok(0) => self.give_up(),
                 Ok(w) => {
                     self.buf.drain(..w);

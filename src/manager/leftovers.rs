@@ -230,9 +230,10 @@ pub fn watch(reg: &Registry, id: &str, output_fds: [Option<RawFd>; 2]) -> i32 {
     let mut next_look = Instant::now() + wait;
     let why = loop {
         let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
-        if let Some(o) = &owner {
+        let owner_slot = owner.as_ref().map(|o| {
             fds.push(PollFd::new(o.as_raw_fd(), POLL_IN));
-        }
+            fds.len() - 1
+        });
         let cgroup_slot = cgroup.as_ref().map(|cg| {
             fds.push(PollFd::new(cg.events_fd(), process::POLL_PRI));
             fds.len() - 1
@@ -254,7 +255,7 @@ pub fn watch(reg: &Registry, id: &str, output_fds: [Option<RawFd>; 2]) -> i32 {
             break Why::Signal(sig);
         }
         let cgroup_woke = cgroup_slot.is_some_and(|s| fds[s].ready());
-        let owner_woke = owner.is_some() && fds[1].ready();
+        let owner_woke = owner_slot.is_some_and(|s| fds[s].ready());
         if !ended && !cgroup_woke && !owner_woke && Instant::now() < next_look {
             continue;
         }

@@ -746,22 +746,6 @@ pub fn readable_bytes(fd: RawFd) -> Option<usize> {
     (rc == 0).then_some(n.max(0) as usize)
 }
 
-/// One `write(2)` of `buf` to `fd` (an fd this process holds, such as its own stdout), retried
-/// on EINTR: the bytes written, which may be fewer than `buf`.
-pub fn write_fd(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
-    loop {
-        // SAFETY: buf is a valid readable slice of buf.len() bytes; a bad fd yields EBADF.
-        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
-        }
-    }
-}
-
 /// `read(2)` on a borrowed fd, retried on EINTR. `Ok(0)` is end of file.
 pub fn read_fd(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     loop {
