@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 
-import { Guard, answers, codexSetup, devPids, devServer, freePort, runCodex, startModel, survivors, tempDir, until } from "./harness.mjs";
+import { Guard, answers, codexSetup, devPids, devServer, freePort, runCodex, startModel, stat, survivors, tempDir, until } from "./harness.mjs";
 
 let guard;
 let models = [];
@@ -123,4 +123,43 @@ test("a command the user's rules forbid stays forbidden", async () => {
   const hooked = await run(true);
   assert.equal(bare.made, false, "the bare host forbids it");
   assert.deepEqual(hooked, bare);
+});
+
+test("a foreground call past its yield time runs on under its supervisor, and the model's poll reads the bare host's late output and exit code", async () => {
+  guard = new Guard();
+  const run = async (plugin) => {
+    const dir = tempDir("sheepdog-cx-yield-");
+    let parent;
+    const m = await model([
+      // Codex's foreground limit: past yield_time_ms the call returns, its process runs on as a
+      // session the model polls with write_stdin.
+      ex(`echo $$ > ${dir}/shell; echo early; sleep 3; echo late; exit 4`, { yield_time_ms: 500 }),
+      (body) => {
+        const shell = Number(fs.readFileSync(path.join(dir, "shell"), "utf8"));
+        guard.track(shell);
+        parent = fs.readlinkSync(`/proc/${stat(shell).ppid}/exe`);
+        const moved = body.input.filter((i) => i.type === "function_call_output").at(-1).output;
+        const id = Number(/session ID (\d+)/.exec(moved)?.[1]);
+        return { tool: "write_stdin", input: { session_id: id, chars: "", yield_time_ms: 8000 } };
+      },
+      { text: "done" },
+    ]);
+    const setup = codexSetup(m, { plugin });
+    const r = await runCodex(setup, { guard });
+    assert.equal(r.code, 0, r.out);
+    const neutral = (t) =>
+      t
+        .replaceAll(dir, "<dir>")
+        .replace(/Chunk ID: \w+/, "Chunk ID: <id>")
+        .replace(/Wall time: [\d.]+ seconds/, "Wall time: <t>")
+        .replace(/session ID \d+/, "session ID <n>");
+    return { parent: path.basename(parent), results: m.results().map((x) => neutral(x.text)) };
+  };
+  const bare = await run(false);
+  const hooked = await run(true);
+  assert.match(bare.results[0], /Process running with session ID/, "the bare host moves the call on");
+  assert.match(bare.results[1], /Process exited with code 4\n[\s\S]*Output:\nlate\n/);
+  assert.equal(hooked.parent, "sheepdog", "the call's shell runs under sheepdog's supervisor");
+  assert.notEqual(bare.parent, "sheepdog");
+  assert.deepEqual(hooked.results, bare.results, "the model reads what the bare host gives");
 });
