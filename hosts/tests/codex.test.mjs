@@ -163,3 +163,29 @@ test("a foreground call past its yield time runs on under its supervisor, and th
   assert.notEqual(bare.parent, "sheepdog");
   assert.deepEqual(hooked.results, bare.results, "the model reads what the bare host gives");
 });
+
+test("an interrupt of the turn (SIGINT, Codex's own stop) ends the dev server whole, where the bare host leaves the setsid child and the double-forked helper", async () => {
+  guard = new Guard();
+  const run = async (plugin) => {
+    const dir = tempDir("sheepdog-cx-int-");
+    const port = await freePort();
+    const m = await model([ex(devServer(dir, port), { yield_time_ms: 1000 }), { hold: true }]);
+    const setup = codexSetup(m, { plugin });
+    let pids;
+    const r = await runCodex(setup, {
+      guard,
+      during: async (child) => {
+        pids = await devPids(dir, guard);
+        await until(() => answers(port), 10_000, "the dev server's port");
+        await until(() => m.step >= 2, 10_000, "the turn to wait on the model");
+        child.kill("SIGINT");
+      },
+    });
+    assert.match(r.out, /turn interrupted/, r.out);
+    const left = await survivors(pids, port);
+    guard.killAll();
+    return left.live.length;
+  };
+  assert.ok((await run(false)) > 0, "the bare host's interrupt misses what left its process group");
+  assert.equal(await run(true), 0, "5 s after the interrupt nothing of the tree is alive");
+});
