@@ -332,7 +332,7 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
     }
     match status {
         Some(WaitStatus::Exited(code)) => result.exit_code = Some(code),
-        Some(WaitStatus::Signaled(s)) => result.signal = Some(s.name()),
+        Some(WaitStatus::Signaled(s, _)) => result.signal = Some(s.name()),
         None => {}
     }
     result.duration_ms = started.elapsed().as_millis() as u64;
@@ -377,10 +377,10 @@ pub fn record_reaped(reg: &Registry, id: &str, status: WaitStatus, by: CleanupRu
         command: c.command.clone(),
         exit_code: match status {
             WaitStatus::Exited(code) => Some(code),
-            WaitStatus::Signaled(_) => None,
+            WaitStatus::Signaled(..) => None,
         },
         signal: match status {
-            WaitStatus::Signaled(s) => Some(s.name().to_string()),
+            WaitStatus::Signaled(s, _) => Some(s.name().to_string()),
             WaitStatus::Exited(_) => None,
         },
         duration_ms: files::now_ms().saturating_sub(e.cleanup_started_at.unwrap_or_default()),

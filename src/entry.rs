@@ -213,6 +213,8 @@ pub struct SupervisorResult {
     pub exit_code: Option<i32>,
     /// The signal that killed the command (`SIGTERM`), when one did.
     pub signal: Option<String>,
+    /// The kernel wrote a core dump when that signal killed it (`WCOREDUMP`).
+    pub core_dumped: bool,
     /// What began the stop; `None` when the command exited on its own.
     pub stop_reason: Option<StopReason>,
     pub tree_gone: bool,
@@ -306,6 +308,10 @@ pub struct Entry {
     pub status_text: Option<String>,
     pub exit_code: Option<i32>,
     pub signal: Option<String>,
+    /// True when the signal that killed the command dumped core (`WCOREDUMP`, as the shell's
+    /// `(core dumped)`); absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub core_dumped: bool,
     /// What began the stop: `signal` (sheepdog stop), `owner`, `timeout`, `reap`, ...
     pub stop_reason: Option<crate::status::StopReason>,
     pub tree_gone: Option<bool>,
@@ -439,6 +445,7 @@ impl Entry {
         if let Some(s) = r.signal {
             self.signal = Some(s);
         }
+        self.core_dumped |= r.core_dumped;
         self.stop_reason = r.stop_reason;
         self.tree_gone = Some(r.tree_gone);
         self.ended_at = Some(now_ms());
@@ -456,9 +463,16 @@ impl Entry {
         self.members = members;
     }
 
-    /// Unix ms at which the turn timeout (`--timeout`) expires, if one is set.
+    /// Unix ms at which the turn timeout (`--timeout`) expires, if one is set. For display; a
+    /// deadline is [`Entry::timeout_left`], which a wall-clock step does not move.
     pub fn timeout_at_ms(&self) -> Option<u64> {
         self.timeout_ms.map(|t| self.started_at.saturating_add(t))
+    }
+
+    /// Ms since `started_at` by the wall clock: what `Entry::timeout_left` falls back to
+    /// outside the boot the entry was made in.
+    pub(crate) fn wall_elapsed_ms(&self) -> u64 {
+        now_ms().saturating_sub(self.started_at)
     }
 }
 
@@ -673,6 +687,7 @@ mod transition_tests {
             text: "killed (SIGKILL)".into(),
             exit_code: None,
             signal: Some("SIGKILL".into()),
+            core_dumped: false,
             stop_reason: Some(StopReason::Signal),
             tree_gone: true,
             cgroup_left: true,

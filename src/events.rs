@@ -10,7 +10,7 @@
 //! {"event":"escalated","signal":"SIGKILL","remaining":2}
 //! {"event":"spawnFailed","command":"nosuch","errno":"ENOENT","errnoNumber":2,"exitStatus":127,
 //!  "message":"nosuch: command not found: No such file or directory (os error 2)"}  (instead of all others)
-//! {"event":"exited","exitCode":0,"signal":null,"treeGone":true,"escalated":false,
+//! {"event":"exited","exitCode":0,"signal":null,"coreDumped":false,"treeGone":true,"escalated":false,
 //!  "trigger":null,"exitStatus":0,"code":0,"status":0}
 //! ```
 //!
@@ -83,6 +83,8 @@ pub enum Event {
         exit_code: Option<i32>,
         /// The signal that ended the provider.
         signal: Option<String>,
+        /// That signal dumped core (`WCOREDUMP`, the shell's `(core dumped)`).
+        core_dumped: bool,
         /// Nothing of the tree is left.
         tree_gone: bool,
         /// SIGKILL was needed.
@@ -144,7 +146,7 @@ impl Event {
     pub fn exited(outcome: &Outcome) -> Event {
         let (code, signal) = match outcome.provider {
             Some(WaitStatus::Exited(c)) => (Some(c), None),
-            Some(WaitStatus::Signaled(s)) => (None, Some(s.name())),
+            Some(WaitStatus::Signaled(s, _)) => (None, Some(s.name())),
             None => (None, None),
         };
         let status = match outcome.exit() {
@@ -154,6 +156,7 @@ impl Event {
         Event::Exited {
             exit_code: code,
             signal,
+            core_dumped: matches!(outcome.provider, Some(WaitStatus::Signaled(_, true))),
             tree_gone: outcome.tree_gone,
             escalated: outcome.escalated,
             trigger: outcome.trigger.map(|t| t.name()),
@@ -278,7 +281,7 @@ mod tests {
         let pid = Pid::new(4242).unwrap();
         let outcome = Outcome {
             spawned: Spawned { pid, pgid: pid.as_group() },
-            provider: Some(WaitStatus::Signaled(Signal::KILL)),
+            provider: Some(WaitStatus::Signaled(Signal::KILL, false)),
             trigger: Some(Trigger::Signal(Signal::TERM)),
             tree_gone: true,
             escalated: true,
@@ -288,7 +291,7 @@ mod tests {
         };
         assert_eq!(
             serde_json::to_string(&Event::exited(&outcome)).unwrap(),
-            r#"{"event":"exited","exitCode":null,"signal":"SIGKILL","treeGone":true,"escalated":true,"trigger":"signal","exitStatus":"SIGTERM","code":null,"status":"SIGTERM"}"#
+            r#"{"event":"exited","exitCode":null,"signal":"SIGKILL","coreDumped":false,"treeGone":true,"escalated":true,"trigger":"signal","exitStatus":"SIGTERM","code":null,"status":"SIGTERM"}"#
         );
         // As written: the schema's version first.
         let line = EventLine { v: crate::status::Version, event: Event::Escalated { signal: "SIGKILL", remaining: 2 } };

@@ -15,6 +15,34 @@ impl Entry {
         self.boot_id == procfs::boot_id()
     }
 
+    /// How much of the turn timeout (`--timeout`) is left now (zero once it passed), if one is
+    /// set. Within the boot the entry was made in, by the boot clock: clock ticks since its
+    /// supervisor started (`/proc/<pid>/stat` field 22 against `/proc/uptime`, 10 ms steps),
+    /// which a wall-clock step (NTP, a suspended VM, `date -s`) does not move, as systemd's
+    /// timers use CLOCK_MONOTONIC; by the wall clock otherwise.
+    pub fn timeout_left(&self) -> Option<std::time::Duration> {
+        let t = self.timeout_ms?;
+        Some(std::time::Duration::from_millis(t.saturating_sub(self.elapsed_ms())))
+    }
+
+    /// True once the turn timeout has passed ([`Entry::timeout_left`]).
+    pub fn timeout_passed(&self) -> bool {
+        self.timeout_left().is_some_and(|l| l.is_zero())
+    }
+
+    /// Ms since the entry began: by the boot clock from its supervisor's start within this
+    /// boot, else by the wall clock from `started_at`.
+    fn elapsed_ms(&self) -> u64 {
+        let by_boot = match (self.supervisor_start_time, procfs::now_ticks()) {
+            (Some(start), Some(now)) if self.this_boot() => {
+                let hz = crate::sys::sysconf::clock_ticks_per_second().max(1);
+                Some(now.saturating_sub(start) * 1000 / hz)
+            }
+            _ => None,
+        };
+        by_boot.unwrap_or_else(|| self.wall_elapsed_ms())
+    }
+
     /// True if the recorded supervisor, or its keeper, is still that process (boot, pid, start
     /// time) and alive: either one stops the tree when the other is killed (`crate::keeper`).
     pub fn supervisor_alive(&self) -> bool {

@@ -77,12 +77,27 @@ fn leaders(e: &Entry) -> Vec<Member> {
 }
 
 /// The tree of an entry as seen without its supervisor; `None` if it never spawned. In the
-/// cgroup tier: the recorded cgroup (inode checked), and nothing else; `None` once it is gone.
+/// cgroup tier: the recorded cgroup (inode checked) while it is populated; once it is empty or
+/// gone, what is recorded by identity, as in the other tiers (a member that moved itself to
+/// another cgroup is still the entry's).
 pub fn recorded_tree(e: &Entry) -> Option<Tree> {
-    if e.containment.as_deref() == Some("cgroup") && e.cgroup.is_some() {
-        let pgid = e.pgid.and_then(Pgid::new).unwrap_or(process::getpid().as_group());
-        return cgroup::Cgroup::of_entry(e).map(|cg| Tree::of_cgroup(cg, pgid));
+    if e.containment.as_deref() == Some("cgroup")
+        && e.cgroup.is_some()
+        && let Some(cg) = cgroup::Cgroup::of_entry(e)
+    {
+        // Beyond the cgroup, once it is empty: what is recorded by identity (a member that moved
+        // itself to another cgroup). Without a provider identity, the cgroup alone.
+        return Some(match by_identity(e) {
+            Some(tree) => tree.contained(Some(cg)),
+            None => Tree::of_cgroup(cg, e.pgid.and_then(Pgid::new).unwrap_or(process::getpid().as_group())),
+        });
     }
+    by_identity(e)
+}
+
+/// The recorded tree of `e` by identity: the provider, the recorded members, the tag, the group
+/// and session (see [`recorded_tree`]).
+fn by_identity(e: &Entry) -> Option<Tree> {
     let pid = Pid::new(e.pid?)?;
     let pgid = Pgid::new(e.pgid.unwrap_or(pid.as_raw()))?;
     // Without a tag only the provider itself (by full identity), what was recorded and their

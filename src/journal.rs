@@ -79,6 +79,8 @@ pub enum Kind {
         exit_code: Option<i32>,
         /// The signal that ended it, when one did.
         signal: Option<String>,
+        /// That signal dumped core (`WCOREDUMP`).
+        core_dumped: bool,
         /// What began the stop, when one did.
         stop_reason: Option<StopReason>,
         /// Whether the whole tree was confirmed gone.
@@ -217,6 +219,7 @@ pub fn transitions(root: &Path, before: &Entry, after: &Entry) {
             status_text: after.status_text.clone().unwrap_or_else(|| after.status.to_string()),
             exit_code: after.exit_code,
             signal: after.signal.clone(),
+            core_dumped: after.core_dumped,
             stop_reason: after.stop_reason.clone(),
             tree_gone: after.tree_gone,
         };

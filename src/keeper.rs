@@ -102,7 +102,7 @@ impl Message {
         let (kind, a, b) = match self {
             Message::Spawned(s) => (SPAWNED, s.pid.as_raw(), s.pgid.as_raw()),
             Message::Provider(WaitStatus::Exited(c)) => (EXITED, c, 0),
-            Message::Provider(WaitStatus::Signaled(s)) => (SIGNALED, s.as_raw(), 0),
+            Message::Provider(WaitStatus::Signaled(s, core)) => (SIGNALED, s.as_raw(), i32::from(core)),
             Message::Done => (DONE, 0, 0),
         };
         let mut out = [0u8; 12];
@@ -117,7 +117,7 @@ impl Message {
         match word(0) {
             SPAWNED => Some(Message::Spawned(Spawned { pid: Pid::new(word(4))?, pgid: Pgid::new(word(8))? })),
             EXITED => Some(Message::Provider(WaitStatus::Exited(word(4)))),
-            SIGNALED => Signal::from_raw(word(4)).map(|s| Message::Provider(WaitStatus::Signaled(s))),
+            SIGNALED => Signal::from_raw(word(4)).map(|s| Message::Provider(WaitStatus::Signaled(s, word(8) != 0))),
             DONE => Some(Message::Done),
             _ => None,
         }
@@ -318,7 +318,7 @@ fn parse_adoption(found: &str, tree: &str) -> Option<Adoption> {
     let (status, hex) = found.split_once(':')?;
     let n: i32 = status.get(1..)?.parse().ok()?;
     let keeper = match status.as_bytes().first()? {
-        b's' => WaitStatus::Signaled(Signal::from_raw(n)?),
+        b's' => WaitStatus::Signaled(Signal::from_raw(n)?, false),
         b'e' => WaitStatus::Exited(n),
         _ => return None,
     };
@@ -468,7 +468,7 @@ mod tests {
         for m in [
             Message::Spawned(Spawned { pid, pgid: pid.as_group() }),
             Message::Provider(WaitStatus::Exited(3)),
-            Message::Provider(WaitStatus::Signaled(Signal::KILL)),
+            Message::Provider(WaitStatus::Signaled(Signal::KILL, false)),
             Message::Done,
         ] {
             assert_eq!(Message::decode(&m.encode()), Some(m));

@@ -39,6 +39,8 @@
 // `unsafe` lives in `sys` alone, each block with a `// SAFETY:` line (clippy checks both).
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
+// The entry-view document test spells the whole view in one `serde_json::json!`.
+#![cfg_attr(test, recursion_limit = "256")]
 
 pub mod agent;
 pub mod cgroup;

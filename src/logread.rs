@@ -72,11 +72,19 @@ impl LogStream {
     }
 }
 
-/// A position in a log: the file's inode and a byte offset in it. Printed as `INODE:OFFSET`.
+/// A position in a log: the file's inode, a byte offset in it, and a fingerprint of the bytes
+/// just before it. Printed as `INODE:OFFSET:FP` (`INODE:OFFSET` is still read).
+///
+/// The fingerprint catches a file rewritten in place under the same inode (logrotate's
+/// `copytruncate`: truncated to 0, then written again, maybe past the old offset): its bytes
+/// before the offset differ, and the read starts over at 0 with `truncated: true`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Cursor {
     /// Inode of the file (the current log or its `.1`).
     pub ino: u64,
+    /// FNV-1a of the up to [`FP_BYTES`] bytes before `offset` ([`fingerprint`]); `None` in a
+    /// cursor of the old form.
+    pub fp: Option<u64>,
     /// Byte offset in that file.
     pub offset: u64,
 }
@@ -85,15 +93,52 @@ impl Cursor {
     /// Reads `INODE:OFFSET`. Errors: a one-line message naming the text.
     pub fn parse(s: &str) -> Result<Cursor, String> {
         let bad = || format!("invalid cursor '{s}': expected the 'cursor' of a previous 'logs --json' read");
-        let (a, b) = s.split_once(':').ok_or_else(bad)?;
-        Ok(Cursor { ino: a.parse().map_err(|_| bad())?, offset: b.parse().map_err(|_| bad())? })
+        let mut parts = s.split(':');
+        let (Some(a), Some(b), fp, None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+            return Err(bad());
+        };
+        let fp = match fp {
+            Some(x) => Some(u64::from_str_radix(x, 16).map_err(|_| bad())?),
+            None => None,
+        };
+        Ok(Cursor { ino: a.parse().map_err(|_| bad())?, offset: b.parse().map_err(|_| bad())?, fp })
     }
 }
 
 impl std::fmt::Display for Cursor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.ino, self.offset)
+        match self.fp {
+            Some(fp) => write!(f, "{}:{}:{fp:016x}", self.ino, self.offset),
+            None => write!(f, "{}:{}", self.ino, self.offset),
+        }
     }
+}
+
+/// How many bytes before a cursor's offset its fingerprint covers: 64.
+pub const FP_BYTES: u64 = 64;
+
+/// FNV-1a (64-bit) of the up to [`FP_BYTES`] bytes of `path` before `offset`; `None` if they
+/// cannot be read whole (the file is shorter: it was truncated).
+pub fn fingerprint(path: &Path, offset: u64) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let n = offset.min(FP_BYTES) as usize;
+    let mut buf = vec![0u8; n];
+    File::open(path).ok()?.read_exact_at(&mut buf, offset - n as u64).ok()?;
+    Some(buf.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)))
+}
+
+/// True when the file at `path` is no longer the one `c` was taken in, though its inode is:
+/// shorter than the offset, or other bytes before it ([`Cursor`]).
+fn rewritten(path: &Path, c: &Cursor) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.len() < c.offset)
+        || c.fp.is_some_and(|fp| fingerprint(path, c.offset) != Some(fp))
+}
+
+/// `c` as a read hands it out: with the fingerprint of the file among `files` (inode, path)
+/// that it points into.
+fn cursor_text(c: Cursor, files: &[(Option<u64>, &Path)]) -> String {
+    let fp = files.iter().find(|(ino, _)| *ino == Some(c.ino)).and_then(|(_, p)| fingerprint(p, c.offset));
+    Cursor { fp, ..c }.to_string()
 }
 
 /// What to read.
@@ -258,8 +303,19 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
     let (cur_ino, old_ino) = (ino(&cur), ino(&old));
     let cur_seg = |off: u64| cur.and_then(|f| seg_of(f, &path, off));
     let old_seg = |off: u64| old.and_then(|f| seg_of(f, &rotated, off));
+    let files = [(cur_ino, path.as_path()), (old_ino, rotated.as_path())];
     match q.cursor {
+        // Rewritten in place under the same inode (`copytruncate`): what it holds now, whole.
+        Some(c) if Some(c.ino) == cur_ino && rewritten(&path, &c) => {
+            gap = true;
+            segs.extend(cur_seg(0));
+        }
         Some(c) if Some(c.ino) == cur_ino => segs.extend(cur_seg(c.offset)),
+        Some(c) if Some(c.ino) == old_ino && rewritten(&rotated, &c) => {
+            gap = true;
+            segs.extend(old_seg(0));
+            segs.extend(cur_seg(0));
+        }
         Some(c) if Some(c.ino) == old_ino => {
             segs.extend(old_seg(c.offset));
             segs.extend(cur_seg(0));
@@ -278,7 +334,7 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
     let tagged = q.stream == LogStream::All;
     let partial = q.partial || done;
     if q.cursor.is_none() && q.grep.is_none() && q.since_ms.is_none() && q.head.is_none() {
-        return Ok(tail_fast(id, q, path, &segs, partial, done));
+        return Ok(tail_fast(id, q, &files, &segs, partial, done));
     }
     // Only the lines that pass the filters are kept (as ranges into the segments' bytes), so a
     // grep over a large log holds its matches, not a record per line.
@@ -323,11 +379,11 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
                     selected.push(Line { seg: si, end: s.start + stop as u64, bytes: pos..stop });
                 }
             }
-            end_cursor = Cursor { ino: s.ino, offset: s.start + stop as u64 };
+            end_cursor = Cursor { ino: s.ino, offset: s.start + stop as u64, fp: None };
             pos = stop;
         }
         if last && pos == s.data.len() {
-            end_cursor = Cursor { ino: s.ino, offset: s.start + pos as u64 };
+            end_cursor = Cursor { ino: s.ino, offset: s.start + pos as u64, fp: None };
         }
     }
     let reached_end =
@@ -372,8 +428,8 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
     let cut_short = keep_first && skipped > 0;
     if cut_short {
         end_cursor = match (pick.last(), segs.first()) {
-            (Some(l), _) => Cursor { ino: segs[l.seg].ino, offset: l.end },
-            (None, Some(first)) => q.cursor.unwrap_or(Cursor { ino: first.ino, offset: first.start }),
+            (Some(l), _) => Cursor { ino: segs[l.seg].ino, offset: l.end, fp: None },
+            (None, Some(first)) => q.cursor.unwrap_or(Cursor { ino: first.ino, offset: first.start, fp: None }),
             (None, None) => q.cursor.unwrap_or_default(),
         };
     }
@@ -388,7 +444,7 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
         id: id.to_string(),
         stream: q.stream,
         lines: out_lines,
-        cursor: end_cursor.to_string(),
+        cursor: cursor_text(end_cursor, &files),
         // A cursor read cut by its cap is paging, not loss: the next read continues.
         truncated: gap || (skipped > 0 && (q.head.is_some() || !keep_first)),
         eof: done && reached_end && !cut_short,
@@ -400,7 +456,14 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
 
 /// The common read (the last lines, no filter, no cursor) without a record per line: lines are
 /// found backwards from the end, and only counted before that, so a large log costs one pass.
-fn tail_fast(id: &str, q: &LogQuery, path: PathBuf, segs: &[Segment], partial: bool, done: bool) -> LogChunk {
+fn tail_fast(
+    id: &str,
+    q: &LogQuery,
+    files: &[(Option<u64>, &Path); 2],
+    segs: &[Segment],
+    partial: bool,
+    done: bool,
+) -> LogChunk {
     let limit = [q.tail, q.max_lines].into_iter().flatten().min();
     let nsegs = segs.len();
     // Each segment's usable end: the last one without an unterminated line unless `partial`.
@@ -450,7 +513,7 @@ fn tail_fast(id: &str, q: &LogQuery, path: PathBuf, segs: &[Segment], partial: b
         lines.push(String::from_utf8_lossy(l.strip_suffix(b"\n").unwrap_or(l)).into_owned());
     }
     let cursor = match (segs.last(), ends.last()) {
-        (Some(s), Some(e)) => Cursor { ino: s.ino, offset: s.start + *e as u64 },
+        (Some(s), Some(e)) => Cursor { ino: s.ino, offset: s.start + *e as u64, fp: None },
         _ => Cursor::default(),
     };
     let skipped = total - picked.len();
@@ -459,11 +522,11 @@ fn tail_fast(id: &str, q: &LogQuery, path: PathBuf, segs: &[Segment], partial: b
         id: id.to_string(),
         stream: q.stream,
         lines,
-        cursor: cursor.to_string(),
+        cursor: cursor_text(cursor, files),
         truncated: skipped > 0,
         eof: done && reached_end,
         skipped_lines: skipped,
-        path,
+        path: files[0].1.to_path_buf(),
         bytes,
     }
 }

@@ -100,6 +100,14 @@ impl CappedFile {
             return;
         }
         self.last_sec = ms / 1000;
+        // Truncated in place since (logrotate's `copytruncate`): appends now land at its new
+        // end, so the size (and the offsets the index records) follow the file.
+        if let Ok(m) = self.file.metadata()
+            && m.len() < self.size
+        {
+            self.size = m.len();
+            self.header = 0;
+        }
         let Some(t) = &mut self.times else { return };
         let _ = t.write_all(format!("{} {} {ms}\n", self.ino, self.size).as_bytes());
         if t.metadata().map(|m| m.len()).unwrap_or(0) > TIMES_MAX {

@@ -352,8 +352,8 @@ impl Outcome {
             (Some(Trigger::Signal(s)), _) => Exit::Signal(s),
             (Some(Trigger::Timeout), _) => Exit::Code(crate::exit::TIMED_OUT),
             (_, WaitStatus::Exited(code)) => Exit::Code(code),
-            (None | Some(Trigger::ProviderExited), WaitStatus::Signaled(s)) => Exit::Signal(s),
-            (Some(_), WaitStatus::Signaled(s)) => Exit::Code(crate::exit::by_signal(s.as_raw())),
+            (None | Some(Trigger::ProviderExited), WaitStatus::Signaled(s, _)) => Exit::Signal(s),
+            (Some(_), WaitStatus::Signaled(s, _)) => Exit::Code(crate::exit::by_signal(s.as_raw())),
         }
     }
 }
@@ -373,8 +373,8 @@ fn is_init() -> bool {
 fn exit_as(keeper: Option<WaitStatus>) -> ! {
     match keeper {
         Some(WaitStatus::Exited(code)) => std::process::exit(code),
-        Some(WaitStatus::Signaled(s)) if is_init() => std::process::exit(crate::exit::by_signal(s.as_raw())),
-        Some(WaitStatus::Signaled(s)) => crate::sys::signal::die_by(s),
+        Some(WaitStatus::Signaled(s, _)) if is_init() => std::process::exit(crate::exit::by_signal(s.as_raw())),
+        Some(WaitStatus::Signaled(s, _)) => crate::sys::signal::die_by(s),
         None => std::process::exit(crate::exit::USAGE),
     }
 }
@@ -1149,7 +1149,7 @@ mod tests {
             ("CMD exited with code N", outcome(Some(WaitStatus::Exited(3)), None, true), Exit::Code(3)),
             (
                 "CMD killed by signal S, no stop",
-                outcome(Some(WaitStatus::Signaled(kill)), None, true),
+                outcome(Some(WaitStatus::Signaled(kill, false)), None, true),
                 Exit::Signal(kill),
             ),
             (
@@ -1159,7 +1159,7 @@ mod tests {
             ),
             (
                 "signal S stopped sheepdog",
-                outcome(Some(WaitStatus::Signaled(term)), Some(Trigger::Signal(term)), true),
+                outcome(Some(WaitStatus::Signaled(term, false)), Some(Trigger::Signal(term)), true),
                 Exit::Signal(term),
             ),
             (
@@ -1169,17 +1169,17 @@ mod tests {
             ),
             (
                 "owner death: else 128 + the signal",
-                outcome(Some(WaitStatus::Signaled(term)), Some(Trigger::OwnerDied), true),
+                outcome(Some(WaitStatus::Signaled(term, false)), Some(Trigger::OwnerDied), true),
                 Exit::Code(128 + libc::SIGTERM),
             ),
             (
                 "stdin EOF: 128 + the signal",
-                outcome(Some(WaitStatus::Signaled(kill)), Some(Trigger::StdinEof), true),
+                outcome(Some(WaitStatus::Signaled(kill, false)), Some(Trigger::StdinEof), true),
                 Exit::Code(128 + libc::SIGKILL),
             ),
             (
                 "the kernel did not finish the kill",
-                outcome(Some(WaitStatus::Signaled(kill)), Some(Trigger::Signal(term)), false),
+                outcome(Some(WaitStatus::Signaled(kill, false)), Some(Trigger::Signal(term)), false),
                 Exit::Code(124),
             ),
             ("the provider could not be reaped", outcome(None, Some(Trigger::OwnerDied), false), Exit::Code(124)),

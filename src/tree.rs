@@ -19,7 +19,7 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use crate::cgroup::Cgroup;
-use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
+use crate::sys::process::{self, Children, POLL_IN, PidFd, PollFd};
 use crate::sys::procfs::{self, Stat};
 use crate::sys::{Pgid, Pid, Signal};
 
@@ -82,9 +82,15 @@ pub struct Tree {
     /// True while the group number cannot have been reused: the supervisor has not yet reaped
     /// the group leader (the provider). Only then is `kill(-pgid)` safe.
     leader_held: Cell<bool>,
-    /// In the cgroup tier, the tree's cgroup: then it alone says who is a member and whether
-    /// anything is alive, and SIGKILL is one write to `cgroup.kill` (see [`crate::cgroup`]).
+    /// In the cgroup tier, the tree's cgroup: while it is populated it alone says who is a
+    /// member, and SIGKILL is one write to `cgroup.kill` (see [`crate::cgroup`]).
     cgroup: Option<Cgroup>,
+    /// In the cgroup tier, whether the scope is looked at once the cgroup is empty: a member
+    /// may have moved itself to another cgroup (systemd#6875), and the processes this tree can
+    /// still see by the scope (the supervisor's descendants, the provider's group and session,
+    /// the recorded members) are the tree's too. False for a tree known only by its cgroup
+    /// ([`Tree::of_cgroup`]).
+    beyond_cgroup: bool,
 }
 
 impl Tree {
@@ -101,6 +107,7 @@ impl Tree {
             pgid,
             leader_held: Cell::new(true),
             cgroup: None,
+            beyond_cgroup: true,
         }
     }
 
@@ -112,6 +119,7 @@ impl Tree {
             pgid,
             leader_held: Cell::new(true),
             cgroup: None,
+            beyond_cgroup: true,
         }
     }
 
@@ -131,6 +139,7 @@ impl Tree {
             pgid,
             leader_held: Cell::new(false),
             cgroup: None,
+            beyond_cgroup: true,
         }
     }
 
@@ -153,6 +162,7 @@ impl Tree {
             pgid: NO_GROUP,
             leader_held: Cell::new(false),
             cgroup: None,
+            beyond_cgroup: true,
         }
     }
 
@@ -171,6 +181,7 @@ impl Tree {
             pgid,
             leader_held: Cell::new(false),
             cgroup: Some(cgroup),
+            beyond_cgroup: false,
         }
     }
 
@@ -207,11 +218,21 @@ impl Tree {
         self.leader_held.set(false);
     }
 
-    /// Every live (non-zombie) process of the tree, deduplicated.
+    /// Every live (non-zombie) process of the tree, deduplicated. In the cgroup tier, the
+    /// cgroup's members; once it is empty, what the scope still sees (`beyond_cgroup`).
     pub fn live(&self) -> Vec<Member> {
         if let Some(cg) = &self.cgroup {
-            return cg.members().into_iter().map(|pid| Member { pid, start_time: procfs::start_time(pid) }).collect();
+            let members: Vec<Member> =
+                cg.members().into_iter().map(|pid| Member { pid, start_time: procfs::start_time(pid) }).collect();
+            if !members.is_empty() || !self.beyond_cgroup || cg.populated() {
+                return members;
+            }
         }
+        self.scope_live()
+    }
+
+    /// [`Tree::live`] by the scope alone.
+    fn scope_live(&self) -> Vec<Member> {
         let mut out: Vec<Member> = Vec::new();
         let push = |m: Member, out: &mut Vec<Member>| {
             if !out.iter().any(|o| o.pid == m.pid) {
@@ -324,11 +345,23 @@ impl Tree {
         }
     }
 
-    /// True when nothing of the tree is alive (zombies count as gone).
+    /// True when nothing of the tree is alive (zombies count as gone). In the cgroup tier: the
+    /// cgroup is empty and, beyond it, nothing the scope sees lives (one `waitid` and one
+    /// `kill(-pgid, 0)` when nothing does).
     pub fn is_gone(&self) -> bool {
         if let Some(cg) = &self.cgroup {
-            return !cg.populated();
+            if cg.populated() {
+                return false;
+            }
+            if !self.beyond_cgroup {
+                return true;
+            }
         }
+        self.scope_gone()
+    }
+
+    /// [`Tree::is_gone`] by the scope alone.
+    fn scope_gone(&self) -> bool {
         match &self.scope {
             Scope::Supervised { root, foreign } => {
                 // Fastest path, for the supervisor's own tree: a subreaper with no child at all
@@ -337,13 +370,17 @@ impl Tree {
                 // before it asks again. One waitid, where reading its own `children` list in a
                 // fork storm (thousands of zombies) is quadratic and the storm's CPU share
                 // leaves the supervisor a thirtieth of a core for it.
+                //
+                // Children none of which can be reaped are live, or zombies held by an outside
+                // tracer (`gdb -p`), which are dead: only a walk tells them apart, and it stops
+                // at the first live one.
                 let own = *root == process::getpid() && foreign.is_empty();
-                match own.then(|| process::has_child(None)).flatten() {
-                    Some(true) => return false,
-                    Some(false) => {}
+                match own.then(|| process::children_state(None)).flatten() {
+                    Some(Children::Reapable) => return false,
+                    Some(Children::None) => {}
                     // Fast path: the walk covers every descendant; the full scan for group
                     // members that are not descendants runs only while the group has any.
-                    None => {
+                    Some(Children::Unreaped) | None => {
                         if any_live_descendant(*root, foreign) {
                             return false;
                         }
@@ -366,10 +403,25 @@ impl Tree {
     /// once, first; the per-process signals then go only to processes outside the group (no
     /// member gets a signal twice, which some programs read as "force quit"), and no full
     /// `/proc` scan is needed. Otherwise members are found by scanning and signalled one by one.
+    ///
+    /// In the cgroup tier the cgroup gets them; once it is empty, a member that left it for
+    /// another cgroup is signalled by the scope (`beyond_cgroup`). While the cgroup is
+    /// populated it is not looked for: a fork storm in the cgroup must meet `cgroup.kill` first,
+    /// not a walk. So an escaped member outside the provider's group meets the stop's SIGKILL
+    /// (once the cgroup is empty), not always its SIGTERM.
     pub fn signal_all(&self, sigs: &[Signal]) -> usize {
         if let Some(cg) = &self.cgroup {
-            return cg.signal_all(sigs);
+            let n = cg.signal_all(sigs);
+            if !self.beyond_cgroup || cg.populated() {
+                return n;
+            }
+            return n + self.scope_signal_all(sigs);
         }
+        self.scope_signal_all(sigs)
+    }
+
+    /// [`Tree::signal_all`] by the scope alone.
+    fn scope_signal_all(&self, sigs: &[Signal]) -> usize {
         let group_kill = self.leader_held.get() || !cfg!(target_os = "linux") || self.group_held();
         // The group first, in one atomic signal, before the walk below gives a fork storm time
         // (and, on a loaded CPU, its share of it) to grow. A batch that ends in SIGCONT (the
@@ -434,7 +486,7 @@ impl Tree {
         // no exclusion here; one waitid instead of a read of the children list (see is_gone).
         // Unknown (an unexpected error) counts as not held: then only identity-checked
         // per-process signals are sent.
-        process::has_child(Some(self.pgid)).unwrap_or(false)
+        process::children_state(Some(self.pgid)).is_some_and(|c| c != Children::None)
     }
 
     /// Passes a signal on to the provider's process group (while the group number is safe),
@@ -447,7 +499,9 @@ impl Tree {
 
     /// Blocks until a member exits or `timeout` passes, on pidfds (Linux) or a plain sleep.
     pub fn wait_any_exit(&self, timeout: Duration) {
-        if let Some(cg) = &self.cgroup {
+        if let Some(cg) = &self.cgroup
+            && (!self.beyond_cgroup || cg.populated())
+        {
             return cg.wait_change(timeout);
         }
         let fds: Vec<PidFd> = self.live().iter().take(256).filter_map(|m| PidFd::open(m.pid).ok()).collect();
@@ -557,6 +611,45 @@ pub fn denied_line(members: &[Member]) -> Option<String> {
         })
         .collect();
     Some(format!("{} could not be signalled: permission denied", parts.join(" and ")))
+}
+
+/// How many of the processes left by an unfinished stop [`left_line`] names: 3.
+const LEFT_NAMED: usize = 3;
+
+/// Who a stop left alive, for the sentence that says it did not finish: `pid 4242 (sleep) is
+/// still alive`, `pids 4242 (sleep), 4250 (node) and 2 more are still alive`; the command name
+/// is the kernel's (`/proc/PID/stat`, at most 15 bytes), read now. At most [`LEFT_NAMED`] are
+/// named. With nothing found (a tree seen only through its cgroup, emptied meanwhile): `nothing
+/// of it could be found`.
+pub fn left_line(members: &[Member]) -> String {
+    let named: Vec<String> = members
+        .iter()
+        .take(LEFT_NAMED)
+        .map(|m| match procfs::stat(m.pid) {
+            Ok(s) => format!("{} ({})", m.pid, s.comm),
+            Err(_) => m.pid.to_string(),
+        })
+        .collect();
+    match members.len() {
+        0 => "nothing of it could be found".into(),
+        1 => format!("pid {} is still alive", named[0]),
+        n if n <= LEFT_NAMED => {
+            let (last, rest) = named.split_last().map(|(l, r)| (l.clone(), r.join(", "))).unwrap_or_default();
+            format!("pids {rest} and {last} are still alive")
+        }
+        n => format!("pids {} and {} more are still alive", named.join(", "), n - LEFT_NAMED),
+    }
+}
+
+/// The status text of a stop that did not finish: `BASE; the tree was not confirmed gone: pid
+/// 4242 (sleep) is still alive` ([`left_line`]), or `not stopped: 1 process of uid 0 could not
+/// be signalled: permission denied` ([`denied_line`]) when that is why. `BASE` is what the stop
+/// was (`stopped`, `stopped (owner exited)`, `timed out after 30m`).
+pub fn unfinished_text(base: &str, left: &[Member]) -> String {
+    match denied_line(left) {
+        Some(line) => format!("not stopped: {line}"),
+        None => format!("{base}; the tree was not confirmed gone: {}", left_line(left)),
+    }
 }
 
 /// A live process as a [`Census`] keeps it: start time (clock ticks) and owner uid.

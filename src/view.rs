@@ -65,6 +65,8 @@ pub struct EntryView {
     pub exit_code: Option<i32>,
     /// The signal that ended the command (`SIGTERM`), when one did.
     pub signal: Option<String>,
+    /// True when that signal dumped core (`WCOREDUMP`; the shell's `(core dumped)`).
+    pub core_dumped: bool,
     /// The command's (provider's) pid, once spawned.
     pub pid: Option<i32>,
     /// Its process group.
@@ -360,6 +362,7 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
         status_text: status_text(e, status),
         exit_code: e.exit_code,
         signal: e.signal.clone(),
+        core_dumped: e.core_dumped,
         pid: e.pid,
         pgid: e.pgid,
         supervisor_pid: e.supervisor_pid,
@@ -542,6 +545,22 @@ pub struct ReapAction {
     /// dir), else null: the action happened (or, for `lost`, is true) but nothing says so on
     /// disk. `reap` exits 74 then. Always null with `--dry-run`.
     pub not_recorded: Option<String>,
+    /// When the stop did not end the tree (`treeGone` false): who is still alive, `pid 4242
+    /// (sleep) is still alive` ([`crate::tree::left_line`]); else null. `reap` exits 124 then.
+    pub left: Option<String>,
+}
+
+/// A leftover cgroup that `reap` killed but could not empty within 2 s (a member frozen by a
+/// freezer, or in D state): `reap` exits 124 then.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CgroupLeft {
+    /// The cgroup's directory.
+    pub path: String,
+    /// The pids listed in it when `reap` gave up.
+    pub pids: Vec<i32>,
+    /// Who is still alive, as [`ReapAction::left`] says it.
+    pub left: String,
 }
 
 /// One thing `reap` did, with the entry's view after it (null when the entry is gone).
@@ -560,6 +579,9 @@ pub struct ReapDoc {
     /// `--dry-run`: nothing was signalled or recorded.
     pub dry_run: bool,
     pub actions: Vec<ReapView>,
+    /// Leftover cgroups killed but still populated ([`CgroupLeft`]); empty when every one
+    /// was emptied, and always with `--dry-run`.
+    pub cgroups_left: Vec<CgroupLeft>,
 }
 
 /// `logs --json`: one read of a log.
@@ -687,7 +709,7 @@ mod tests {
         let want = serde_json::json!({
             "id": "proc_7", "name": "npm", "nameGiven": false, "sessionId": "turn-1",
             "status": "stopped", "statusText": "stopped (owner exited)",
-            "exitCode": null, "signal": "SIGTERM",
+            "exitCode": null, "signal": "SIGTERM", "coreDumped": false,
             "pid": 4242, "pgid": 4242, "supervisorPid": 4241, "ownerPid": 100,
             "startedAt": 1_800_000_000_000u64, "endedAt": 1_800_000_005_000u64,
             "commandPreview": "npm run dev", "argv": ["npm", "run", "dev"], "cwd": "/work/app",

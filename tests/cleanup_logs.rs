@@ -421,3 +421,39 @@ fn follow_shows_the_cleanup_and_ends_when_its_reader_goes_away() {
     assert_eq!(out.status.code(), Some(0));
     assert!(t0.elapsed() < SECS(3), "follow kept running after its reader left: {:?}", t0.elapsed());
 }
+
+#[test]
+fn issue_34_a_cursor_read_of_a_log_truncated_in_place_says_truncated_and_restarts_at_0() {
+    // logrotate's `copytruncate`: the same inode, truncated to 0, then written past the old
+    // offset. The cursor's read must not return a fragment of the new text from the old offset.
+    let st = State::new();
+    let guard = Guard::new();
+    let go = st.path().join("go");
+    let script = format!("seq 1 100; while [ ! -e {} ]; do sleep 0.01; done; seq 101 400; sleep 100", go.display());
+    let v = st.start(&["--term-grace", "200ms", "--", "sh", "-c", &script]);
+    let id = id_of(&v);
+    guard.track(v["pid"].as_i64().unwrap() as i32);
+    guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
+    st.wait_log(&id, "stdout.log", "\n100\n");
+    let first: Value = serde_json::from_str(st.ok(&["logs", "--json", "--stream", "out", &id]).trim()).unwrap();
+    assert_eq!(first["lines"].as_array().unwrap().last().unwrap(), "100", "{first}");
+    let cursor = first["cursor"].as_str().unwrap().to_string();
+
+    let log = st.path().join("procs").join(&id).join("stdout.log");
+    std::fs::OpenOptions::new().write(true).open(&log).unwrap().set_len(0).unwrap();
+    std::fs::write(&go, b"").unwrap();
+    st.wait_log(&id, "stdout.log", "\n400\n");
+
+    let next: Value =
+        serde_json::from_str(st.ok(&["logs", "--json", "--stream", "out", "--cursor", &cursor, &id]).trim()).unwrap();
+    assert_eq!(next["truncated"], true, "{next}");
+    let lines: Vec<&str> = next["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    let want: Vec<String> = (101..=400).map(|n| n.to_string()).collect();
+    assert_eq!(lines, want, "restarted at 0, whole: {next}");
+    // And the next read goes on from there: nothing new, nothing lost.
+    let after = next["cursor"].as_str().unwrap();
+    let rest: Value =
+        serde_json::from_str(st.ok(&["logs", "--json", "--stream", "out", "--cursor", after, &id]).trim()).unwrap();
+    assert_eq!((&rest["truncated"], rest["lines"].as_array().map(Vec::len)), (&Value::Bool(false), Some(0)), "{rest}");
+    st.ok(&["stop", &id]);
+}

@@ -567,3 +567,97 @@ for args in (["ps", "--all", "--json"], ["wait", "--json", "{id}"], ["ps", "--al
         assert_ne!(parts[1], "101", "{line}");
     }
 }
+
+/// `reap` under libfaketime (Debian's `faketime`), whose wall clock is shifted by `shift`
+/// (`+2h`); the monotonic clock and `/proc/uptime` stay real. `None` where libfaketime is absent.
+fn reap_with_wall_clock(st: &State, shift: &str) -> Option<std::process::Output> {
+    let lib =
+        ["/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())?;
+    let out = st
+        .cmd(&["reap"])
+        .env("LD_PRELOAD", lib)
+        .env("FAKETIME", shift)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run reap");
+    Some(out)
+}
+
+#[test]
+fn issue_34_a_turn_timeout_deadline_follows_the_boot_clock_not_a_wall_clock_jump() {
+    let st = State::new();
+    let guard = Guard::new();
+    // A 30-minute turn: a +2 h step of the wall clock must not make it due.
+    let mut long = guard.sleeper();
+    let id = wrapper_with_cleanup(&st, long.id(), &["--timeout", "30m"]);
+    let sup = st.entry(&id)["supervisorPid"].as_i64().unwrap() as i32;
+    kill_supervisor_and_keeper(sup);
+    let Some(out) = reap_with_wall_clock(&st, "+2h") else {
+        println!("SKIPPED: libfaketime is not installed (apt-get install faketime)");
+        let _ = long.kill();
+        let _ = long.wait();
+        return;
+    };
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(cleanups_run(&st), 0, "a wall-clock jump made a 30-minute turn's cleanup run");
+    let _ = long.kill();
+    let _ = long.wait();
+
+    // A 1-second turn that has passed is due, though the wall clock was set 2 h back.
+    let st = State::new();
+    let mut short = guard.sleeper();
+    let id = wrapper_with_cleanup(&st, short.id(), &["--timeout", "1s"]);
+    let sup = st.entry(&id)["supervisorPid"].as_i64().unwrap() as i32;
+    kill_supervisor_and_keeper(sup);
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let out = reap_with_wall_clock(&st, "-2h").expect("libfaketime was found above");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("the turn timeout passed"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(cleanups_run(&st), 1);
+    let _ = short.wait(); // the cleanup killed it
+}
+
+#[test]
+fn issue_34_a_command_that_dumped_core_says_so_in_the_events_and_the_json_documents() {
+    let cwd = tempfile::tempdir().unwrap();
+    let script = "ulimit -c unlimited 2>/dev/null; kill -SEGV $$";
+    // Control: does this machine write a core here at all (core_pattern, the hard limit)?
+    let bare = std::process::Command::new("sh").args(["-c", script]).current_dir(cwd.path()).status().unwrap();
+    let dumps = std::os::unix::process::ExitStatusExt::core_dumped(&bare);
+    if !dumps {
+        println!("SKIPPED: no core is written here (core_pattern or RLIMIT_CORE)");
+        return;
+    }
+    // `run`: the exited event.
+    let out = sheepdog()
+        .args(["run", "--events-fd", "1", "--", "sh", "-c", script])
+        .current_dir(cwd.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&out.stdout);
+    let exited = events.lines().find(|l| l.contains("\"event\":\"exited\"")).unwrap_or_default();
+    assert!(exited.contains("\"signal\":\"SIGSEGV\"") && exited.contains("\"coreDumped\":true"), "{events}");
+
+    // A managed entry: its view, its status text and the journal's exited event.
+    let st = State::new();
+    let _guard = Guard::new();
+    let mut start = st.cmd(&["start", "--json", "--", "sh", "-c", script]);
+    let out = start.current_dir(cwd.path()).stdin(Stdio::null()).output().unwrap();
+    let id = id_of(&serde_json::from_slice(&out.stdout).unwrap());
+    let _ = st.run(&["wait", &id]);
+    let e = st.entry(&id);
+    assert_eq!((e["signal"].as_str(), &e["coreDumped"]), (Some("SIGSEGV"), &serde_json::json!(true)), "{e}");
+    assert_eq!(e["statusText"], "killed (SIGSEGV, core dumped)", "{e}");
+    let journal = st.ok(&["--json", "events", "--since", "0", "--no-follow"]);
+    let exited = journal.lines().find(|l| l.contains("\"exited\"")).unwrap_or_default();
+    assert!(exited.contains("\"coreDumped\":true"), "{journal}");
+    // A signal that dumps nothing says false.
+    let plain = id_of(&st.start(&["--", "sh", "-c", "kill -TERM $$"]));
+    let _ = st.run(&["wait", &plain]);
+    assert_eq!(st.entry(&plain)["coreDumped"], false);
+}

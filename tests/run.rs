@@ -563,30 +563,11 @@ time.sleep(100)
     assert_eq!(wait_gone(&tree, Duration::ZERO), Vec::<i32>::new());
 }
 
-/// A cgroup v1 freezer group for one test, thawed and removed on drop.
-struct Frozen(std::path::PathBuf);
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
-        let end = Instant::now() + SECS(5);
-        while std::fs::remove_dir(&self.0).is_err() && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
 #[test]
 fn a_tree_the_kernel_cannot_finish_killing_in_time_exits_124_with_one_line() {
     // A process frozen by the cgroup v1 freezer does not die of SIGKILL until thawed: the one
     // way to make "the kernel did not finish the kill" happen on purpose.
-    let root = std::path::Path::new("/sys/fs/cgroup/freezer");
-    let cg = root.join(format!("sheepdog-test-{}", std::process::id()));
-    if !root.join("tasks").exists() || std::fs::create_dir(&cg).is_err() {
-        eprintln!("SKIPPED: no writable cgroup v1 freezer here");
-        return;
-    }
-    let frozen = Frozen(cg.clone());
+    let Some(frozen) = Frozen::new("run") else { return };
     // The frozen sleep must not hold the test's pipes: they are read to the end below.
     let guard = Guard::new();
     let (mut child, lines) = spawn_run(
@@ -604,13 +585,7 @@ fn a_tree_the_kernel_cannot_finish_killing_in_time_exits_124_with_one_line() {
     );
     let tree = lines.pids("tree", SECS(10));
     tree.iter().for_each(|p| guard.track(*p));
-    std::fs::write(cg.join("tasks"), tree[0].to_string()).unwrap();
-    std::fs::write(cg.join("freezer.state"), "FROZEN").unwrap();
-    let end = Instant::now() + SECS(5);
-    while std::fs::read_to_string(cg.join("freezer.state")).unwrap_or_default().trim() != "FROZEN" {
-        assert!(Instant::now() < end, "the freezer never froze");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    frozen.freeze(tree[0]);
     let t0 = Instant::now();
     signal(child.id() as i32, libc::SIGTERM);
     let st = wait_child(&mut child, SECS(10));

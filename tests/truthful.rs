@@ -267,6 +267,41 @@ fn issue18_ps_only_reports_a_corrupt_entry_and_its_live_supervisor_rewrites_it_s
     assert!(log.contains("[sheepdog] exited: stopped"), "{log}");
 }
 
+#[test]
+fn issue_34_an_entry_json_deleted_while_its_supervisor_runs_is_rewritten_and_stop_id_finds_it() {
+    let st = State::new();
+    let guard = Guard::new();
+    let v = st.start(&["--term-grace", "300ms", "--", "sleep", "100"]);
+    let (id, pid) = (id_of(&v), v["pid"].as_i64().unwrap() as i32);
+    guard.track(pid);
+    guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
+    let entry = st.path().join("procs").join(&id).join("entry.json");
+    // Past the supervisor's first looks at the members, which write the entry (and would repair
+    // it as a side effect): from then on only the promised rewrite brings it back.
+    st.wait_log(&id, "combined.log", "started pid");
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::remove_file(&entry).unwrap();
+    let out = st.run(&["ps"]);
+    assert!(text(&out.stderr).contains("left in place (its supervisor runs and rewrites it)"), "{}", text(&out.stderr));
+    // The supervisor keeps the promise: within its next look at the members (at most 250 ms).
+    let end = std::time::Instant::now() + SECS(2);
+    while !entry.is_file() {
+        assert!(std::time::Instant::now() < end, "entry.json was never rewritten");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let e = st.entry(&id);
+    assert_eq!((e["status"].as_str(), e["pid"].as_i64()), (Some("running"), Some(pid as i64)), "{e}");
+    st.wait_log(&id, "combined.log", "entry.json was missing; rewritten");
+
+    // Deleted again, `stop ID` at once finds the entry through supervisor.json.
+    std::fs::remove_file(&entry).unwrap();
+    let out = st.run(&["stop", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(wait_gone(&[pid], SECS(5)), Vec::<i32>::new(), "the tree is stopped");
+    let e = st.entry(&id);
+    assert_eq!(e["status"], "stopped", "the supervisor recorded the stop: {e}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Races
 

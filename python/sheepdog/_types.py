@@ -22,6 +22,7 @@ class EntryView(_EntryViewOptional):
     statusText: str
     exitCode: Union[int, None]
     signal: Union[str, None]
+    coreDumped: bool
     pid: Union[int, None]
     pgid: Union[int, None]
     supervisorPid: Union[int, None]
@@ -234,10 +235,20 @@ class ReapView(_ReapViewOptional):
     reason: str
     cleanupError: Union[str, None]
     notRecorded: Union[str, None]
+    left: Union[str, None]
     entry: Union["EntryView", None]
 
 
 ReapKind = Union[Literal["reaped"], Literal["lost"], Literal["cleanup"]]
+
+_CgroupLeftOptional = TypedDict("_CgroupLeftOptional", {
+}, total=False)
+
+class CgroupLeft(_CgroupLeftOptional):
+    path: str
+    pids: List[int]
+    left: str
+
 
 _ReapDocOptional = TypedDict("_ReapDocOptional", {
 }, total=False)
@@ -246,6 +257,7 @@ class ReapDoc(_ReapDocOptional):
     v: "Version"
     dryRun: bool
     actions: List["ReapView"]
+    cgroupsLeft: List["CgroupLeft"]
 
 
 _StartViewOptional = TypedDict("_StartViewOptional", {
@@ -263,6 +275,7 @@ class StartView(_StartViewOptional):
     statusText: str
     exitCode: Union[int, None]
     signal: Union[str, None]
+    coreDumped: bool
     pid: Union[int, None]
     pgid: Union[int, None]
     supervisorPid: Union[int, None]
@@ -347,6 +360,7 @@ class StartDoc(_StartDocOptional):
     statusText: str
     exitCode: Union[int, None]
     signal: Union[str, None]
+    coreDumped: bool
     pid: Union[int, None]
     pgid: Union[int, None]
     supervisorPid: Union[int, None]
@@ -400,6 +414,7 @@ class StopView(_StopViewOptional):
     statusText: str
     exitCode: Union[int, None]
     signal: Union[str, None]
+    coreDumped: bool
     pid: Union[int, None]
     pgid: Union[int, None]
     supervisorPid: Union[int, None]
@@ -463,6 +478,7 @@ class EntryDoc(_EntryDocOptional):
     statusText: str
     exitCode: Union[int, None]
     signal: Union[str, None]
+    coreDumped: bool
     pid: Union[int, None]
     pgid: Union[int, None]
     supervisorPid: Union[int, None]
@@ -513,6 +529,7 @@ class WaitView(_WaitViewOptional):
     statusText: str
     exitCode: Union[int, None]
     signal: Union[str, None]
+    coreDumped: bool
     pid: Union[int, None]
     pgid: Union[int, None]
     supervisorPid: Union[int, None]

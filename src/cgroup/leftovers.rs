@@ -74,11 +74,12 @@ pub fn remove_recorded(e: &Entry) -> bool {
 /// - Older names (no start time): only empty ones whose PID is not alive are removed (a live
 ///   PID may be a supervisor about to use its cgroup).
 ///
-/// Returns the paths removed.
-pub fn sweep_leftovers() -> Vec<PathBuf> {
-    let Ok(own) = own_dir() else { return Vec::new() };
-    let Ok(rd) = fs::read_dir(&own) else { return Vec::new() };
-    let mut removed = Vec::new();
+/// Returns the paths removed, and the cgroups it killed but could not empty within
+/// [`LEFTOVER_KILL_WAIT`] (a member frozen, or in D state), with the pids still in them.
+pub fn sweep_leftovers() -> Swept {
+    let mut swept = Swept::default();
+    let Ok(own) = own_dir() else { return swept };
+    let Ok(rd) = fs::read_dir(&own) else { return swept };
     for d in rd.flatten() {
         let name = d.file_name().to_string_lossy().into_owned();
         let Some(rest) = name.strip_prefix("sheepdog-") else { continue };
@@ -106,10 +107,24 @@ pub fn sweep_leftovers() -> Vec<PathBuf> {
                 let _ = cg.kill();
                 cg.wait_change(Duration::from_millis(50));
             }
+            if cg.populated() {
+                swept.not_emptied.push((d.path(), cg.members()));
+                continue;
+            }
         }
         if !cg.populated() && cg.remove().is_ok() {
-            removed.push(d.path());
+            swept.removed.push(d.path());
         }
     }
-    removed
+    swept
+}
+
+/// What [`sweep_leftovers`] did.
+#[derive(Debug, Default)]
+pub struct Swept {
+    /// The leftover cgroups removed.
+    pub removed: Vec<PathBuf>,
+    /// The leftover cgroups killed but still populated after [`LEFTOVER_KILL_WAIT`], with the
+    /// pids listed in them then (empty when none could be listed).
+    pub not_emptied: Vec<(PathBuf, Vec<Pid>)>,
 }

@@ -45,7 +45,7 @@ mod leftovers;
 
 pub use diagnosis::{Doctor, doctor};
 pub use dir::{LEFTOVER_KILL_WAIT, Usage};
-pub use leftovers::{entry_cgroup_name, planned_path, remove_recorded, sweep_leftovers, usage};
+pub use leftovers::{Swept, entry_cgroup_name, planned_path, remove_recorded, sweep_leftovers, usage};
 
 /// The environment variable that chooses the containment tier when `--containment` is not
 /// given: `auto`, `cgroup` or `subreaper`.

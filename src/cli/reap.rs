@@ -21,7 +21,7 @@ pub struct ReapArgs {
 
 pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let reg = open(dir)?;
-    let (actions, aside) = manager::reap(&reg, a.dry_run);
+    let (actions, aside, cgroups_left) = manager::reap(&reg, a.dry_run);
     warn_set_aside(&aside);
     let mut code = if actions.iter().any(|x| x.cleanup_error.is_some()) { exit::REFUSED } else { exit::OK };
     // What was done (or found) but could not be written: said, and status 74.
@@ -34,6 +34,10 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         );
         code = exit::NOT_RECORDED;
     }
+    // A tree or a leftover cgroup that the stop could not end: the stop did not finish.
+    if actions.iter().any(|x| x.left.is_some()) || !cgroups_left.is_empty() {
+        code = code.max(exit::TIMED_OUT);
+    }
     if json {
         let actions = actions
             .iter()
@@ -45,7 +49,7 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                     .map(|e| entry_view(&reg, &e, inspect::live_status(&e, &Default::default()))),
             })
             .collect();
-        outln!("{}", to_json(&view::ReapDoc { v: view::Version, dry_run: a.dry_run, actions }));
+        outln!("{}", to_json(&view::ReapDoc { v: view::Version, dry_run: a.dry_run, actions, cgroups_left }));
         return Ok(code);
     }
     let would = if a.dry_run { "Would reap" } else { "Reaped" };
@@ -61,9 +65,15 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                 outln!("{} {label}: {}.", if a.dry_run { "Would record as lost" } else { "Lost" }, x.reason)
             }
         }
+        if let Some(left) = &x.left {
+            outln!("The tree of {label} was not confirmed gone: {left}.");
+        }
         if let Some(line) = &x.cleanup_error {
             outln!("{line}");
         }
+    }
+    for c in &cgroups_left {
+        outln!("Could not empty the cgroup {}: {}.", c.path, c.left);
     }
     Ok(code)
 }

@@ -9,7 +9,9 @@ use crate::logs;
 use crate::registry::{self, Registry};
 use crate::status::{CleanupRunner, ReapKind};
 use crate::stop::{self, StopPolicy};
-use crate::view::ReapAction;
+use crate::sys::procfs;
+use crate::tree::Member;
+use crate::view::{CgroupLeft, ReapAction};
 
 use super::*;
 
@@ -17,14 +19,25 @@ use super::*;
 /// signalled; an entry whose supervisor is alive is left to it; one whose supervisor is gone
 /// but whose tree is alive (identity verified) gets the one stop and is recorded as `reaped`;
 /// nothing alive and no result: recorded as `lost`.
-pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::SetAside>) {
+///
+/// Returns what was done, the entries set aside as unreadable, and the leftover cgroups that
+/// could not be emptied.
+pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::SetAside>, Vec<CgroupLeft>) {
     let (entries, aside) = if dry_run { reg.list() } else { reg.list_sweeping() };
     let census = OnceCell::new();
     let mut actions = Vec::new();
+    let mut cgroups_left = Vec::new();
     // Cgroups a supervisor could not remove once its tree was gone, and those of supervisors
     // killed by SIGKILL (empty, their pid gone), `run`'s included.
     if !dry_run {
-        cgroup::sweep_leftovers();
+        for (path, pids) in cgroup::sweep_leftovers().not_emptied {
+            let members: Vec<_> = pids.iter().map(|p| Member { pid: *p, start_time: procfs::start_time(*p) }).collect();
+            cgroups_left.push(CgroupLeft {
+                path: path.display().to_string(),
+                pids: pids.iter().map(|p| p.as_raw()).collect(),
+                left: crate::tree::left_line(&members),
+            });
+        }
         for e in entries.iter().filter(|e| e.cgroup_leftover == Some(true) && e.is_finished() && !e.supervisor_alive())
         {
             settle_cgroup(reg, e.clone());
@@ -48,6 +61,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
                 reason: "its runner was killed; stopped past its bound".into(),
                 cleanup_error: crate::cleanup::failure_line(&x),
                 not_recorded: None,
+                left: None,
             });
         }
     }
@@ -61,6 +75,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             reason: reason.into(),
             cleanup_error: None,
             not_recorded: None,
+            left: None,
         };
         let unrecorded = |r: Result<Entry, ManagerError>| r.err().map(|err| err.to_string());
         if !e.this_boot() {
@@ -125,8 +140,11 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
                 if report.gone { "gone" } else { "NOT confirmed gone" }
             ),
         );
+        let still = if report.gone { Vec::new() } else { tree.live() };
         let recorded = reg.update(&e.id, |x| {
-            x.finish_from_outside(OutsideResult::Reaped, report.gone);
+            if x.finish_from_outside(OutsideResult::Reaped, report.gone) && !report.gone {
+                x.status_text = Some(crate::tree::unfinished_text("reaped", &still));
+            }
         });
         drop(tree);
         if let Ok(x) = reg.read(&e.id) {
@@ -140,6 +158,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             &format!("supervisor gone, {}", plural(live, "process", "processes")),
         );
         a.not_recorded = recorded.err().map(|err| err.to_string());
+        a.left = (!report.gone).then(|| crate::tree::left_line(&still));
         actions.push(a);
     }
     // Finished entries whose cleanup is still pending and due: their owner died or their turn
@@ -147,7 +166,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
     for e in entries.iter().filter(|e| e.is_finished() && e.cleanup_pending() && !e.supervisor_alive()) {
         let reason = if e.owner_gone() {
             "the owner exited"
-        } else if e.timeout_at_ms().is_some_and(|at| at <= files::now_ms()) {
+        } else if e.timeout_passed() {
             "the turn timeout passed"
         } else {
             continue;
@@ -166,9 +185,10 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             reason: reason.into(),
             cleanup_error,
             not_recorded: None,
+            left: None,
         });
     }
-    (actions, aside)
+    (actions, aside, cgroups_left)
 }
 
 /// In the cgroup tier, once an entry's tree is gone: removes its recorded cgroup (inode

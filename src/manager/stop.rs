@@ -49,11 +49,16 @@ pub fn stop_selection(reg: &Registry, session: Option<&str>) -> (Vec<Entry>, Vec
 }
 
 /// The entry `key` (an id or a name) names, for a stop: [`Registry::find`], except that an
-/// entry that cannot be read but whose supervisor lives gives its stand-in
-/// ([`Registry::stand_in`]), so its tree can still be stopped. Errors: `find`'s.
+/// entry that cannot be read (corrupt, or its entry.json deleted) but whose supervisor lives
+/// (`supervisor.json`, identity checked) gives its stand-in ([`Registry::stand_in`]), so its
+/// tree can still be stopped. Errors: `find`'s.
 pub fn find_for_stop(reg: &Registry, key: &str) -> Result<Entry, RegistryError> {
     match reg.find(key) {
         Err(err @ RegistryError::Corrupt { .. }) => reg.stand_in(key).ok_or(err),
+        // A name cannot be looked up without its entry; an id still names its directory.
+        Err(err @ RegistryError::NotFound(_)) if !key.contains('/') && !key.starts_with('.') => {
+            reg.stand_in(key).ok_or(err)
+        }
         other => other,
     }
 }
@@ -85,16 +90,23 @@ pub struct StopOutcome {
     /// Why the tree is not gone, when processes of it could not be signalled: `1 process of
     /// uid 0 could not be signalled: permission denied` ([`crate::tree::denied_line`]).
     pub not_signalled: Option<String>,
+    /// Who is still alive when the tree is not gone for another reason (a member frozen, or in
+    /// D state): `pid 4242 (sleep) is still alive` ([`crate::tree::left_line`]).
+    pub left: Option<String>,
 }
 
 impl StopOutcome {
     /// The first line every front end shows for this stop: `Stopped NAME (ID).` for a real
-    /// stop; for an entry that had already ended, what happened instead (`web (proc_5) had
-    /// already exited (3).`), never `Stopped`.
+    /// stop; `The tree of NAME (ID) was not confirmed gone: pid 4242 (sleep) is still alive.`
+    /// for one that did not finish; for an entry that had already ended, what happened instead
+    /// (`web (proc_5) had already exited (3).`), never `Stopped`.
     pub fn headline(&self) -> String {
         let e = &self.entry;
         if self.not_signalled.is_some() {
             return format!("Could not stop {}.", e.label());
+        }
+        if let (false, Some(left)) = (self.tree_gone, &self.left) {
+            return format!("The tree of {} was not confirmed gone: {left}.", e.label());
         }
         if !self.already_finished {
             return format!("Stopped {}.", e.label());
@@ -161,7 +173,21 @@ pub(super) fn cleared_meanwhile(mut e: Entry) -> StopOutcome {
         e.status_text = Some("stopped (its entry was cleared meanwhile)".into());
         e.tree_gone = Some(true);
     }
-    StopOutcome { entry: e, already_finished, tree_gone: true, not_signalled: None }
+    StopOutcome { entry: e, already_finished, tree_gone: true, not_signalled: None, left: None }
+}
+
+/// Why a stop that did not end the tree (`gone` false) did not, from what of `e`'s recorded tree
+/// lives now: the refused signals ([`denied_line`]) as the first, or else who is left
+/// ([`crate::tree::left_line`]) as the second.
+fn unfinished(e: &Entry, gone: bool) -> (Option<String>, Option<String>) {
+    if gone {
+        return (None, None);
+    }
+    let live = recorded_tree(e).map(|t| t.live()).unwrap_or_default();
+    match denied_line(&live) {
+        Some(line) => (Some(line), None),
+        None => (None, Some(crate::tree::left_line(&live))),
+    }
 }
 
 /// [`stop`] of an entry past `starting`.
@@ -182,11 +208,11 @@ pub(super) fn stop_settled(
             notify_supervisor(entry);
         }
         let e = reg.read(&id)?;
-        return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true, not_signalled: None });
+        return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true, not_signalled: None, left: None });
     }
     if !entry.this_boot() {
         let e = record_lost(reg, &id, "lost (recorded during a previous boot; nothing was signalled)")?;
-        return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true, not_signalled: None });
+        return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true, not_signalled: None, left: None });
     }
     let mut entry = entry.clone();
     // A supervisor already stopping keeps the grace it started with: wait for the longer.
@@ -223,8 +249,8 @@ pub(super) fn stop_settled(
             crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
             let now = reg.read(&id)?;
             let tree_gone = now.tree_gone.unwrap_or(true);
-            let not_signalled = if tree_gone { None } else { recorded_tree(&now).and_then(|t| denied_line(&t.live())) };
-            return Ok(StopOutcome { tree_gone, entry: now, already_finished: false, not_signalled });
+            let (not_signalled, left) = unfinished(&now, tree_gone);
+            return Ok(StopOutcome { tree_gone, entry: now, already_finished: false, not_signalled, left });
         }
         // The tree is gone but nothing says so: the supervisor could not record its result (a
         // full disk) and waits to retry, holding the real outcome. Record ours first; if that
@@ -276,8 +302,11 @@ pub(super) fn stop_settled(
             if report.gone { "gone" } else { "NOT confirmed gone" }
         ),
     );
+    let live = if report.gone { Vec::new() } else { recorded_tree(&entry).map(|t| t.live()).unwrap_or_default() };
     let recorded = reg.update(&id, |e| {
-        e.finish_from_outside(OutsideResult::StoppedPast(why), report.gone);
+        if e.finish_from_outside(OutsideResult::StoppedPast(why), report.gone) && !report.gone {
+            e.status_text = Some(crate::tree::unfinished_text(&format!("stopped (by sheepdog stop; {why})"), &live));
+        }
     });
     let e = match recorded {
         Ok(e) => e,
@@ -293,8 +322,8 @@ pub(super) fn stop_settled(
         Some(_) => reg.read(&id)?,
         None => e,
     };
-    let not_signalled = if report.gone { None } else { recorded_tree(&e).and_then(|t| denied_line(&t.live())) };
-    Ok(StopOutcome { entry: e, already_finished: false, tree_gone: report.gone, not_signalled })
+    let (not_signalled, left) = unfinished(&e, report.gone);
+    Ok(StopOutcome { entry: e, already_finished: false, tree_gone: report.gone, not_signalled, left })
 }
 
 /// The stop of a finished entry whose tree was not gone when it was stopped (a member could not
@@ -306,7 +335,7 @@ pub(super) fn stop_again(reg: &Registry, entry: &Entry) -> Result<StopOutcome, M
         Some(tree) => stop::stop_blocking(&tree, StopPolicy::from_timings(&entry.stop)),
         None => stop::StopReport { gone: true, escalated: false, signalled: 0 },
     };
-    let not_signalled = if report.gone { None } else { recorded_tree(entry).and_then(|t| denied_line(&t.live())) };
+    let live = if report.gone { Vec::new() } else { recorded_tree(entry).map(|t| t.live()).unwrap_or_default() };
     logs::append_marker(
         &reg.dir(id),
         &format!(
@@ -317,14 +346,15 @@ pub(super) fn stop_again(reg: &Registry, entry: &Entry) -> Result<StopOutcome, M
     );
     let e = reg.update(id, |e| {
         e.tree_gone = Some(report.gone);
-        e.status_text = Some(match &not_signalled {
-            Some(line) => format!("not stopped: {line}"),
-            None if report.gone => "stopped (by sheepdog stop, again)".into(),
-            None => "stopped (the tree was not confirmed gone)".into(),
+        e.status_text = Some(if report.gone {
+            "stopped (by sheepdog stop, again)".into()
+        } else {
+            crate::tree::unfinished_text("stopped (by sheepdog stop, again)", &live)
         });
     })?;
     let e = settle_cgroup(reg, e);
-    Ok(StopOutcome { entry: e, already_finished: false, tree_gone: report.gone, not_signalled })
+    let (not_signalled, left) = unfinished(&e, report.gone);
+    Ok(StopOutcome { entry: e, already_finished: false, tree_gone: report.gone, not_signalled, left })
 }
 
 /// The longest a cleanup can take: its timeout plus the stop of its own tree.

@@ -6,7 +6,6 @@
 
 use super::*;
 use crate::entry;
-use crate::files;
 
 /// What a detached supervisor tells the `start` that launched it, as one JSON line on the pipe
 /// that is its stdout until then: `{"handshake":"spawned"}` once the command runs (and the
@@ -278,8 +277,10 @@ impl Managed<'_> {
     }
 
     fn write(&mut self, f: &mut dyn FnMut(&mut Entry)) -> Result<Entry, RegistryError> {
+        // Corrupt, or entry.json deleted while its directory stays (`ps` promised a rewrite);
+        // a cleared entry has no directory, and `rewrite` refuses it.
         let written = match self.reg.update(&self.id, |e| f(e)) {
-            Err(RegistryError::Corrupt { .. }) => self.repair(f),
+            Err(RegistryError::Corrupt { .. } | RegistryError::NotFound(_)) => self.repair(f),
             other => other,
         }?;
         self.known = written.clone();
@@ -290,9 +291,23 @@ impl Managed<'_> {
     fn repair(&mut self, f: &mut dyn FnMut(&mut Entry)) -> Result<Entry, RegistryError> {
         let mut e = self.known.clone();
         f(&mut e);
+        let missing = !self.reg.file(&self.id, "entry.json").exists();
         self.reg.rewrite(&e)?;
-        self.logs.marker("entry.json was corrupt; rewritten from the supervisor's own record");
+        self.logs.marker(if missing {
+            "entry.json was missing; rewritten from the supervisor's own record"
+        } else {
+            "entry.json was corrupt; rewritten from the supervisor's own record"
+        });
         Ok(e)
+    }
+
+    /// Rewrites entry.json if it was deleted while this supervisor runs (issue 34, item 6): one
+    /// `stat` per look at the members, so within [`crate::supervisor::MEMBER_SCAN_MAX`].
+    fn restore_if_missing(&mut self) {
+        if self.reg.file(&self.id, "entry.json").exists() || !self.reg.dir(&self.id).is_dir() {
+            return;
+        }
+        let _ = self.repair(&mut |_| {});
     }
 
     /// Reads what is available on `fd`; closes it at EOF.
@@ -341,8 +356,7 @@ impl Managed<'_> {
         let mut text = String::new();
         let mut claimed = false;
         // An unfinished stop: who is left, by identity (a later stop or reap looks for them), and
-        // the reason when it is a refused signal.
-        let denied = crate::tree::denied_line(&outcome.left);
+        // in the status text who it is, or the reason when it is a refused signal.
         let mut apply =
             |e: &mut Entry| {
                 if e.is_finished() && outcome.trigger == Some(Trigger::SupervisorKilled) {
@@ -354,10 +368,7 @@ impl Managed<'_> {
                     return;
                 }
                 let (status, t) = result_status(outcome, e.timeout_ms);
-                text = match &denied {
-                    Some(line) => format!("not stopped: {line}"),
-                    None => t,
-                };
+                text = if outcome.tree_gone { t } else { crate::tree::unfinished_text(&t, &outcome.left) };
                 if !outcome.left.is_empty() {
                     let mut list = e.members.clone();
                     list.extend(outcome.left.iter().filter_map(|m| {
@@ -375,9 +386,10 @@ impl Managed<'_> {
                         _ => None,
                     },
                     signal: match outcome.provider {
-                        Some(WaitStatus::Signaled(s)) => Some(s.name()),
+                        Some(WaitStatus::Signaled(s, _)) => Some(s.name()),
                         _ => None,
                     },
+                    core_dumped: matches!(outcome.provider, Some(WaitStatus::Signaled(_, true))),
                     stop_reason: outcome.trigger.map(StopReason::from),
                     tree_gone: outcome.tree_gone,
                     cgroup_left: outcome.cgroup_left,
@@ -420,8 +432,7 @@ impl Managed<'_> {
             return;
         }
         let owner = e.owner_pid.and_then(Pid::new).map(|p| (p, e.owner_start_time));
-        let until =
-            e.timeout_at_ms().map(|at| Instant::now() + Duration::from_millis(at.saturating_sub(files::now_ms())));
+        let until = e.timeout_left().map(|left| Instant::now() + left);
         self.logs.marker("waiting: the cleanup is pending; it runs on stop, owner exit or the turn timeout");
         let (reg, id) = (self.reg, self.id.clone());
         let mut still_needed = || reg.read(&id).is_ok_and(|e| e.cleanup_pending());
@@ -449,8 +460,10 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (Status, String)
         (Some(Trigger::SupervisorKilled), _) => (Status::Stopped, "stopped (the supervisor was killed)".into()),
         (Some(_), _) => (Status::Stopped, "stopped".into()),
         (_, Some(WaitStatus::Exited(c))) => (Status::Exited, format!("exited ({c})")),
-        (_, Some(WaitStatus::Signaled(s))) => (Status::Killed, format!("killed ({s})")),
-        (_, None) => (Status::Stopped, "stopped (the tree was not confirmed gone)".into()),
+        (_, Some(WaitStatus::Signaled(s, false))) => (Status::Killed, format!("killed ({s})")),
+        (_, Some(WaitStatus::Signaled(s, true))) => (Status::Killed, format!("killed ({s}, core dumped)")),
+        // Not reaped: the tree was not confirmed gone, which `finish` adds, with who is left.
+        (_, None) => (Status::Stopped, "stopped".into()),
     }
 }
 
@@ -527,6 +540,7 @@ impl Observer for Managed<'_> {
     }
 
     fn members(&mut self, members: &[Member]) -> bool {
+        self.restore_if_missing();
         let now: std::collections::HashSet<(i32, u64)> =
             members.iter().filter_map(|m| Some((m.pid.as_raw(), m.start_time?))).collect();
         if now.is_subset(&self.seen) {

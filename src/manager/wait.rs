@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use crate::entry::Entry;
 use crate::exit;
-use crate::files;
 use crate::registry::{Registry, RegistryError};
 use crate::status::Status;
 use crate::sys::Signal;
@@ -42,15 +41,27 @@ pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<
         if e.is_finished() {
             // A cleanup that is running, or that a supervisor still watching is about to run
             // (its owner is gone or its turn timeout passed), holds the wait.
-            let due = e.cleanup_pending()
-                && (e.owner_gone() || e.timeout_at_ms().is_some_and(|at| at <= files::now_ms()))
-                && e.supervisor_alive();
+            let due = e.cleanup_pending() && (e.owner_gone() || e.timeout_passed()) && e.supervisor_alive();
             if e.cleanup_running() || due {
                 if left() == Some(Duration::ZERO) {
                     return Ok(Waited::TimedOut);
                 }
                 std::thread::sleep(left().unwrap_or(WAIT_TICK).min(Duration::from_millis(20)));
                 continue;
+            }
+            // A stop that did not end the tree (a member frozen, or in D state) has not
+            // finished the entry: wait for what is left, and record when it is gone.
+            if stop::left_running(&e)
+                && let Some(tree) = recorded_tree(&e)
+            {
+                while !tree.is_gone() {
+                    let l = left();
+                    if l == Some(Duration::ZERO) {
+                        return Ok(Waited::TimedOut);
+                    }
+                    tree.wait_any_exit(l.unwrap_or(Duration::from_secs(1)).min(Duration::from_millis(100)));
+                }
+                return Ok(Waited::Finished(record_gone_later(reg, e)));
             }
             return Ok(Waited::Finished(e));
         }
@@ -74,6 +85,29 @@ pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<
         }
         let e = reg.read(&entry.id)?;
         return Ok(if e.is_finished() { Waited::Finished(e) } else { Waited::NoResult(e) });
+    }
+}
+
+/// Records that the tree a stop left running (`treeGone: false`) is gone now: `treeGone: true`,
+/// and a status text that says it ended only after the stop. Returns the entry as recorded, or
+/// as known when it cannot be written (the next `stop` or `reap` records it then).
+fn record_gone_later(reg: &Registry, mut e: Entry) -> Entry {
+    let id = e.id.clone();
+    let mark = |e: &mut Entry| {
+        if !stop::left_running(e) {
+            return;
+        }
+        e.tree_gone = Some(true);
+        let text = e.status_text.take().unwrap_or_else(|| e.status.as_str().to_string());
+        let base = text.split("; the tree was not confirmed gone").next().unwrap_or(&text).to_string();
+        e.status_text = Some(format!("{base}; the tree was gone only after the stop"));
+    };
+    match reg.update(&id, mark) {
+        Ok(now) => now,
+        Err(_) => {
+            mark(&mut e);
+            e
+        }
     }
 }
 
@@ -113,9 +147,10 @@ pub struct WaitedMany {
 }
 
 /// True when `wait` on this entry would return at once: it is final and its cleanup is not
-/// running, or its supervisor is gone.
+/// running and its tree is gone (or not known to be alive), or its supervisor is gone.
 pub(super) fn wait_would_return(e: &Entry) -> bool {
-    (e.is_finished() && !e.cleanup_running()) || (!e.supervisor_alive() && !e.starter_alive())
+    (e.is_finished() && !e.cleanup_running() && !stop::left_running(e))
+        || (!stop::left_running(e) && !e.supervisor_alive() && !e.starter_alive())
 }
 
 /// `wait` on several entries: all of them, or with `any` until the first finishes; bounded by

@@ -54,7 +54,8 @@ impl std::fmt::Display for Pgid {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitStatus {
     Exited(i32),
-    Signaled(Signal),
+    /// Ended by the signal; true when the kernel wrote a core dump (`WCOREDUMP`).
+    Signaled(Signal, bool),
 }
 
 /// This process's id.
@@ -136,7 +137,7 @@ fn decode(status: libc::c_int) -> Option<WaitStatus> {
     if libc::WIFEXITED(status) {
         Some(WaitStatus::Exited(libc::WEXITSTATUS(status)))
     } else if libc::WIFSIGNALED(status) {
-        Signal::from_raw(libc::WTERMSIG(status)).map(WaitStatus::Signaled)
+        Signal::from_raw(libc::WTERMSIG(status)).map(|s| WaitStatus::Signaled(s, libc::WCOREDUMP(status)))
     } else {
         None
     }
@@ -187,14 +188,29 @@ pub fn reap(pid: Pid, block: bool) -> io::Result<Option<WaitStatus>> {
     }
 }
 
-/// True if this process has a child (alive, or a zombie not yet reaped) in process group
-/// `pgid`, or with `pgid` `None` any child at all: `waitid(P_PGID | P_ALL, WEXITED | WNOHANG |
-/// WNOWAIT)`, which reaps nothing. One pass over the kernel's list of this process's children,
-/// where reading `/proc/self/task/*/children` costs a walk of that list per pid it prints
-/// (thousands of zombies after a fork storm make that quadratic). Linux; elsewhere `None`:
-/// unknown, and the caller looks at `/proc` instead.
+/// What `waitid` says of this process's children: see [`children_state`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// Elsewhere the state is unknown ([`children_state`] gives `None`): no variant is made.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub enum Children {
+    /// No child at all (`ECHILD`).
+    None,
+    /// A child has exited and waits to be reaped by this process.
+    Reapable,
+    /// Children exist, but none can be reaped now: each is running (or stopped), or is a zombie
+    /// that only its outside tracer can collect (a `gdb -p`'d process: the kernel shows a traced
+    /// zombie to its real parent only after the tracer lets go). Not proof that one lives.
+    Unreaped,
+}
+
+/// The state of this process's children in process group `pgid`, or with `pgid` `None` of all
+/// its children: `waitid(P_PGID | P_ALL, WEXITED | WNOHANG | WNOWAIT)`, which reaps nothing. One
+/// pass over the kernel's list of this process's children, where reading
+/// `/proc/self/task/*/children` costs a walk of that list per pid it prints (thousands of zombies
+/// after a fork storm make that quadratic). Linux; elsewhere `None`: unknown, and the caller
+/// looks at `/proc` instead.
 #[cfg(target_os = "linux")]
-pub fn has_child(pgid: Option<Pgid>) -> Option<bool> {
+pub fn children_state(pgid: Option<Pgid>) -> Option<Children> {
     let (idtype, id) = match pgid {
         Some(g) => (libc::P_PGID, g.0 as libc::id_t),
         None => (libc::P_ALL, 0),
@@ -205,11 +221,14 @@ pub fn has_child(pgid: Option<Pgid>) -> Option<bool> {
         // SAFETY: info is a valid out-pointer; WNOWAIT leaves every child as it was.
         let rc = unsafe { libc::waitid(idtype, id, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) };
         if rc == 0 {
-            return Some(true);
+            // With WNOHANG, a zero si_pid says children exist but none is waitable.
+            // SAFETY: waitid returned 0, so info is initialised (all-zero when nothing was waitable).
+            let pid = unsafe { info.si_pid() };
+            return Some(if pid == 0 { Children::Unreaped } else { Children::Reapable });
         }
         match io::Error::last_os_error().raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::ECHILD) => return Some(false),
+            Some(libc::ECHILD) => return Some(Children::None),
             _ => return None,
         }
     }
@@ -246,7 +265,7 @@ pub fn is_zombie_child(_pid: Pid) -> bool {
 
 /// See the Linux version: unknown here.
 #[cfg(not(target_os = "linux"))]
-pub fn has_child(_pgid: Option<Pgid>) -> Option<bool> {
+pub fn children_state(_pgid: Option<Pgid>) -> Option<Children> {
     None
 }
 

@@ -506,3 +506,77 @@ impl Drop for TmuxServer {
         let _ = self.tmux(&["kill-server"]).stderr(Stdio::null()).status();
     }
 }
+
+/// A cgroup v1 freezer group for one test (`/sys/fs/cgroup/freezer/sheepdog-test-PID-WHAT`),
+/// thawed and removed on drop. A frozen process does not die of SIGKILL until it is thawed: the
+/// one way to make "the kernel did not finish the kill" happen on purpose.
+pub struct Frozen(pub std::path::PathBuf);
+
+impl Frozen {
+    /// A new freezer group, or `None` (and a SKIPPED line) where there is no writable v1 freezer.
+    pub fn new(what: &str) -> Option<Frozen> {
+        let root = std::path::Path::new("/sys/fs/cgroup/freezer");
+        let cg = root.join(format!("sheepdog-test-{}-{what}", std::process::id()));
+        if !root.join("tasks").exists() || std::fs::create_dir(&cg).is_err() {
+            eprintln!("SKIPPED: no writable cgroup v1 freezer here");
+            return None;
+        }
+        Some(Frozen(cg))
+    }
+
+    /// Moves `raw` into the group and freezes it; returns once the kernel says `FROZEN`.
+    pub fn freeze(&self, raw: i32) {
+        std::fs::write(self.0.join("tasks"), raw.to_string()).expect("join the freezer group");
+        std::fs::write(self.0.join("freezer.state"), "FROZEN").expect("freeze");
+        let end = Instant::now() + SECS(5);
+        while std::fs::read_to_string(self.0.join("freezer.state")).unwrap_or_default().trim() != "FROZEN" {
+            assert!(Instant::now() < end, "the freezer never froze");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Thaws the group: a pending SIGKILL then ends what is in it.
+    pub fn thaw(&self) {
+        let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        self.thaw();
+        let end = Instant::now() + SECS(5);
+        while std::fs::remove_dir(&self.0).is_err() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// An outside tracer (see [`trace`]), killed and reaped on drop.
+pub struct Tracer(Child);
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An outside tracer of `raw` (`PTRACE_SEIZE` from a python3 child, as `gdb -p` attaches): while
+/// it lives, `raw`'s zombie is shown to its tracer only, and its parent cannot reap it. Returns
+/// once the seize succeeded; the guard kills the tracer too.
+pub fn trace(raw: i32, guard: &Guard) -> Tracer {
+    let src = format!(
+        "import ctypes, sys, time\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         rc = libc.ptrace(0x4206, {raw}, None, None)\n\
+         print('seized', rc, ctypes.get_errno(), flush=True)\n\
+         time.sleep(300)\n"
+    );
+    let mut c = Command::new("python3").args(["-c", &src]).stdout(Stdio::piped()).spawn().expect("python3");
+    guard.track_child(&c);
+    let lines = Lines::new(c.stdout.take().expect("piped"));
+    let tracer = Tracer(c);
+    let got = lines.expect("seized", SECS(10));
+    assert_eq!(got, ["0", "0"], "PTRACE_SEIZE of {raw} failed");
+    tracer
+}

@@ -22,6 +22,8 @@ export type EntryView = {
   exitCode: number | null;
   /** The signal that ended the command (`SIGTERM`), when one did. */
   signal: string | null;
+  /** True when that signal dumped core (`WCOREDUMP`; the shell's `(core dumped)`). */
+  coreDumped: boolean;
   /** The command's (provider's) pid, once spawned. */
   pid: number | null;
   /** Its process group. */
@@ -265,6 +267,8 @@ export type EventLine = {
   exitCode: number | null;
   /** The signal that ended the provider. */
   signal: string | null;
+  /** That signal dumped core (`WCOREDUMP`, the shell's `(core dumped)`). */
+  coreDumped: boolean;
   /** Nothing of the tree is left. */
   treeGone: boolean;
   /** SIGKILL was needed. */
@@ -304,6 +308,8 @@ export type Record = {
   exitCode: number | null;
   /** The signal that ended it, when one did. */
   signal: string | null;
+  /** That signal dumped core (`WCOREDUMP`). */
+  coreDumped: boolean;
   /** What began the stop, when one did. */
   stopReason: StopReason | null;
   /** Whether the whole tree was confirmed gone. */
@@ -387,11 +393,23 @@ export type ReapView = {
   cleanupError: string | null;
   /** Why the result could not be written to the registry (a full disk, a read-only state dir), else null: the action happened (or, for `lost`, is true) but nothing says so on disk. `reap` exits 74 then. Always null with `--dry-run`. */
   notRecorded: string | null;
+  /** When the stop did not end the tree (`treeGone` false): who is still alive, `pid 4242 (sleep) is still alive` ([`crate::tree::left_line`]); else null. `reap` exits 124 then. */
+  left: string | null;
   entry: EntryView | null;
 };
 
 /** What `reap` did to one entry (`action` in `reap --json`). */
 export type ReapKind = "reaped" | "lost" | "cleanup";
+
+/** A leftover cgroup that `reap` killed but could not empty within 2 s (a member frozen by a freezer, or in D state): `reap` exits 124 then. */
+export type CgroupLeft = {
+  /** The cgroup's directory. */
+  path: string;
+  /** The pids listed in it when `reap` gave up. */
+  pids: number[];
+  /** Who is still alive, as [`ReapAction::left`] says it. */
+  left: string;
+};
 
 /** `reap --json`. */
 export type ReapDoc = {
@@ -399,6 +417,8 @@ export type ReapDoc = {
   /** `--dry-run`: nothing was signalled or recorded. */
   dryRun: boolean;
   actions: ReapView[];
+  /** Leftover cgroups killed but still populated ([`CgroupLeft`]); empty when every one was emptied, and always with `--dry-run`. */
+  cgroupsLeft: CgroupLeft[];
 };
 
 /** What a start shows (`start --json`, each of `restart --json`): the new entry's view, then `ready`, the readiness wait's outcome (null when none was asked for; the options are the view's `readyConfig`), then the nudges it earned as `warnings`. */
@@ -419,6 +439,8 @@ export type StartView = {
   exitCode: number | null;
   /** The signal that ended the command (`SIGTERM`), when one did. */
   signal: string | null;
+  /** True when that signal dumped core (`WCOREDUMP`; the shell's `(core dumped)`). */
+  coreDumped: boolean;
   /** The command's (provider's) pid, once spawned. */
   pid: number | null;
   /** Its process group. */
@@ -552,6 +574,8 @@ export type StartDoc = {
   exitCode: number | null;
   /** The signal that ended the command (`SIGTERM`), when one did. */
   signal: string | null;
+  /** True when that signal dumped core (`WCOREDUMP`; the shell's `(core dumped)`). */
+  coreDumped: boolean;
   /** The command's (provider's) pid, once spawned. */
   pid: number | null;
   /** Its process group. */
@@ -648,6 +672,8 @@ export type StopView = {
   exitCode: number | null;
   /** The signal that ended the command (`SIGTERM`), when one did. */
   signal: string | null;
+  /** True when that signal dumped core (`WCOREDUMP`; the shell's `(core dumped)`). */
+  coreDumped: boolean;
   /** The command's (provider's) pid, once spawned. */
   pid: number | null;
   /** Its process group. */
@@ -757,6 +783,8 @@ export type EntryDoc = {
   exitCode: number | null;
   /** The signal that ended the command (`SIGTERM`), when one did. */
   signal: string | null;
+  /** True when that signal dumped core (`WCOREDUMP`; the shell's `(core dumped)`). */
+  coreDumped: boolean;
   /** The command's (provider's) pid, once spawned. */
   pid: number | null;
   /** Its process group. */
@@ -849,6 +877,8 @@ export type WaitView = {
   exitCode: number | null;
   /** The signal that ended the command (`SIGTERM`), when one did. */
   signal: string | null;
+  /** True when that signal dumped core (`WCOREDUMP`; the shell's `(core dumped)`). */
+  coreDumped: boolean;
   /** The command's (provider's) pid, once spawned. */
   pid: number | null;
   /** Its process group. */

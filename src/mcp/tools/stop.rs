@@ -103,7 +103,7 @@ pub(crate) fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError
             Ok(o) => {
                 let failure = sheepdog::cleanup::failure_line(&o.entry);
                 let mut lines = o.lines(failure.as_deref());
-                if o.not_signalled.is_none() && !o.tree_gone {
+                if o.not_signalled.is_none() && o.left.is_none() && !o.tree_gone {
                     lines.insert(1, format!("The tree of {} was not confirmed gone.", o.entry.label()));
                 }
                 let ok = o.tree_gone && failure.is_none();
