@@ -7,8 +7,8 @@ use std::time::Duration;
 pub const MAX: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Parses a duration with a unit: `ms`, `s`, `m` or `h`, with an optional decimal fraction
-/// (`1.5s`). A bare `0` is accepted; any other number needs a unit, so `5` is never guessed to be
-/// seconds or milliseconds.
+/// (`1.5s`). One rule for every duration flag: a number needs a unit, `0` included (`0s`), so `5`
+/// is never guessed to be seconds or milliseconds, and the error says what to write instead.
 ///
 /// Errors: a one-line message naming the bad text and the accepted forms.
 ///
@@ -27,8 +27,8 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     if t.starts_with('-') {
         return Err(format!("invalid duration '{text}': a duration cannot be negative"));
     }
-    if t == "0" {
-        return Ok(Duration::ZERO);
+    if !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit() || c == b'.') {
+        return Err(format!("invalid duration '{text}': a number needs a unit, like {t}s or {t}ms (ms, s, m, h)"));
     }
     if t.is_empty() {
         return Err(bad());
@@ -101,7 +101,8 @@ mod tests {
         assert_eq!(parse("1s").unwrap(), Duration::from_secs(1));
         assert_eq!(parse("1.5s").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse("0").unwrap(), Duration::ZERO);
+        assert_eq!(parse("0s").unwrap(), Duration::ZERO);
+        assert_eq!(parse("0ms").unwrap(), Duration::ZERO);
         assert_eq!(parse("1m30s").unwrap(), Duration::from_secs(90));
         assert_eq!(parse("1h").unwrap(), Duration::from_secs(3600));
         assert_eq!(parse("1s500ms").unwrap(), Duration::from_millis(1500));
@@ -111,8 +112,17 @@ mod tests {
 
     #[test]
     fn rejects_what_it_would_have_to_guess() {
-        for bad in ["", "5", "1.s", ".5s", "5x", "-1s", "1e3s", "s", "1.5.5s", "99999999h"] {
+        for bad in ["", "5", "0", "1.5", "1.s", ".5s", "5x", "-1s", "1e3s", "s", "1.5.5s", "99999999h"] {
             assert!(parse(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn a_bare_number_is_refused_with_the_fix() {
+        // One rule for units (issue 31): `--term-grace 0` and `--timeout 5` get the same answer.
+        for bare in ["0", "5"] {
+            let e = parse(bare).unwrap_err();
+            assert!(e.contains(&format!("like {bare}s or {bare}ms")), "{e}");
         }
     }
 

@@ -1133,3 +1133,14 @@ async fn process_write_answers_a_prompt_and_fails_clearly() {
     s.ok("process_stop", json!({"all": true})).await;
     s.close().await;
 }
+
+#[tokio::test]
+async fn a_command_that_is_not_found_keeps_its_own_spelling() {
+    // Issue 31: the sentence rule capitalised the first letter, which here is the command's name.
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let r = s.call("process_start", json!({"argv": ["definitely-not-a-cmd"]})).await;
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    assert!(text(&r).starts_with("definitely-not-a-cmd: command not found"), "{}", text(&r));
+    s.close().await;
+}

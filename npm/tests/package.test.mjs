@@ -252,3 +252,26 @@ test("scripts/gen-types.mjs turns a schema into the types file (and refuses one 
   }
 });
 
+
+test("an env key holding '=' is refused before anything starts (issue 31)", async (t) => {
+  const { dir } = stateDir(t);
+  const sd = api();
+  for (const bad of ["A=B", "", "A\nB"]) {
+    await assert.rejects(
+      sd.start("sleep", ["100"], { stateDir: dir, env: { [bad]: "c" } }),
+      (e) => e instanceof TypeError && e.message.includes("is not a variable name"),
+      JSON.stringify(bad),
+    );
+  }
+  assert.deepEqual(await sd.list({ stateDir: dir, all: true }), [], "nothing may have started");
+});
+
+test("a second stop({session}) with missingOk resolves to [] (an idempotent cancel, issue 31)", async (t) => {
+  const { dir, guard } = stateDir(t);
+  const sd = api();
+  const e = await sd.start("sleep", ["100"], { stateDir: dir, session: "turn-1" });
+  guard.track(e.supervisorPid);
+  assert.equal((await sd.stop({ session: "turn-1", stateDir: dir })).length, 1);
+  await assert.rejects(sd.stop({ session: "turn-1", stateDir: dir }), /nothing matched --session turn-1/);
+  assert.deepEqual(await sd.stop({ session: "turn-1", missingOk: true, stateDir: dir }), []);
+});

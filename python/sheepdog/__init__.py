@@ -95,6 +95,15 @@ def _dur(v: Duration) -> str:
     return str(v)
 
 
+def _env_key(k: str) -> str:
+    """An ``env`` key as sheepdog takes it: a variable's name, so not empty and without ``=``, a
+    newline or NUL (``{"A=B": "c"}`` would otherwise reach the command as ``A=B=c``). Raises
+    ValueError."""
+    if not k or any(c in k for c in "=\n\0"):
+        raise ValueError(f"sheepdog: env key {k!r} is not a variable name (empty, or holds '=', a newline or NUL)")
+    return k
+
+
 def _flags(opts: Mapping[str, Any], table: Sequence[tuple]) -> List[str]:
     out: List[str] = []
     for key, flag, kind in table:
@@ -107,7 +116,7 @@ def _flags(opts: Mapping[str, Any], table: Sequence[tuple]) -> List[str]:
             out += [flag, _dur(v)]
         elif kind == "env":
             for k, x in v.items():
-                out += [flag, f"{k}={x}"]
+                out += [flag, f"{_env_key(k)}={x}"]
         else:
             out += [flag, str(v)]
     return out
@@ -391,13 +400,18 @@ def stop(
     *,
     session: Optional[str] = None,
     all: bool = False,
+    missing_ok: bool = False,
     term_grace: Optional[Duration] = None,
     state_dir: Optional[str] = None,
     binary: Optional[str] = None,
 ) -> List[StopView]:
     """``sheepdog stop``: by id or name (or several), ``session=`` or ``all=True``. A failed
-    cleanup is in the result (``ok``, ``cleanupError``), not an exception."""
-    a = ["stop", *_targets(id_or_name, session, all)] + _flags({"t": term_grace}, [("t", "--term-grace", "dur")])
+    cleanup is in the result (``ok``, ``cleanupError``), not an exception. ``session=S,
+    missing_ok=True`` returns ``[]`` when nothing of the session is left to stop (an idempotent
+    cancel); without it, that raises SheepdogError."""
+    a = ["stop", *_targets(id_or_name, session, all)] + _flags(
+        {"m": missing_ok, "t": term_grace}, [("m", "--missing-ok", "bool"), ("t", "--term-grace", "dur")]
+    )
     return _call(a, state_dir, binary)["stopped"]
 
 

@@ -341,3 +341,45 @@ def test_pi_processes_cleanup_update_failing_stop_and_a_nudge(venv, state):
     # The error document of schema v1 (issue 19): `exitStatus`, with `exitCode` kept for v1.
     doc = {"v": 1, "error": {"message": "no entry with id or name 'nope'", "exitStatus": 125, "exitCode": 125}}
     assert err == [125, doc, "sheepdog: no entry with id or name 'nope'"]
+
+
+def test_an_env_key_holding_an_equals_sign_is_refused_and_nothing_starts(venv, state):
+    # Issue 31: {"A=B": "c"} reached the command as A=B=c.
+    d, _guard = state
+    got = run_host(
+        venv,
+        """
+        import json, sys, sheepdog
+        errors = []
+        for bad in ("A=B", "", "A\\nB"):
+            try:
+                sheepdog.start("sleep", ["100"], env={bad: "c"}, state_dir=sys.argv[1])
+            except ValueError as e:
+                errors.append(str(e))
+        print(json.dumps({"errors": errors, "entries": sheepdog.list(all=True, state_dir=sys.argv[1])}))
+        """,
+        d,
+    )
+    assert len(got["errors"]) == 3 and all("is not a variable name" in e for e in got["errors"]), got
+    assert got["entries"] == [], got
+
+
+def test_a_second_session_cancel_with_missing_ok_returns_an_empty_list(venv, state):
+    d, _guard = state
+    got = run_host(
+        venv,
+        """
+        import json, sys, sheepdog
+        sheepdog.start("sleep", ["100"], session="turn-1", state_dir=sys.argv[1])
+        first = sheepdog.stop(session="turn-1", state_dir=sys.argv[1])
+        try:
+            sheepdog.stop(session="turn-1", state_dir=sys.argv[1])
+            refused = False
+        except sheepdog.SheepdogError:
+            refused = True
+        again = sheepdog.stop(session="turn-1", missing_ok=True, state_dir=sys.argv[1])
+        print(json.dumps({"first": len(first), "refused": refused, "again": again}))
+        """,
+        d,
+    )
+    assert got == {"first": 1, "refused": True, "again": []}, got

@@ -16,6 +16,7 @@ macro_rules! outln {
 
 mod clear;
 mod common;
+mod docs;
 mod doctor;
 mod events;
 mod hook;
@@ -120,6 +121,10 @@ enum Command {
     /// Which containment tier `run` and `start` get here, and why; the cgroup2 mount, kernel
     /// and controllers.
     Doctor(doctor::DoctorArgs),
+    /// Print a completion script for bash, zsh or fish on stdout.
+    Completions(docs::CompletionsArgs),
+    /// Print the man page, sheepdog(1), on stdout (roff: `man -l <(sheepdog man)`).
+    Man(docs::ManArgs),
     /// Serve the Model Context Protocol on stdin/stdout: background processes as tools for an
     /// agent (runs sheepdog-mcp, installed next to sheepdog; see 'sheepdog mcp --help').
     Mcp(McpArgs),
@@ -242,11 +247,22 @@ fn mcp(args: Vec<OsString>, dir: Option<PathBuf>) -> Result<i32, CliError> {
         cmd.arg("--state-dir").arg(d);
     }
     cmd.args(&args);
-    let err = cmd.exec();
-    Err(CliError::usage(format!(
-        "unable to run {}: {err} (sheepdog mcp is the {MCP_BINARY} binary, installed next to sheepdog)",
-        server.display()
-    )))
+    Err(exec_failed(&server, &cmd.exec(), "mcp", MCP_BINARY))
+}
+
+/// The error of `sheepdog mcp` or `top` when their binary (installed next to sheepdog) cannot be
+/// run. A missing one is most often a source checkout where `cargo run` built only `sheepdog`,
+/// so the line names the command that builds all three.
+fn exec_failed(path: &std::path::Path, err: &std::io::Error, sub: &str, binary: &str) -> CliError {
+    let why = if err.kind() == std::io::ErrorKind::NotFound {
+        format!(
+            "not found (sheepdog {sub} is the {binary} binary, installed next to sheepdog; from a source checkout, \
+             build it with `cargo build --release`: `cargo run` builds only sheepdog)"
+        )
+    } else {
+        format!("{err} (sheepdog {sub} is the {binary} binary, installed next to sheepdog)")
+    };
+    CliError::usage(format!("unable to run {}: {why}", path.display()))
 }
 
 /// Parses the process's arguments, runs the subcommand, and returns the exit status (or does
@@ -268,7 +284,7 @@ pub fn main() -> i32 {
     }
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => return clap_error(e, json),
+        Err(e) => return clap_error(e, json, help_for(&args)),
     };
     let dir = cli.state_dir;
     let json = cli.json;
@@ -287,6 +303,8 @@ pub fn main() -> i32 {
         Command::Events(a) => events::events(a, dir, json),
         Command::Top(a) => top::top(a, dir),
         Command::Doctor(a) => doctor::doctor(a, json),
+        Command::Completions(a) => docs::completions(a),
+        Command::Man(a) => docs::man(a),
         Command::Mcp(a) => mcp(a.args, dir),
     };
     match result {
@@ -305,16 +323,31 @@ pub fn report(e: &CliError, json: bool) -> i32 {
     e.code
 }
 
-fn clap_error(e: clap::Error, json: bool) -> i32 {
+/// The help to point at for a bad invocation: the subcommand's own (`sheepdog stop --help`) when
+/// the arguments name one before `--`, else the top level's.
+fn help_for(args: &[OsString]) -> String {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let sub = args
+        .iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .filter_map(|a| a.to_str())
+        .find(|a| cmd.get_subcommands().any(|c| c.get_name() == *a));
+    match sub {
+        Some(s) => format!("sheepdog {s} --help"),
+        None => "sheepdog --help".into(),
+    }
+}
+
+fn clap_error(e: clap::Error, json: bool, help: String) -> i32 {
     use clap::error::ErrorKind;
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
             if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { EXIT_USAGE } else { 0 }
         }
-        _ => {
-            report(&CliError::usage(format!("{} (see 'sheepdog --help')", flatten_clap(&e.render().to_string()))), json)
-        }
+        _ => report(&CliError::usage(format!("{} (see '{help}')", flatten_clap(&e.render().to_string()))), json),
     }
 }
 
@@ -354,7 +387,11 @@ fn flatten_clap(text: &str) -> String {
     let mut parts: Vec<String> = Vec::new();
     for line in text.lines() {
         let l = line.trim();
-        if l.is_empty() || l.starts_with("tip:") {
+        if l.is_empty() {
+            continue;
+        }
+        if let Some(tip) = l.strip_prefix("tip:") {
+            parts.push(did_you_mean(tip.trim()));
             continue;
         }
         if l.starts_with("Usage:") || l.starts_with("For more information") {
@@ -375,6 +412,20 @@ fn flatten_clap(text: &str) -> String {
         out.push_str(&p);
     }
     if out.is_empty() { "invalid arguments".into() } else { out }
+}
+
+/// clap's suggestion tip as a question: `a similar argument exists: '--all'` becomes
+/// `(did you mean '--all'?)`, `some similar subcommands exist: 'top', 'stop'` becomes
+/// `(did you mean 'top' or 'stop'?)`. Any other tip is kept in parentheses.
+fn did_you_mean(tip: &str) -> String {
+    let Some((_, names)) = tip.split_once(" exists: ").or_else(|| tip.split_once(" exist: ")) else {
+        return format!("({tip})");
+    };
+    let names: Vec<&str> = names.split(", ").collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("(did you mean {} or {last}?)", rest.join(", ")),
+        _ => format!("(did you mean {names}?)", names = names.join(", ")),
+    }
 }
 
 /// Converts a raw pid argument, refusing 0 and negatives (which `kill` reads as groups).

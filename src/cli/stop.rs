@@ -23,17 +23,25 @@ pub struct StopArgs {
     /// Every running entry.
     #[arg(long, conflicts_with = "targets")]
     all: bool,
+    /// With --session: a session with nothing left to stop is not an error (an idempotent
+    /// cancel, as `rm -f`): nothing is printed, `--json` gives `"stopped": []`, status 0.
+    #[arg(long, requires = "session")]
+    missing_ok: bool,
     /// Override the entry's term grace for this stop.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     term_grace: Option<Duration>,
 }
 
 pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
+    if a.missing_ok && a.session.is_none() {
+        // clap's `requires` is not checked when ids are given too.
+        return Err(CliError::usage("stop: --missing-ok goes with --session ID (see 'sheepdog stop --help')"));
+    }
     let reg = open(dir)?;
     let targets: Vec<Entry> = if let Some(s) = &a.session {
         let (targets, aside) = manager::stop_selection(&reg, Some(s));
         warn_set_aside(&aside);
-        if targets.is_empty() {
+        if targets.is_empty() && !a.missing_ok {
             return Err(CliError::new(
                 exit::REFUSED,
                 format!(

@@ -36,9 +36,5 @@ pub(super) fn top(a: TopArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {
     if a.all {
         cmd.arg("--all");
     }
-    let err = cmd.exec();
-    Err(CliError::usage(format!(
-        "unable to run {}: {err} (sheepdog top is the {TOP_BINARY} binary, installed next to sheepdog)",
-        path.display()
-    )))
+    Err(super::exec_failed(&path, &cmd.exec(), "top", TOP_BINARY))
 }

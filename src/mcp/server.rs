@@ -400,7 +400,8 @@ pub(crate) fn find(reg: &Registry, key: &str) -> Result<Entry, ToolError> {
     reg.find(key).map_err(|e| sentence(&e.to_string()))
 }
 
-/// `msg` as one sentence: capitalized, ending with a period, without Rust's ` (os error N)`.
+/// `msg` as one sentence: capitalized (unless it opens with `NAME:`, a name in its own spelling),
+/// ending with a period, without Rust's ` (os error N)`.
 pub(crate) fn sentence(msg: &str) -> String {
     let mut s = msg.trim().to_string();
     if let Some(at) = s.find(" (os error ")
@@ -409,7 +410,10 @@ pub(crate) fn sentence(msg: &str) -> String {
         let end = at + s[at..].find(')').unwrap_or(0) + 1;
         s.replace_range(at..end, "");
     }
-    if let Some(c) = s.get(..1) {
+    // A message that opens with `NAME:` names something in its own spelling (a command, a
+    // path, a flag): `definitely-not-a-cmd: command not found` keeps its lowercase.
+    let names_something = s.split_whitespace().next().is_some_and(|w| w.len() > 1 && w.ends_with(':'));
+    if !names_something && let Some(c) = s.get(..1) {
         s.replace_range(..1, &c.to_uppercase());
     }
     if !s.ends_with(['.', '!', '?']) {

@@ -185,6 +185,8 @@ export interface StopOptions extends CommonOptions {
   termGrace?: Duration;
   session?: string;
   all?: boolean;
+  /** With `session`: resolve to `[]` when nothing of it is left to stop (an idempotent cancel). */
+  missingOk?: boolean;
 }
 
 /** Stops entries (tree, then cleanup). A failed cleanup is in the result (`ok`, `cleanupError`), not an error. */

@@ -42,10 +42,21 @@ function flags(opts, table) {
     if (kind === "bool") out.push(flag);
     else if (kind === "dur") out.push(flag, dur(v));
     else if (kind === "list") for (const x of v) out.push(flag, String(x));
-    else if (kind === "env") for (const [k, x] of Object.entries(v)) out.push(flag, `${k}=${x}`);
+    else if (kind === "env") for (const [k, x] of Object.entries(v)) out.push(flag, `${envKey(k)}=${x}`);
     else out.push(flag, String(v));
   }
   return out;
+}
+
+/**
+ * An `env` key as sheepdog takes it: a variable's name, so not empty and without `=`, a newline
+ * or NUL (`{"A=B": "c"}` would otherwise reach the command as `A=B=c`). Throws TypeError.
+ */
+function envKey(k) {
+  if (k === "" || /[=\n\0]/.test(k)) {
+    throw new TypeError(`sheepdog: env key ${JSON.stringify(k)} is not a variable name (empty, or holds '=', a newline or NUL)`);
+  }
+  return k;
 }
 
 /** Global flags (before the subcommand): the state dir and JSON output. */
@@ -243,7 +254,7 @@ const START_FLAGS = [
 ];
 
 /** `sheepdog start`: resolves once the command runs (or is ready, with `ready*`). */
-function start(command, args = [], options = {}) {
+async function start(command, args = [], options = {}) {
   const opts = options || {};
   // `cwd` and `env` here are the command's (`--cwd`, `--env`), not sheepdog's own.
   const a = ["start", ...flags(opts, START_FLAGS), ...argv(command, args)];
@@ -280,10 +291,24 @@ function logs(idOrName, options = {}) {
   );
 }
 
-/** `sheepdog stop`: by id or name (or several), or `{session}` / `{all: true}`; the stop views. */
+/**
+ * `sheepdog stop`: by id or name (or several), or `{session}` / `{all: true}`; the stop views.
+ * `{session, missingOk: true}` resolves to `[]` when nothing of the session is left to stop
+ * (an idempotent cancel); without it, that rejects.
+ */
 async function stop(idOrName, options) {
   const opts = selectorOpts(idOrName, options);
-  const doc = await call(["stop", ...targets(idOrName, options), ...flags(opts, [["termGrace", "--term-grace", "dur"]])], opts);
+  const doc = await call(
+    [
+      "stop",
+      ...targets(idOrName, options),
+      ...flags(opts, [
+        ["missingOk", "--missing-ok", "bool"],
+        ["termGrace", "--term-grace", "dur"],
+      ]),
+    ],
+    opts,
+  );
   return doc.stopped;
 }
 
