@@ -82,3 +82,84 @@ fn a_second_session_cancel_with_missing_ok_is_an_empty_list() {
     let o = st.run(&["stop", "--missing-ok", "web"]);
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
 }
+
+/// A shell's own completion machinery, given the script `sheepdog completions SHELL` wrote.
+fn completion_script(st: &State, shell: &str) -> tempfile::NamedTempFile {
+    let o = st.run(&["completions", shell]);
+    assert_eq!(o.status.code(), Some(0), "{shell}: {}", stderr(&o));
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), &o.stdout).unwrap();
+    f
+}
+
+/// Issue 31, item 6: the bash and fish scripts are loaded by the real shells, which then complete
+/// subcommands and a subcommand's flags; zsh's parses (`zsh -n`) and names the same.
+#[test]
+fn completions_complete_subcommands_and_flags_in_each_shell() {
+    let st = State::new();
+    let bash = completion_script(&st, "bash");
+    let script = format!(
+        r#"source {}; COMP_WORDS=(sheepdog st); COMP_CWORD=1; _sheepdog sheepdog st sheepdog; echo "${{COMPREPLY[@]}}"
+COMP_WORDS=(sheepdog stop --m); COMP_CWORD=2; _sheepdog sheepdog --m stop; echo "${{COMPREPLY[@]}}""#,
+        bash.path().display()
+    );
+    let o = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "start stop\n--missing-ok\n", "{}", stderr(&o));
+
+    if which("fish") {
+        let fish = completion_script(&st, "fish");
+        let script = format!("source {}; complete -C 'sheepdog stop --term-g'", fish.path().display());
+        let o = std::process::Command::new("fish").arg("-c").arg(&script).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.starts_with("--term-grace"), "{out} {}", stderr(&o));
+    } else {
+        eprintln!("fish is not installed: its completions are not exercised");
+    }
+
+    let zsh = completion_script(&st, "zsh");
+    let text = std::fs::read_to_string(zsh.path()).unwrap();
+    assert!(text.starts_with("#compdef sheepdog"), "{text}");
+    for name in ["run", "start", "stop", "reap", "completions", "man", "--term-grace", "--missing-ok"] {
+        assert!(text.contains(name), "zsh completions lack {name}");
+    }
+    if which("zsh") {
+        let o = std::process::Command::new("zsh").arg("-n").arg(zsh.path()).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+
+    let o = st.run(&["completions", "tcsh"]);
+    assert_eq!(o.status.code(), Some(125));
+    assert!(stderr(&o).contains("invalid value 'tcsh'"), "{}", stderr(&o));
+}
+
+/// Issue 31, item 6: one page, sheepdog(1), that groff renders without a warning, with a section
+/// per subcommand and its flags.
+#[test]
+fn the_man_page_renders_with_every_subcommand() {
+    let st = State::new();
+    let page = st.ok(&["man"]);
+    assert!(page.contains(".TH sheepdog 1"), "{page}");
+    assert_eq!(page.matches(".SH NAME").count(), 1);
+    for sub in ["run", "start", "stop", "ps", "logs", "reap", "completions", "man"] {
+        assert!(page.contains(&format!(".SH \"sheepdog {sub} \\-")), "no section for {sub}");
+    }
+    if !which("groff") {
+        eprintln!("groff is not installed: the page is not rendered");
+        return;
+    }
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), &page).unwrap();
+    let o = std::process::Command::new("groff")
+        .args(["-man", "-Tascii", "-ww", "-P-cbou"])
+        .arg(f.path())
+        .env("LANG", "C.UTF-8")
+        .output()
+        .unwrap();
+    assert!(o.status.success() && o.stderr.is_empty(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("--missing-ok"), "{text}");
+}
+
+fn which(prog: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+}

@@ -10,7 +10,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createRequire } from "node:module";
-import { api, closed, here, installProject, lines, repo, stateDir } from "./helpers.mjs";
+import { api, closed, here, installProject, lines, packages, repo, stateDir } from "./helpers.mjs";
 
 const npx = (args, opts = {}) =>
   spawnSync("npx", ["--offline", ...args], { cwd: installProject(), encoding: "utf8", ...opts });
@@ -274,4 +274,26 @@ test("a second stop({session}) with missingOk resolves to [] (an idempotent canc
   assert.equal((await sd.stop({ session: "turn-1", stateDir: dir })).length, 1);
   await assert.rejects(sd.stop({ session: "turn-1", stateDir: dir }), /nothing matched --session turn-1/);
   assert.deepEqual(await sd.stop({ session: "turn-1", missingOk: true, stateDir: dir }), []);
+});
+
+test("a global install links the man page, and the package carries the shells' completions (issue 31)", (t) => {
+  const prefix = fs.mkdtempSync(path.join(os.tmpdir(), "sheepdog-prefix-"));
+  t.after(() => fs.rmSync(prefix, { recursive: true, force: true }));
+  const tarballs = fs.readdirSync(packages).filter((f) => f.endsWith(".tgz")).map((f) => path.join(packages, f));
+  execFileSync("npm", ["install", "-g", "--prefix", prefix, "--offline", "--no-audit", "--no-fund", "--loglevel=error", ...tarballs], {
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  // npm links the `man` field's pages into PREFIX/share/man, where man(1) finds them.
+  const page = fs.readFileSync(path.join(prefix, "share/man/man1/sheepdog.1"), "utf8");
+  assert.match(page, /^\.TH sheepdog 1 /m);
+  assert.match(page, /^\.SH "sheepdog stop \\-/m);
+  const pkg = path.join(prefix, "lib/node_modules/sheepdog/completions");
+  assert.match(fs.readFileSync(path.join(pkg, "_sheepdog"), "utf8"), /^#compdef sheepdog/);
+  assert.match(fs.readFileSync(path.join(pkg, "sheepdog.fish"), "utf8"), /complete -c sheepdog/);
+  const bash = spawnSync(
+    "bash",
+    ["-c", `source ${path.join(pkg, "sheepdog.bash")}; COMP_WORDS=(sheepdog stop --m); COMP_CWORD=2; _sheepdog sheepdog --m stop; echo "\${COMPREPLY[@]}"`],
+    { encoding: "utf8" },
+  );
+  assert.equal(bash.stdout, "--missing-ok\n", bash.stderr);
 });

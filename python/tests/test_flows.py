@@ -160,6 +160,25 @@ def test_the_distribution_is_sheepdog_cli_and_the_import_and_commands_keep_their
     for b in ("sheepdog", "sheepdog-mcp", "sheepdog-top"):
         assert os.access(venv / "bin" / b, os.X_OK), b
 
+def test_the_wheel_installs_the_man_page_and_completions_under_share(venv):
+    # Issue 31, item 6: the files `sheepdog man` and `sheepdog completions` print, where man(1),
+    # bash-completion, zsh and fish look under a prefix.
+    share = venv / "share"
+    page = (share / "man" / "man1" / "sheepdog.1").read_text()
+    assert page.startswith(".ie") and ".TH sheepdog 1" in page
+    assert (share / "zsh" / "site-functions" / "_sheepdog").read_text().startswith("#compdef sheepdog")
+    assert "complete -c sheepdog" in (share / "fish" / "vendor_completions.d" / "sheepdog.fish").read_text()
+    # The installed bash script, loaded by bash, completes a subcommand's flag.
+    bash = share / "bash-completion" / "completions" / "sheepdog"
+    out = subprocess.run(
+        ["bash", "-c", f'source {bash}; COMP_WORDS=(sheepdog stop --m); COMP_CWORD=2; _sheepdog sheepdog --m stop; echo "${{COMPREPLY[@]}}"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "--missing-ok", out
+
+
 ORCA_HOST = """
 import os, sys, sheepdog
 mark = sys.argv[1]
