@@ -12,6 +12,8 @@
 //!   Ctrl-C, an install from a registry, the test suite itself) is in a block whose info string
 //!   says why: ```` ```sh norun: REASON ````. Any other shell block, or a `$ ` line outside a
 //!   `console` block, fails `command_blocks_are_run_or_say_why_not`.
+//! - A ```` ```mcp ```` block is a session with the real `sheepdog mcp`, replayed call by call
+//!   (see "MCP sessions" below).
 //! - docs/reference.md's generated parts (every subcommand's `--help`, every field of every
 //!   document in `schema/`) are regenerated and compared; `SHEEPDOG_BLESS=1 cargo test --test
 //!   docs` rewrites them. Its exit-status table is hand-written and checked against `exit.rs`.
@@ -118,6 +120,7 @@ fn command_blocks_are_run_or_say_why_not() {
             // A session outside a console block would be shown but never run.
             if let Some(x) = b.lines.iter().find(|x| x.starts_with("$ "))
                 && !b.info.contains("norun:")
+                && l != "mcp"
             {
                 bad.push(format!("{page}:{}: `{x}` is a command outside a console block", b.line));
             }
@@ -685,4 +688,161 @@ fn reference_lists_every_exit_status() {
             "docs/reference.md lists exit status {s}, which src/exit.rs does not define"
         );
     }
+}
+
+// ---- MCP sessions ----
+//
+// A ```` ```mcp ```` block is a session with the real `sheepdog mcp`, replayed here: `> TOOL
+// {JSON}` calls a tool, the `< ` lines after it are the result's text block (the same `...`
+// rules as a console session), `  isError: true` says the result is an error, and
+// `  structuredContent.PATH: JSON` says what a field holds (compact JSON, `...` allowed). A `$ `
+// line runs a shell command between calls (it must exit 0). Other lines are not checked.
+
+/// One JSON-RPC line to the server; the response with `id` (notifications are skipped).
+fn rpc(stdin: &mut std::process::ChildStdin, lines: &Lines, id: u64, method: &str, params: Value) -> Value {
+    use std::io::Write as _;
+    let msg = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    writeln!(stdin, "{msg}").expect("write to sheepdog mcp");
+    let end = Instant::now() + Duration::from_secs(90);
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let line = lines.try_next(left).unwrap_or_else(|| panic!("no reply to {method} within 90 s"));
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON from the server: {e}: {line}"));
+        if v.get("id") == Some(&serde_json::json!(id)) {
+            return v;
+        }
+    }
+}
+
+/// `a.b[0].c` as the JSON pointer `/a/b/0/c`.
+fn pointer(path: &str) -> String {
+    path.split('.').flat_map(|p| p.split('[')).map(|p| format!("/{}", p.trim_end_matches(']'))).collect()
+}
+
+/// The result of one MCP call against what the page says of it: `None` when they agree.
+fn check_call(
+    page: &str,
+    last: &Option<(usize, String, Value)>,
+    want: &[String],
+    fields: &[(String, String)],
+    is_error: bool,
+) -> Option<String> {
+    let (line, call, r) = last.as_ref()?;
+    let res = &r["result"];
+    let got = res.pointer("/content/0/text").and_then(Value::as_str).unwrap_or("");
+    let got_lines: Vec<String> = got.lines().map(str::to_string).collect();
+    let mut bad = Vec::new();
+    if !lines_match(want, &got_lines) {
+        bad.push(format!("its text is:\n{got}\n--- the page says:\n{}", want.join("\n")));
+    }
+    if res.get("isError").and_then(Value::as_bool).unwrap_or(false) != is_error {
+        bad.push(format!("isError is {}, the page says {is_error}", res["isError"]));
+    }
+    for (p, v) in fields {
+        let at = res.pointer(&format!("/structuredContent{}", pointer(p)));
+        let at = at.map(|a| a.to_string()).unwrap_or_else(|| "(absent)".into());
+        if !line_matches(v, &at) {
+            bad.push(format!("structuredContent.{p} is {at}, the page says {v}"));
+        }
+    }
+    (!bad.is_empty()).then(|| format!("{page}:{line}: `{call}`: {}", bad.join("\n")))
+}
+
+fn run_mcp_page(page: &str) {
+    let text = read(page);
+    let sessions: Vec<Block> = blocks(&text).into_iter().filter(|b| lang(&b.info) == "mcp").collect();
+    if sessions.is_empty() {
+        return;
+    }
+    let ports: Vec<u16> = (0..10).map(|_| free_port()).collect();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let tag = format!("docs-mcp-{}-{}", std::process::id(), page.replace('/', "-"));
+    let bin_dir = Path::new(bin()).parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let guard = Guard::new();
+    let mut failures = Vec::new();
+    for (n, b) in sessions.iter().enumerate() {
+        let state = tmp.path().join(format!("state-{n}"));
+        let mut child = sheepdog()
+            .arg("mcp")
+            .current_dir(tmp.path())
+            .env("PATH", &path)
+            .env("SHEEPDOG_STATE_DIR", &state)
+            .env("SHEEPDOG_DOCS_TAG", &tag)
+            .env_remove("SHEEPDOG_SESSION")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn sheepdog mcp");
+        guard.track_child(&child);
+        let mut stdin = child.stdin.take().unwrap();
+        let lines = Lines::new(child.stdout.take().unwrap());
+        let init = serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "docs", "version": "1"}});
+        let r = rpc(&mut stdin, &lines, 1, "initialize", init);
+        assert_eq!(r.pointer("/result/serverInfo/name").and_then(Value::as_str), Some("sheepdog"), "{r}");
+        {
+            use std::io::Write as _;
+            writeln!(stdin, "{}", serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+                .unwrap();
+        }
+        let mut id = 1;
+        let mut last: Option<(usize, String, Value)> = None;
+        let (mut want, mut fields, mut is_error) = (Vec::new(), Vec::new(), false);
+        for (i, l) in b.lines.iter().enumerate() {
+            let l = with_ports(l, &ports);
+            if let Some(call) = l.strip_prefix("> ") {
+                failures.extend(check_call(page, &last, &want, &fields, is_error));
+                (want, fields, is_error) = (Vec::new(), Vec::new(), false);
+                let (tool, args) = call.split_once(' ').unwrap_or((call, "{}"));
+                let args: Value =
+                    serde_json::from_str(args).unwrap_or_else(|e| panic!("{page}:{}: bad JSON: {e}", b.line + i));
+                id += 1;
+                let r = rpc(&mut stdin, &lines, id, "tools/call", serde_json::json!({"name": tool, "arguments": args}));
+                last = Some((b.line + i, call.to_string(), r));
+            } else if let Some(t) = l.strip_prefix("< ").or(if l == "<" { Some("") } else { None }) {
+                want.push(t.to_string());
+            } else if l.trim() == "isError: true" {
+                is_error = true;
+            } else if let Some((p, v)) = l.trim().strip_prefix("structuredContent.").and_then(|r| r.split_once(": ")) {
+                fields.push((p.to_string(), v.to_string()));
+            } else if let Some(cmd) = l.strip_prefix("$ ") {
+                failures.extend(check_call(page, &last, &want, &fields, is_error));
+                (want, fields, is_error, last) = (Vec::new(), Vec::new(), false, None);
+                let o = Command::new("bash")
+                    .args(["--noprofile", "--norc", "-c", cmd])
+                    .current_dir(tmp.path())
+                    .env("PATH", &path)
+                    .env("SHEEPDOG_STATE_DIR", &state)
+                    .env("SHEEPDOG_DOCS_TAG", &tag)
+                    .stdin(Stdio::null())
+                    .output()
+                    .expect("bash");
+                if !o.status.success() {
+                    failures.push(format!("{page}:{}: `{cmd}` failed: {:?}", b.line + i, o.status));
+                }
+            }
+        }
+        failures.extend(check_call(page, &last, &want, &fields, is_error));
+        drop(stdin);
+        let _ = wait_child(&mut child, Duration::from_secs(10));
+        let _ = sheepdog().arg("--state-dir").arg(&state).args(["stop", "--all"]).stdin(Stdio::null()).output();
+    }
+    let survivors: Vec<i32> = with_env("SHEEPDOG_DOCS_TAG", &tag).iter().map(|m| m.pid.as_raw()).collect();
+    let survivors = wait_gone(&survivors, Duration::from_secs(5));
+    for p in &survivors {
+        guard.track(*p);
+    }
+    drop(guard);
+    assert!(survivors.is_empty(), "{page}: processes outlived the MCP session and `stop --all`: {survivors:?}");
+    assert!(failures.is_empty(), "ports {:?} stand for 8000..\n{}", &ports[..2], failures.join("\n\n"));
+}
+
+#[test]
+fn mcp_sessions_run() {
+    let mut any = false;
+    for page in pages() {
+        any |= blocks(&read(&page)).iter().any(|b| lang(&b.info) == "mcp");
+        run_mcp_page(&page);
+    }
+    assert!(any, "no mcp session in the docs");
 }
