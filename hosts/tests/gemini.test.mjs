@@ -46,7 +46,7 @@ test("the agent's exit with a background dev server running (setsid child, doubl
     let pids;
     const r = await runGemini(m, setup, { guard, during: async () => (pids = await devPids(dir, guard)) });
     assert.equal(r.code, 0, r.out);
-    assert.match(m.results()[0].text, /Command is running in background/);
+    assert.match(m.results()[0].text, /Command moved to background/);
     const left = await survivors(pids, port);
     guard.killAll();
     return left;
@@ -79,10 +79,11 @@ test("a nohup'd server from a foreground call answers in the next turn, is told 
   guard = new Guard();
   const dir = tempDir("sheepdog-gm-nohup-");
   const port = await freePort();
-  const probe = `python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:${port}/').status)"`;
+  // Gemini CLI refuses a command with `$(...)`: the retries are Python's.
+  const probe = `python3 -c "import time, urllib.request\nfor i in range(50):\n  try: print(urllib.request.urlopen('http://127.0.0.1:${port}/').status); break\n  except OSError: time.sleep(0.1)"`;
   const m = await model([
     sh(`nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > ${dir}/server; echo started`),
-    sh(`for i in $(seq 50); do ${probe} 2>/dev/null && break; sleep 0.1; done`),
+    sh(probe),
     // The extension's MCP server lists the kept server with the session's other entries.
     (body) => {
       const names = (body.tools || []).flatMap((t) => (t.functionDeclarations || []).map((f) => f.name));
@@ -110,13 +111,28 @@ test("Gemini CLI's own timeout (no output for tools.shell.inactivityTimeout) end
   guard = new Guard();
   const run = async (plugin) => {
     const dir = tempDir("sheepdog-gm-timeout-");
-    const port = await freePort();
-    const m = await model([sh(devServer(dir, port)), { text: "done" }]);
+    // Its members do not hold the host's pipes: the bare host would wait for them to close.
+    const cmd = [
+      `echo $$ > ${dir}/shell`,
+      `setsid sh -c 'echo $$ > ${dir}/setsid; exec sleep 300' >/dev/null 2>&1 &`,
+      `( setsid sh -c 'echo $$ > ${dir}/helper; exec sleep 301' >/dev/null 2>&1 & )`,
+      `sleep 300 >/dev/null 2>&1 & echo $! > ${dir}/sleep`,
+      "wait",
+    ].join("\n");
+    const m = await model([sh(cmd), { text: "done" }]);
     const setup = geminiSetup({ plugin, settings: { tools: { shell: { inactivityTimeout: 3 } } } });
-    let pids;
-    const r = await runGemini(m, setup, { guard, during: async () => (pids = await devPids(dir, guard)) });
+    const names = ["shell", "setsid", "helper", "sleep"];
+    let pids = [];
+    const r = await runGemini(m, setup, {
+      guard,
+      during: async () => {
+        await until(() => names.every((n) => fs.existsSync(path.join(dir, n)) && fs.readFileSync(path.join(dir, n), "utf8").trim()), 15_000, "the pids");
+        pids = names.map((n) => Number(fs.readFileSync(path.join(dir, n), "utf8")));
+        for (const p of pids) guard.track(p);
+      },
+    });
     assert.equal(r.code, 0, r.out);
-    const left = await survivors(pids, port);
+    const left = await survivors(pids, 0);
     guard.killAll();
     return { result: m.results()[0].text.replace(REWRITTEN, ""), left: left.live.length };
   };
@@ -225,5 +241,5 @@ test("without sheepdog on PATH the extension fails open: commands run as written
   const r = await runGemini(m, setup, { guard, withSheepdog: false });
   assert.equal(r.code, 0, r.out);
   assert.match(m.results()[0].text, /^<untrusted_context>\nOutput: still-runs\nExit Code: 4\nProcess Group PGID: \d+\n<\/untrusted_context>$/);
-  assert.equal(r.out.split("sheepdog is not on PATH").length - 1, 1, r.out);
+  assert.equal(r.out.split("Hook system message: sheepdog is not on PATH").length - 1, 1, r.out);
 });
