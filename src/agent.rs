@@ -145,10 +145,8 @@ pub fn gemini_yolo(argv: &[String]) -> bool {
         };
         match name {
             "--" => break,
-            n if PROMPTS.contains(&n) => {
-                if value.is_none() {
-                    args.next();
-                }
+            n if PROMPTS.contains(&n) && value.is_none() => {
+                args.next();
             }
             n if MODES.contains(&n) => {
                 let mode = value.map(str::to_string).or_else(|| args.next().cloned());
