@@ -318,7 +318,8 @@ fn gemini_gets_no_rewrite_where_a_policy_pattern_or_a_shell_allowlist_could_see_
 
 /// Runs `command` as Gemini CLI 0.61's shell tool does (`bash -c` with its `shopt` line and its
 /// subshell that writes the background pids on exit), from this process: stdout, stderr and
-/// the status (a signal as 128+N).
+/// the status (a death by signal N as -N: Gemini CLI tells the model `Signal: N` then, and
+/// `Exit Code: 143` for an exit with 143).
 fn as_gemini_runs(command: &str, dir: &std::path::Path) -> (String, String, i32) {
     use std::os::unix::process::ExitStatusExt;
     let wrapped = format!(
@@ -326,7 +327,7 @@ fn as_gemini_runs(command: &str, dir: &std::path::Path) -> (String, String, i32)
         dir.join("bgpids").display()
     );
     let out = Command::new("/bin/bash").arg("-c").arg(wrapped).current_dir(dir).stdin(Stdio::null()).output().unwrap();
-    let status = out.status.code().unwrap_or_else(|| 128 + out.status.signal().unwrap_or(0));
+    let status = out.status.code().unwrap_or_else(|| -out.status.signal().unwrap_or(0));
     (String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into(), status)
 }
 
@@ -347,7 +348,7 @@ fn geminis_rewritten_call_runs_under_sheepdog_with_the_bare_output_status_and_si
     assert_eq!(bare.0.lines().next(), Some("out"));
     assert_eq!(hooked.0, "out\nsheepdog\n", "the command ran under sheepdog");
     assert_eq!((&hooked.1, hooked.2), (&bare.1, bare.2), "stderr and status");
-    for (cmd, status) in [("exit 7", 7), ("echo before; kill -TERM $$", 128 + 15)] {
+    for (cmd, status) in [("exit 7", 7), ("echo before; kill -TERM $$", -15), ("sh -c 'kill -TERM $$'", 143)] {
         let bare = as_gemini_runs(cmd, dir.path());
         let hooked = as_gemini_runs(&line(cmd), dir.path());
         assert_eq!(bare.2, status, "{cmd}");
