@@ -265,8 +265,9 @@ export function geminiBin() {
  * A fresh Gemini CLI home and project: API-key auth against the scripted model, the project
  * trusted (folder trust off: an untrusted folder turns YOLO off), no update checks or usage
  * statistics, `settings` merged on top; the extension in hosts/gemini-cli installed with
- * `gemini extensions install` when `plugin`. The state dir is sheepdog's default for that home
- * (Gemini CLI gives an extension's MCP server only a few safe variables, HOME among them).
+ * `gemini extensions install` when `plugin`. The state dir is sheepdog's default for that home,
+ * so the hooks and the extension's MCP server agree on it even where an environment variable
+ * would not reach one of them.
  */
 export function geminiSetup({ plugin, settings = {} }) {
   const home = tempDir("sheepdog-gemini-");
