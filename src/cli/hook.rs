@@ -205,10 +205,11 @@ fn pre_tool_use(host: Host, dir: Option<&Path>, input: &Value) -> Option<Value> 
 /// [`guard_line`] ahead of the command, where [`gemini_may_rewrite`] says the rewrite widens
 /// nothing; every other field is kept (`tool_input` replaces the arguments).
 ///
-/// Gemini CLI wraps the command in a subshell of its own shell (`( trap ... EXIT; COMMAND )`)
-/// and that shell is `bash -c`, so the line `exec`s `sheepdog run` on the subshell and runs the
-/// whole `-c` string again inside; `$PPID` is still the agent (bash keeps the top shell's
-/// parent in subshells).
+/// Gemini CLI wraps the command in a subshell of its own shell (`( trap ... EXIT; COMMAND )`,
+/// in `bash -c`), so the line ([`gemini_guard_line`]) `exec`s a supervisor on that subshell and
+/// runs the whole `-c` string again inside. Gemini CLI adds one line to what the model reads of
+/// every call a hook rewrote (`[System] Tool input parameters were modified by a hook before
+/// execution.`); no hook can take it off.
 fn before_tool(dir: Option<&Path>, input: &Value) -> Option<Value> {
     if input.get("tool_name").and_then(Value::as_str) != Some("run_shell_command") {
         return None;
