@@ -302,6 +302,8 @@ export function runGemini(model, setup, opts = {}) {
     GEMINI_API_KEY: "test-key",
     GOOGLE_GEMINI_BASE_URL: model.url,
     SHEEPDOG_STATE_DIR: setup.state,
+    // The containment tier under test (`SHEEPDOG_CONTAINMENT=subreaper`), as the Rust tests take it.
+    ...(process.env.SHEEPDOG_CONTAINMENT ? { SHEEPDOG_CONTAINMENT: process.env.SHEEPDOG_CONTAINMENT } : {}),
     ...(opts.relaunch === false ? { GEMINI_CLI_NO_RELAUNCH: "true" } : {}),
     ...(opts.env || {}),
   };
