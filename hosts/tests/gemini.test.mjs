@@ -94,9 +94,9 @@ test("a nohup'd server from a foreground call answers in the next turn, is told 
   ]);
   const setup = geminiSetup({ plugin: true, settings: NO_SESSION_END });
   const r = await runGemini(m, setup, { guard });
-  assert.equal(r.code, 0, r.out);
   const server = Number(fs.readFileSync(path.join(dir, "server"), "utf8"));
   guard.track(server);
+  assert.equal(r.code, 0, r.out);
   const results = m.results();
   assert.match(results[0].text, /Output: started\n/);
   assert.match(results[1].text, /Output: 200\n/, "the server answers in the next turn");
@@ -158,9 +158,10 @@ test("what an earlier session left when it and the kept entry's supervisor were 
     guard,
     relaunch: false,
     during: async (child) => {
-      await until(() => m1.step >= 2 && ps(setup).some((e) => e.status === "running" && e.supervisorPid), 30_000, "the kept entry");
+      await until(() => fs.existsSync(path.join(dir, "server")) && fs.readFileSync(path.join(dir, "server"), "utf8").trim(), 30_000, "the server's pid");
       server = Number(fs.readFileSync(path.join(dir, "server"), "utf8"));
       guard.track(server);
+      await until(() => m1.step >= 2 && ps(setup).some((e) => e.status === "running" && e.supervisorPid), 30_000, "the kept entry");
       const sup = ps(setup).find((e) => e.status === "running").supervisorPid;
       guard.track(sup);
       // The crash that no end hook and no owner watch survives: the entry's own supervisor
