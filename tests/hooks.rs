@@ -298,7 +298,17 @@ fn gemini_gets_no_rewrite_where_a_policy_pattern_or_a_shell_allowlist_could_see_
     std::fs::write(proj.join(".gemini/policies/p.toml"), "[[rule]]\ntoolName = \"run_shell_command\"\ncommandRegex = \"cd .* && rm\"\ndecision = \"deny\"\npriority = 900\n").unwrap();
     assert!(!rewritten(&st), "a workspace commandRegex rule");
     std::fs::remove_file(proj.join(".gemini/policies/p.toml")).unwrap();
-    std::fs::create_dir_all(home.path().join(".gemini")).unwrap();
+    assert!(rewritten(&st));
+    // An installed extension's policies count as well.
+    let ext = home.path().join(".gemini/extensions/other/policies");
+    std::fs::create_dir_all(&ext).unwrap();
+    std::fs::write(
+        ext.join("x.toml"),
+        "[[rule]]\ntoolName = \"run_shell_command\"\ncommandRegex = \"git push.*\"\ndecision = \"ask_user\"\n",
+    )
+    .unwrap();
+    assert!(!rewritten(&st), "an extension's commandRegex rule");
+    std::fs::remove_dir_all(home.path().join(".gemini/extensions")).unwrap();
     std::fs::write(
         home.path().join(".gemini/settings.json"),
         r#"{"tools":{"core":["read_file","run_shell_command(git)"]}}"#,

@@ -349,7 +349,7 @@ fn after_tool(dir: Option<PathBuf>, input: &Value) -> Option<Value> {
 /// - approvals off (`--yolo`, `--approval-mode yolo` on the agent's command line:
 ///   [`sheepdog::agent::gemini_yolo`]), where no part is asked about; in any other mode the
 ///   guard's parts would be asked about (or refused, headless) where the bare call was not;
-/// - no policy file (user, workspace, system; `--policy`, `--admin-policy`) with an
+/// - no policy file (user, workspace, system, extensions; `--policy`, `--admin-policy`) with an
 ///   `argsPattern` or `commandRegex` rule: such a pattern may match a compound command as a
 ///   whole, which the rewrite changes. `commandPrefix` rules and `tools.exclude` match each part,
 ///   and the model's command keeps its parts, so they still deny it;
@@ -376,6 +376,24 @@ pub(super) fn gemini_may_rewrite(argv: &[String], input: &Value) -> bool {
     let system_settings = std::env::var_os("GEMINI_CLI_SYSTEM_SETTINGS_PATH")
         .map(PathBuf::from)
         .unwrap_or_else(|| system.join("settings.json"));
+    let system_defaults = std::env::var_os("GEMINI_CLI_SYSTEM_DEFAULTS_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| system.join("system-defaults.json"));
+    // Extensions bring policies too (deny and ask only): an installed one in its copy, a
+    // linked one where its install record points.
+    let extensions: Vec<PathBuf> = user
+        .iter()
+        .filter_map(|u| std::fs::read_dir(u.join("extensions")).ok())
+        .flat_map(|d| d.flatten().map(|e| e.path()))
+        .map(|e| {
+            let record = std::fs::read_to_string(e.join(".gemini-extension-install.json")).ok();
+            let linked = record
+                .and_then(|r| serde_json::from_str::<Value>(&r).ok())
+                .filter(|v| v["type"] == "link")
+                .and_then(|v| v["source"].as_str().map(PathBuf::from));
+            linked.unwrap_or(e)
+        })
+        .collect();
     let dirs: Vec<PathBuf> = user.into_iter().chain(workspace).chain([system]).collect();
     let pattern_rules = |dir: &PathBuf| {
         std::fs::read_dir(dir.join("policies")).is_ok_and(|d| {
@@ -384,10 +402,10 @@ pub(super) fn gemini_may_rewrite(argv: &[String], input: &Value) -> bool {
             })
         })
     };
-    if dirs.iter().any(pattern_rules) {
+    if dirs.iter().chain(&extensions).any(pattern_rules) {
         return false;
     }
-    let settings = dirs.iter().map(|d| d.join("settings.json")).chain([system_settings]);
+    let settings = dirs.iter().map(|d| d.join("settings.json")).chain([system_settings, system_defaults]);
     !settings.filter_map(|f| std::fs::read_to_string(f).ok()).any(|t| gemini_shell_allowlist(&t))
 }
 
