@@ -14,6 +14,9 @@
 //!   `CLAUDE_ENV_FILE`), and a detached `reap` of what earlier sessions' crashes left.
 //! - `session-end`: a detached `stop --session`, so the host's time budget for the hook cannot
 //!   cut the stop short.
+//! - Gemini CLI (`hosts/gemini-cli`) names its events `before-tool` (the rewrite, as Codex's,
+//!   given only where it widens nothing: [`gemini_may_rewrite`]) and `after-tool` (the tell),
+//!   and shares `session-start` and `session-end`.
 //!
 //! Fails open: bad input, a registry that cannot be opened, anything unexpected, and the hook
 //! answers nothing (exit 0), so the host runs the command as the model wrote it. It never
@@ -36,6 +39,9 @@ pub(super) enum Host {
     Claude,
     /// Codex 0.171 (`updatedInput` needs `permissionDecision: "allow"`).
     Codex,
+    /// Gemini CLI 0.61 (`hookSpecificOutput.tool_input` replaces the call's arguments, and its
+    /// policy engine then checks the call as rewritten; see [`gemini_may_rewrite`]).
+    Gemini,
 }
 
 /// The grace a hooked call's tree gets between SIGTERM and SIGKILL: 2 s, inside Claude Code's
@@ -60,12 +66,16 @@ pub(super) fn hook(dir: Option<PathBuf>, args: Vec<String>) -> i32 {
     if args.first().map(String::as_str) == Some("detached") {
         return detached(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("gemini") && args.get(1).map(String::as_str) == Some("run") {
+        return gemini_run(dir, &args[2..]);
+    }
     let (host, event) = match (args.first().map(String::as_str), args.get(1).map(String::as_str)) {
         (Some("claude"), Some(e)) => (Host::Claude, e.to_string()),
         (Some("codex"), Some(e)) => (Host::Codex, e.to_string()),
+        (Some("gemini"), Some(e)) => (Host::Gemini, e.to_string()),
         _ => {
             eprintln!(
-                "sheepdog: hook: usage: sheepdog hook claude|codex pre-tool-use|post-tool-use|session-start|session-end"
+                "sheepdog: hook: usage: sheepdog hook claude|codex|gemini pre-tool-use|post-tool-use|before-tool|after-tool|session-start|session-end"
             );
             return 2;
         }
@@ -79,11 +89,13 @@ pub(super) fn hook(dir: Option<PathBuf>, args: Vec<String>) -> i32 {
     let answer = match event.as_str() {
         "pre-tool-use" => pre_tool_use(host, dir.as_deref(), &input),
         "post-tool-use" => post_tool_use(dir, &input),
+        "before-tool" if host == Host::Gemini => before_tool(dir.as_deref(), &input),
+        "after-tool" if host == Host::Gemini => after_tool(dir, &input),
         "session-start" => session_start(host, dir),
         "session-end" => session_end(dir),
         _ => {
             eprintln!(
-                "sheepdog: hook: unknown event '{event}' (pre-tool-use, post-tool-use, session-start, session-end)"
+                "sheepdog: hook: unknown event '{event}' (pre-tool-use, post-tool-use, session-start, session-end; Gemini CLI: before-tool, after-tool)"
             );
             return 2;
         }
@@ -187,6 +199,228 @@ fn pre_tool_use(host: Host, dir: Option<&Path>, input: &Value) -> Option<Value> 
         out["permissionDecision"] = json!("allow");
     }
     Some(json!({ "hookSpecificOutput": out }))
+}
+
+/// Gemini CLI's `BeforeTool` on `run_shell_command`: the call's arguments come back with
+/// [`guard_line`] ahead of the command, where [`gemini_may_rewrite`] says the rewrite widens
+/// nothing; every other field is kept (`tool_input` replaces the arguments).
+///
+/// Gemini CLI wraps the command in a subshell of its own shell (`( trap ... EXIT; COMMAND )`,
+/// in `bash -c`), so the line ([`gemini_guard_line`]) `exec`s a supervisor on that subshell and
+/// runs the whole `-c` string again inside. Gemini CLI adds one line to what the model reads of
+/// every call a hook rewrote (`[System] Tool input parameters were modified by a hook before
+/// execution.`); no hook can take it off.
+fn before_tool(dir: Option<&Path>, input: &Value) -> Option<Value> {
+    if input.get("tool_name").and_then(Value::as_str) != Some("run_shell_command") {
+        return None;
+    }
+    let tool_input = input.get("tool_input")?.as_object()?;
+    let command = tool_input.get("command")?.as_str()?;
+    let (agent, session) = agent_session();
+    if command.trim().is_empty() || !gemini_may_rewrite(&sheepdog::agent::argv(agent?), input) {
+        return None;
+    }
+    let exe = std::env::current_exe().ok()?;
+    let state = sheepdog::registry::state_dir(dir.map(Path::to_path_buf)).ok()?;
+    let mut updated = tool_input.clone();
+    let line = gemini_guard_line(&exe, &state, &session);
+    updated.insert("command".into(), Value::String(format!("{line}\n{command}")));
+    Some(json!({ "hookSpecificOutput": { "hookEventName": "BeforeTool", "tool_input": updated } }))
+}
+
+/// [`guard_line`] for Gemini CLI's shell, which runs the command in a subshell of `bash -c`:
+/// the subshell's parent is that bash, not the agent, and `run --owner` takes only its parent.
+/// So the subshell `exec`s `hook gemini run --owner "$PPID" --shell "$$"` ([`gemini_run`]),
+/// whose owner is the agent (`$PPID` and `$$` in a subshell are the top shell's), with the whole
+/// `-c` string run again inside, where the line is skipped.
+pub(super) fn gemini_guard_line(exe: &Path, state: &Path, session: &str) -> String {
+    let exe = quote(&exe.to_string_lossy());
+    let call = quote(session);
+    let run = format!(
+        "{exe} --state-dir {} hook gemini run --owner \"$PPID\" --shell \"$$\" --session {call} --",
+        quote(&state.to_string_lossy())
+    );
+    format!(
+        "if [ \"${{SHEEPDOG_CALL-}}\" != {call} ] && [ -x {exe} ] && [ -n \"${{BASH_EXECUTION_STRING-}}\" ]; then \
+         SHEEPDOG_CALL={call} exec {run} \"${{BASH:-bash}}\" -c \"$BASH_EXECUTION_STRING\"; fi"
+    )
+}
+
+/// `hook gemini run --owner PID --shell PID --session S -- CMD...`: `sheepdog run --owner PID
+/// --leftovers keep --session S --term-grace 2s -- CMD...`, except that the owner is any live
+/// process (identity-checked by its start time, watched by pidfd), not only sheepdog's parent:
+/// in Gemini CLI's shell the agent is the grandparent ([`gemini_guard_line`]). Exits as `run`
+/// does: CMD's status, its signal, 125 for sheepdog's own error with one line.
+///
+/// CMD is the host's shell run again, so a signal that ended it was sent to that shell's `$$`
+/// (`kill -TERM $$`): in the bare host that is the top shell (`--shell`), whose death by the
+/// signal the model is told (`Signal: 15`). So the signal goes on to `--shell` before this
+/// process dies by it; a command's own death by a signal ends the subshell, not the shell, and
+/// is a status here.
+fn gemini_run(dir: Option<PathBuf>, args: &[String]) -> i32 {
+    use sheepdog::supervisor::{self, Exit, Options, Owner, Quiet};
+    let usage = || {
+        eprintln!(
+            "sheepdog: hook: usage: sheepdog hook gemini run --owner PID --shell PID --session ID -- CMD [ARGS...]"
+        );
+        sheepdog::exit::USAGE
+    };
+    let [flag_owner, owner, flag_shell, shell, flag_session, session, dashes, cmd @ ..] = args else { return usage() };
+    let flags = [flag_owner, flag_shell, flag_session, dashes].map(String::as_str);
+    if flags != ["--owner", "--shell", "--session", "--"] || cmd.is_empty() {
+        return usage();
+    }
+    let pid = |raw: &str| raw.parse::<i32>().ok().and_then(Pid::new);
+    let (Some(owner), Some(shell)) = (pid(owner), pid(shell)) else { return usage() };
+    let fail = |e: String| {
+        eprintln!("sheepdog: {e}");
+        sheepdog::exit::USAGE
+    };
+    if let Err(e) = sheepdog::entry::check_session(session) {
+        return fail(e);
+    }
+    let mode = match sheepdog::cgroup::Mode::from_env() {
+        Ok(m) => m,
+        Err(e) => return fail(e),
+    };
+    let reg = match Registry::open(dir) {
+        Ok(r) => r,
+        Err(e) => return fail(e.to_string()),
+    };
+    let tag = sheepdog::registry::new_tag();
+    let argv: Vec<OsString> = cmd.iter().map(OsString::from).collect();
+    let policy = sheepdog::stop::StopPolicy {
+        stdin_grace: std::time::Duration::from_secs(1),
+        term_grace: std::time::Duration::from_secs(2),
+        kill_wait: std::time::Duration::from_millis(1500),
+    };
+    let opts = Options {
+        argv: argv.clone(),
+        owner: Some(Owner::Process(owner)),
+        policy,
+        containment: sheepdog::cgroup::Request { mode, limits: Default::default(), label: "run".into(), name: None },
+        keep_leftovers: true,
+        tag: Some(tag.clone()),
+        ..Options::default()
+    };
+    let mut outcome = match supervisor::supervise(opts, &mut Quiet) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("sheepdog: {e}");
+            return e.exit_code();
+        }
+    };
+    let exit = outcome.exit();
+    if let Some(kept) = outcome.kept.take() {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+        let session_id = Some(session.clone());
+        let h =
+            sheepdog::manager::Handoff { kept, tag, session_id, owner: Some(owner), cwd, policy, provider_argv: argv };
+        if let Err(e) = sheepdog::manager::hand_off(&reg, h) {
+            eprintln!("sheepdog: what CMD left running could not be kept ({e}); it was stopped");
+        }
+    } else if !outcome.tree_gone {
+        eprintln!("sheepdog: the process tree of {} was still alive after SIGKILL; exiting 124", outcome.spawned.pid);
+    }
+    // In the keeper: the work is done; the supervisor in front exits as this process does.
+    sheepdog::keeper::done();
+    match exit {
+        Exit::Code(c) => c,
+        Exit::Signal(s) => {
+            let _ = sheepdog::os::process::kill(shell, s);
+            sheepdog::os::die_by(s)
+        }
+    }
+}
+
+/// Gemini CLI's `AfterTool`: what [`post_tool_use`] tells, as Gemini's `additionalContext`
+/// (appended to the tool's result inside `<hook_context>`).
+fn after_tool(dir: Option<PathBuf>, input: &Value) -> Option<Value> {
+    let mut answer = post_tool_use(dir, input)?;
+    answer["hookSpecificOutput"]["hookEventName"] = json!("AfterTool");
+    Some(answer)
+}
+
+/// Gemini CLI 0.61 runs a `BeforeTool` hook before its policy engine, which then checks the
+/// call as rewritten: each part of a compound command against the rules, and the guard's own
+/// parts (`[`, `exec`) like any command the user has not allowed. So the rewrite is given
+/// only where it widens and narrows nothing:
+///
+/// - approvals off (`--yolo`, `--approval-mode yolo` on the agent's command line:
+///   [`sheepdog::agent::gemini_yolo`]), where no part is asked about; in any other mode the
+///   guard's parts would be asked about (or refused, headless) where the bare call was not;
+/// - no policy file (user, workspace, system, extensions; `--policy`, `--admin-policy`) with an
+///   `argsPattern` or `commandRegex` rule: such a pattern may match a compound command as a
+///   whole, which the rewrite changes. `commandPrefix` rules and `tools.exclude` match each part,
+///   and the model's command keeps its parts, so they still deny it;
+/// - no shell allowlist (`tools.core`, `tools.allowed` or `--allowed-tools` naming
+///   `run_shell_command(...)`): the guard's parts are not on it, so every call would be refused.
+///
+/// Otherwise the call runs as written, unsupervised.
+pub(super) fn gemini_may_rewrite(argv: &[String], input: &Value) -> bool {
+    if !sheepdog::agent::gemini_yolo(argv) {
+        return false;
+    }
+    let flagged = ["--policy", "--admin-policy", "--allowed-tools", "--allowedTools"];
+    if argv.iter().any(|a| flagged.iter().any(|f| a == f || a.starts_with(&format!("{f}=")))) {
+        return false;
+    }
+    let home = std::env::var_os("GEMINI_CLI_HOME").or_else(|| std::env::var_os("HOME")).map(PathBuf::from);
+    let user = home.map(|h| h.join(".gemini"));
+    let workspace = input.get("cwd").and_then(Value::as_str).map(|c| Path::new(c).join(".gemini"));
+    let system = PathBuf::from(if cfg!(target_os = "macos") {
+        "/Library/Application Support/GeminiCli"
+    } else {
+        "/etc/gemini-cli"
+    });
+    let system_settings = std::env::var_os("GEMINI_CLI_SYSTEM_SETTINGS_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| system.join("settings.json"));
+    let system_defaults = std::env::var_os("GEMINI_CLI_SYSTEM_DEFAULTS_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| system.join("system-defaults.json"));
+    // Extensions bring policies too (deny and ask only): an installed one in its copy, a
+    // linked one where its install record points.
+    let extensions: Vec<PathBuf> = user
+        .iter()
+        .filter_map(|u| std::fs::read_dir(u.join("extensions")).ok())
+        .flat_map(|d| d.flatten().map(|e| e.path()))
+        .map(|e| {
+            let record = std::fs::read_to_string(e.join(".gemini-extension-install.json")).ok();
+            let linked = record
+                .and_then(|r| serde_json::from_str::<Value>(&r).ok())
+                .filter(|v| v["type"] == "link")
+                .and_then(|v| v["source"].as_str().map(PathBuf::from));
+            linked.unwrap_or(e)
+        })
+        .collect();
+    let dirs: Vec<PathBuf> = user.into_iter().chain(workspace).chain([system]).collect();
+    let pattern_rules = |dir: &PathBuf| {
+        std::fs::read_dir(dir.join("policies")).is_ok_and(|d| {
+            d.flatten().filter(|f| f.path().extension().is_some_and(|x| x == "toml")).any(|f| {
+                std::fs::read_to_string(f.path()).is_ok_and(|t| t.contains("argsPattern") || t.contains("commandRegex"))
+            })
+        })
+    };
+    if dirs.iter().chain(&extensions).any(pattern_rules) {
+        return false;
+    }
+    let settings = dirs.iter().map(|d| d.join("settings.json")).chain([system_settings, system_defaults]);
+    !settings.filter_map(|f| std::fs::read_to_string(f).ok()).any(|t| gemini_shell_allowlist(&t))
+}
+
+/// True if a Gemini CLI settings file narrows the shell tool to a list (`tools.core` or
+/// `tools.allowed` with a `run_shell_command(...)` entry). A file that is not plain JSON (Gemini
+/// CLI reads comments too) counts if it names `run_shell_command(` anywhere.
+fn gemini_shell_allowlist(text: &str) -> bool {
+    let Ok(v) = serde_json::from_str::<Value>(text) else { return text.contains("run_shell_command(") };
+    ["core", "allowed"].iter().any(|k| {
+        v.pointer(&format!("/tools/{k}")).and_then(Value::as_array).is_some_and(|list| {
+            list.iter()
+                .filter_map(Value::as_str)
+                .any(|e| e.starts_with("run_shell_command(") || e.starts_with("ShellTool("))
+        })
+    })
 }
 
 /// The session's running entries not yet told to the model, each told once (an `announced`
