@@ -85,7 +85,7 @@ pub(crate) fn logs(ctx: &Ctx, a: LogsArgs) -> Result<Done<LogsResult>, ToolError
     let from_start = match a.from.as_deref() {
         None | Some("end") => false,
         Some("start") => true,
-        Some(f) => return Err(format!("Unknown `from` '{f}': use start or end.").into()),
+        Some(f) => return Err(format!("Unknown `from` '{f}': use start or end.")),
     };
     if from_start && cursor.is_some() {
         return Err("`from` and `cursor` do not go together: `from: \"start\"` reads the first page, then pass each reply's `cursor` alone.".into());
