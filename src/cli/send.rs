@@ -56,7 +56,7 @@ pub(super) fn send(a: SendArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         CliError::new(code, err.to_string())
     })?;
     if json {
-        let doc = manager::SendDoc { v: view::Version, id: e.id.clone(), bytes: n, eof: a.eof };
+        let doc = view::SendDoc { v: view::Version, id: e.id.clone(), bytes: n, eof: a.eof };
         outln!("{}", super::common::to_json(&doc));
     } else {
         outln!("Sent {n} bytes to {}{}.", e.label(), if a.eof { " and closed its stdin" } else { "" });

@@ -54,7 +54,7 @@ pub use start::{
     PORT_FREE_MAX, Restarted, StartRequest, Started, preview, replace, request_of, restart, set_supervisor_exe, start,
     start_ready, start_replacing, supervisor_exe,
 };
-pub use stdin::{SEND_MAX, SEND_TIMEOUT, SendDoc, SendError, send};
+pub use stdin::{SEND_MAX, SEND_TIMEOUT, SendError, send};
 pub use stop::{StopOutcome, find_for_stop, stop, stop_many, stop_selection, stoppable};
 use supervise::Handshake;
 pub use supervise::{MAX_RECORDED_MEMBERS, run_supervisor};

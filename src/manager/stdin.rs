@@ -103,20 +103,6 @@ impl Drop for StdinPipe {
     }
 }
 
-/// `send --json`: what one send did, `{"v": 1, "id", "bytes", "eof"}`.
-#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SendDoc {
-    pub v: crate::status::Version,
-    /// The entry's id (`proc_N`).
-    pub id: String,
-    /// Bytes written to its stdin (all of the input: a send that cannot write it all fails).
-    #[schemars(range(min = 0))]
-    pub bytes: usize,
-    /// Its stdin was closed after the write (`--eof`): the command reads end of input.
-    pub eof: bool,
-}
-
 /// Why a send failed. Each names the entry (`web (proc_4)`).
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
