@@ -115,7 +115,7 @@ pub(crate) fn logs(ctx: &Ctx, a: LogsArgs) -> Result<Done<LogsResult>, ToolError
     let status = inspect::live_status(&ctx.reg.read(&e.id).unwrap_or(e.clone()), &OnceCell::new());
     let text = String::from_utf8_lossy(&chunk.bytes).into_owned();
     let mut summary = if text.is_empty() {
-        format!("No {}output from {}.", if cursor.is_some() { "new " } else { "" }, e.label())
+        format!("No {}output from {}.", if a.cursor.is_some() { "new " } else { "" }, e.label())
     } else {
         text.trim_end_matches('\n').to_string()
     };
