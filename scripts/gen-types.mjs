@@ -168,7 +168,7 @@ function doc(s, indent) {
   if (!s || !s.description) return "";
   const text = s.description.replace(/\*\//g, "*\\/").replace(/\n/g, ` `);
   // "Deprecated, schema v1 only: ..." fields get the tag editors and linters read.
-  if (/^Deprecated\b/.test(text)) return `${indent}/**\n${indent} * ${text}\n${indent} * @deprecated\n${indent} */\n`;
+  if (s.deprecated || /^Deprecated\b/.test(text)) return `${indent}/**\n${indent} * ${text}\n${indent} * @deprecated\n${indent} */\n`;
   return `${indent}/** ${text} */\n`;
 }
 
@@ -263,7 +263,9 @@ for (const [name, s] of types) {
       p += typedDict(names[i], v);
       pyVariants.add(names[i]);
     });
-    p += `${name} = Union[${names.map((n) => JSON.stringify(n)).join(", ")}]\n\n`;
+    // Unquoted: the classes are defined just above, and a forward reference here would be
+    // evaluated in the API module's namespace by typing.get_type_hints(sheepdog.events).
+    p += `${name} = Union[${names.join(", ")}]\n\n`;
     continue;
   }
   const isObject = s.properties && (s.type === "object" || (Array.isArray(s.type) && s.type.includes("object")) || !s.type);

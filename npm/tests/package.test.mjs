@@ -274,7 +274,7 @@ test("scripts/gen-types.mjs turns a schema into the types file (and refuses one 
     const pyr = spawnSync("python3", ["-c", `import importlib.util as u; s = u.spec_from_file_location("t", ${JSON.stringify(py)}); m = u.module_from_spec(s); s.loader.exec_module(m); print(sorted(m.EntryView.__required_keys__))`], { encoding: "utf8" });
     assert.equal(pyr.status, 0, pyr.stderr);
     assert.equal(pyr.stdout.trim(), "['id', 'pid', 'status']");
-    const pyu = spawnSync("python3", ["-c", `import importlib.util as u; s = u.spec_from_file_location("t", ${JSON.stringify(py)}); m = u.module_from_spec(s); s.loader.exec_module(m); print(sorted(m.JournalRecordStarted.__required_keys__), [a.__forward_arg__ for a in m.JournalRecord.__args__])`], { encoding: "utf8" });
+    const pyu = spawnSync("python3", ["-c", `import importlib.util as u; s = u.spec_from_file_location("t", ${JSON.stringify(py)}); m = u.module_from_spec(s); s.loader.exec_module(m); print(sorted(m.JournalRecordStarted.__required_keys__), [a.__name__ for a in m.JournalRecord.__args__])`], { encoding: "utf8" });
     assert.equal(pyu.status, 0, pyu.stderr);
     assert.equal(pyu.stdout.trim(), "['event', 'pid', 'seq', 'v'] ['JournalRecordStarted', 'JournalRecordCleared']");
     fs.rmSync(path.join(schema, "other.json"));

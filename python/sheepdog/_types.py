@@ -243,7 +243,7 @@ class EventLineExited(_EventLineExitedOptional):
     status: "ExitValue"
 
 
-EventLine = Union["EventLineSpawned", "EventLineStopping", "EventLineEscalated", "EventLineSpawnFailed", "EventLineExited"]
+EventLine = Union[EventLineSpawned, EventLineStopping, EventLineEscalated, EventLineSpawnFailed, EventLineExited]
 
 _JournalRecordStartedOptional = TypedDict("_JournalRecordStartedOptional", {
 }, total=False)
@@ -359,7 +359,7 @@ class JournalRecordSetAside(_JournalRecordSetAsideOptional):
     movedTo: Union[str, None]
 
 
-JournalRecord = Union["JournalRecordStarted", "JournalRecordReady", "JournalRecordExited", "JournalRecordStopped", "JournalRecordCleanupFinished", "JournalRecordCleared", "JournalRecordSetAside"]
+JournalRecord = Union[JournalRecordStarted, JournalRecordReady, JournalRecordExited, JournalRecordStopped, JournalRecordCleanupFinished, JournalRecordCleared, JournalRecordSetAside]
 
 LogStream = Union[Literal["out"], Literal["err"], Literal["all"]]
 
