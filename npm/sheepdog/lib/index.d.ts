@@ -252,8 +252,11 @@ export function send(idOrName: string, input: string | Uint8Array, options?: Sen
 export interface EventsOptions extends CommonOptions {
   session?: string;
   id?: string;
-  /** The `seq` of an event seen before: resume after it (`0`: the whole journal). */
-  since?: number;
+  /**
+   * The `seq` of an event seen before: resume after it (`0`: every kept event). Its decimal
+   * text (`"42"`) is taken too, as callers before `seq` was typed passed it.
+   */
+  since?: number | string;
 }
 
 /** `sheepdog events --json` as an async iterator; leaving the loop ends the reader. */
