@@ -1,4 +1,4 @@
-// The pi package end to end (issue 22): pi 0.73 itself in --mode rpc, a scripted model that
+// The pi package end to end (issue 22): pi itself (pi/tests/versions.json) in --mode rpc, a scripted model that
 // calls the `process` tool, real processes under sheepdog, checked through /proc.
 
 import test from "node:test";
