@@ -191,15 +191,16 @@ export function allText(body) {
 
 /**
  * Runs `pi --mode rpc` in the project with the scripted model, this package as its one
- * extension, and its own agent dir, session dir and sheepdog state dir (removed afterwards,
- * after a stop of whatever is left in the state dir; then what the test tracked is killed).
+ * extension (none with `extension: false`: bare pi), and its own agent dir, session dir and
+ * sheepdog state dir (`state` names another one, an earlier pi's; removed afterwards, after a
+ * stop of whatever is left in the state dir; then what the test tracked is killed).
  */
-export function startPi(t, m, { env = {}, cwd, extension = true } = {}) {
+export function startPi(t, m, { env = {}, cwd, extension = true, state } = {}) {
   const dir = installProject();
   const { node, cli } = piCommand();
   const home = fs.mkdtempSync(path.join(os.tmpdir(), "sheepdog-pi-home-"));
   const agentDir = path.join(home, "agent");
-  const stateDir = path.join(home, "state");
+  const stateDir = state || path.join(home, "state");
   fs.mkdirSync(agentDir, { recursive: true });
   fs.writeFileSync(
     path.join(agentDir, "models.json"),
