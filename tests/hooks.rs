@@ -263,6 +263,9 @@ fn pi_gets_a_rewrite_of_bash_calls_only_never_a_block_and_fails_open() {
     let none = (0, String::new());
     let read = r#"{"toolName":"read","input":{"path":"/etc/hosts"}}"#;
     assert_eq!(hook(&st, "pi", "tool-call", read, &[]), none);
+    // The process tool has a `command` too: it starts its own supervised entries.
+    let process = r#"{"toolName":"process","input":{"action":"start","name":"w","command":"sleep 1"}}"#;
+    assert_eq!(hook(&st, "pi", "tool-call", process, &[]), none);
     assert_eq!(hook(&st, "pi", "tool-call", &pi_bash("  \n"), &[]), none);
     assert_eq!(hook(&st, "pi", "tool-call", r#"{"toolName":"bash","input":{}}"#, &[]), none);
     assert_eq!(hook(&st, "pi", "tool-call", "not json", &[]), none);

@@ -58,7 +58,7 @@ test("a nohup'd server with a setsid child and a double-forked helper: kept acro
   assert.equal(first.isError, false, JSON.stringify(first.result));
   const told = lastToolResult(m.requests[1]);
   // The output first, as the command printed it; then one line per kept entry, once.
-  assert.match(told, /^started\n\nsheepdog: `.*` \(pid \d+\) is still running from that command, kept as process (\S+) \(.*\) of this pi session; it is stopped when pi exits\. Stop it earlier with the process tool \(action stop, id \1\); read its output with action output, id \1\.$/);
+  assert.match(told, /^started\n\nsheepdog: `.*` \(pid \d+\) is still running from that command, kept as process .* \((proc_\d+)\) of this pi session; it is stopped when pi exits\. Stop it earlier with the process tool \(action stop, id \1\); read its output with action output, id \1\.$/);
   assert.ok(kept.every((p) => pi.guard.left().some((g) => g.pid === p)), "all three still running after the call");
   // The next turn: the server answers, and nothing is told again.
   m.steps.push(() => bash(probe(port)), () => ({ text: "it answers" }));

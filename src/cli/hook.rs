@@ -383,10 +383,9 @@ mod pi {
                 continue;
             }
             lines.push(format!(
-                "sheepdog: `{}` (pid {}) is still running from that command, kept as process {} ({}) of this pi session; it is stopped when pi exits. Stop it earlier with the process tool (action stop, id {}); read its output with action output, id {}.",
+                "sheepdog: `{}` (pid {}) is still running from that command, kept as process {} of this pi session; it is stopped when pi exits. Stop it earlier with the process tool (action stop, id {}); read its output with action output, id {}.",
                 e.command_preview,
                 e.pid.unwrap_or(0),
-                e.id,
                 e.label(),
                 e.id,
                 e.id
