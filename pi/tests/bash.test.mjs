@@ -11,6 +11,7 @@ import os from "node:os";
 import path from "node:path";
 import {
   alive,
+  allText,
   answers,
   bashEnds,
   devPids,
@@ -72,6 +73,24 @@ test("a nohup'd server with a setsid child and a double-forked helper: kept acro
   pi.child.stdin.end();
   await pi.exited;
   assert.deepEqual(await survivors(kept, port), { live: [], open: false }, "5 s after pi exited");
+});
+
+test("a kept leftover that ends by itself is told as context, once, without waking the model", async (t) => {
+  const m = await scripted(t);
+  const pi = startPi(t, m);
+  m.steps.push(() => bash("(sleep 1; echo bye) >/dev/null 2>&1 &\necho started"), () => ({ text: "ok" }));
+  await pi.prompt("go");
+  assert.match(lastToolResult(m.requests[1]), /^started\n\nsheepdog: /);
+  const before = m.requests.length;
+  await until(() => pi.events.find((e) => e.type === "message_end" && e.message?.customType === "sheepdog-process"), 15000, "the notice");
+  await sleep(500);
+  assert.equal(m.requests.length, before, "no turn of its own");
+  m.steps.push((body) => {
+    assert.equal(allText(body).match(/Background process \S+ \(proc_\d+\) exited/g)?.length, 1, allText(body));
+    return { text: "seen" };
+  });
+  await pi.prompt("and?");
+  assert.equal(m.steps.length, 0);
 });
 
 test("kill -9 of pi mid-turn, a call running with its server, setsid child and double-forked helper: nothing left 5 s later", async (t) => {
