@@ -31,6 +31,7 @@ export interface BashPi {
       ctx: Ctx,
     ) => unknown,
   ): void;
+  on(event: "tool_execution_end", handler: (event: { toolCallId: string }) => unknown): void;
 }
 
 /** How long one hook run may take before the call goes on unsupervised: 5 s (it takes ~2 ms). */
@@ -122,5 +123,10 @@ export function superviseBash(pi: BashPi): void {
     const patch: Record<string, unknown> = { content: [...event.content, ...(append as Block[])] };
     if (event.structuredContent !== undefined) patch.structuredContent = event.structuredContent;
     return patch;
+  });
+
+  // A call that another extension blocked after the rewrite gets no tool_result.
+  pi.on("tool_execution_end", (event) => {
+    rewritten.delete(event.toolCallId);
   });
 }
