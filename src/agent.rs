@@ -202,6 +202,15 @@ pub fn session_of(owner: Option<Pid>) -> String {
     }
 }
 
+/// The session of a pi process (pi-sheepdog, `pi/`): `pi-<pid>-<start time in clock ticks>`,
+/// the one sheepdog session of everything that pi process starts, through its `process` tool
+/// and its `bash` tool (`sheepdog hook pi`). pi-sheepdog's `pi/extensions/state.ts` derives the
+/// same name from inside pi, so both tools' entries are one list. pi is not found by a walk:
+/// its extension runs the hook as its own child, so pi is the hook's parent.
+pub fn pi_session_of(pi: Pid) -> String {
+    format!("pi-{}-{}", pi, procfs::start_time(pi).unwrap_or(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

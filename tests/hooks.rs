@@ -406,3 +406,153 @@ fn gemini_run_refuses_a_bad_invocation_with_one_line_and_125() {
     assert_eq!(hook(&st, "gemini", "pre-tool-use-typo", "{}", &[]).0, 2);
     assert_eq!(hook(&st, "claude", "before-tool", "{}", &[]).0, 2, "before-tool is Gemini's event");
 }
+
+// ---- pi (issue 33): `sheepdog hook pi EVENT`, the answers pi-sheepdog's extension applies ----
+
+fn pi_bash(command: &str) -> String {
+    serde_json::json!({"type": "tool_call", "toolName": "bash", "toolCallId": "call_1", "input": {"command": command, "timeout": 30}})
+        .to_string()
+}
+
+/// The session pi-sheepdog derives for this process (the hook's parent here, as pi is there).
+fn pi_session_of_me() -> String {
+    let me = std::process::id() as i32;
+    sheepdog::agent::pi_session_of(sheepdog::os::Pid::new(me).unwrap())
+}
+
+/// Runs `command` as pi's bash tool does: `bash -c COMMAND` as this process's child, in a
+/// session of its own (Node's `detached: true`); stdout, stderr and the status.
+fn as_pi_runs(command: &str, dir: &std::path::Path) -> (String, String, i32) {
+    let out = Command::new("setsid")
+        .args(["/bin/bash", "-c", command])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+fn pi_rewrite(st: &State, command: &str) -> String {
+    let (code, out) = hook(st, "pi", "tool-call", &pi_bash(command), &[]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    v["input"]["command"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn pi_gets_a_rewrite_of_bash_calls_only_never_a_block_and_fails_open() {
+    let st = State::new();
+    let (code, out) = hook(&st, "pi", "tool-call", &pi_bash("echo hi"), &[]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v.as_object().unwrap().keys().collect::<Vec<_>>(), ["input"], "only the input to patch: {v}");
+    assert_eq!(v["input"].as_object().unwrap().len(), 1, "only the command changes (the timeout is pi's): {v}");
+    let cmd = v["input"]["command"].as_str().unwrap();
+    assert!(cmd.ends_with("\necho hi"), "{cmd}");
+    assert!(cmd.contains(" run --owner \"$PPID\" --leftovers keep"), "{cmd}");
+    assert!(cmd.contains(&format!("--session '{}'", pi_session_of_me())), "pi's own session: {cmd}");
+    let none = (0, String::new());
+    let read = r#"{"toolName":"read","input":{"path":"/etc/hosts"}}"#;
+    assert_eq!(hook(&st, "pi", "tool-call", read, &[]), none);
+    // The process tool has a `command` too: it starts its own supervised entries.
+    let process = r#"{"toolName":"process","input":{"action":"start","name":"w","command":"sleep 1"}}"#;
+    assert_eq!(hook(&st, "pi", "tool-call", process, &[]), none);
+    assert_eq!(hook(&st, "pi", "tool-call", &pi_bash("  \n"), &[]), none);
+    assert_eq!(hook(&st, "pi", "tool-call", r#"{"toolName":"bash","input":{}}"#, &[]), none);
+    assert_eq!(hook(&st, "pi", "tool-call", "not json", &[]), none);
+    assert_eq!(hook(&st, "pi", "tool-result", r#"{"toolName":"read","content":[]}"#, &[]), none);
+    assert_eq!(hook(&st, "pi", "session-start", r#"{"reason":"new"}"#, &[]), none);
+    assert_eq!(hook(&st, "pi", "pre-tool-use", "{}", &[]).0, 2, "pi's events have pi's names");
+}
+
+#[test]
+fn pis_rewritten_bash_call_has_the_bare_output_and_status_and_runs_under_sheepdog() {
+    let st = State::new();
+    let dir = tempfile::tempdir().unwrap();
+    for original in ["echo out; echo err >&2; printf 'no newline'", "echo out; exit 3", "kill -TERM $$", "cd / && pwd"]
+    {
+        let bare = as_pi_runs(original, dir.path());
+        let hooked = as_pi_runs(&pi_rewrite(&st, original), dir.path());
+        assert_eq!(hooked, bare, "{original}");
+    }
+    let (out, _, _) = as_pi_runs(&pi_rewrite(&st, "cat /proc/$PPID/comm"), dir.path());
+    assert_eq!(out, "sheepdog\n", "the call ran under sheepdog");
+}
+
+/// A `nohup`'d server and a `setsid` child, left by a call: the call returns at once, they
+/// become entries of pi's session, and the result's hook tells them once, with the process
+/// tool's words. An entry the `process` tool started (`sheepdog start`, same session) is never
+/// told as a leftover.
+#[test]
+fn what_a_pi_bash_call_leaves_is_kept_in_pis_session_and_told_once() {
+    let st = State::new();
+    let guard = Guard::new();
+    let dir = tempfile::tempdir().unwrap();
+    let session = pi_session_of_me();
+    let started = st.start(&["--session", &session, "--name", "tool-started", "--", "sleep", "300"]);
+    guard.track(started["pid"].as_i64().unwrap() as i32);
+    let file = dir.path().join("left");
+    let original = format!(
+        "nohup sleep 300 >/dev/null 2>&1 & echo $! > {f}; setsid sleep 301 & echo $! >> {f}; echo started",
+        f = file.display()
+    );
+    let t = std::time::Instant::now();
+    let (out, _, code) = as_pi_runs(&pi_rewrite(&st, &original), dir.path());
+    assert_eq!((out.as_str(), code), ("started\n", 0));
+    assert!(t.elapsed() < SECS(5), "the call returned once its command ended: {:?}", t.elapsed());
+    let left: Vec<i32> = std::fs::read_to_string(&file).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    left.iter().for_each(|p| guard.track(*p));
+    assert!(left.iter().all(|p| alive(*p)), "kept running");
+    let result = r#"{"type":"tool_result","toolName":"bash","toolCallId":"call_1","content":[{"type":"text","text":"started\n"}],"isError":false}"#;
+    let (code, told) = hook(&st, "pi", "tool-result", result, &[]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(told.trim()).unwrap_or_else(|e| panic!("{e}: {told}"));
+    let text = v["append"][0]["text"].as_str().unwrap();
+    assert_eq!(v["append"][0]["type"], "text");
+    assert_eq!(text.lines().count(), 1, "one entry for what the call left: {text}");
+    assert!(text.contains("kept as process ") && text.contains("process tool (action stop, id "), "{text}");
+    assert!(!text.contains("tool-started"), "the process tool's own entry is not a leftover: {text}");
+    assert_eq!(hook(&st, "pi", "tool-result", result, &[]), (0, String::new()), "told once");
+    let kept: Vec<_> = st
+        .entries()
+        .into_iter()
+        .filter(|e| e["sessionId"] == session.as_str() && e["name"] != "tool-started")
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    st.ok(&["stop", "--session", &session]);
+    assert_eq!(wait_gone(&left, SECS(10)), Vec::<i32>::new(), "the session's stop ended them");
+}
+
+/// pi's start reaps what an earlier pi's crash left (an entry whose supervisor and keeper were
+/// both SIGKILLed); a reload or a session switch in the same pi does not.
+#[test]
+fn pis_startup_reaps_what_earlier_crashes_left_and_a_reload_does_not() {
+    let st = State::new();
+    let guard = Guard::new();
+    let e = st.start(&["--", "sleep", "300"]);
+    let id = e["id"].as_str().unwrap().to_string();
+    let child = e["pid"].as_i64().unwrap() as i32;
+    guard.track(child);
+    kill_supervisor_and_keeper(e["supervisorPid"].as_i64().unwrap() as i32);
+    assert_eq!(st.entry(&id)["status"], "orphaned");
+    assert_eq!(
+        hook(&st, "pi", "session-start", r#"{"type":"session_start","reason":"reload"}"#, &[]),
+        (0, String::new())
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(alive(child), "a reload reaps nothing");
+    assert_eq!(
+        hook(&st, "pi", "session-start", r#"{"type":"session_start","reason":"startup"}"#, &[]),
+        (0, String::new())
+    );
+    assert_eq!(wait_gone(&[child], SECS(10)), Vec::<i32>::new(), "the detached reap ended it");
+    let t = std::time::Instant::now();
+    while st.entry(&id)["status"] != "reaped" {
+        assert!(t.elapsed() < SECS(10), "{}", st.entry(&id));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -42,6 +42,9 @@ pub(super) enum Host {
     /// Gemini CLI 0.61 (`hookSpecificOutput.tool_input` replaces the call's arguments, and its
     /// policy engine then checks the call as rewritten; see [`gemini_may_rewrite`]).
     Gemini,
+    /// pi 0.73 and 1.x, through pi-sheepdog's extension (`pi/`): pi's own events in, answers
+    /// in a form of this binary's own (see [`pi`]).
+    Pi,
 }
 
 /// The grace a hooked call's tree gets between SIGTERM and SIGKILL: 2 s, inside Claude Code's
@@ -73,9 +76,10 @@ pub(super) fn hook(dir: Option<PathBuf>, args: Vec<String>) -> i32 {
         (Some("claude"), Some(e)) => (Host::Claude, e.to_string()),
         (Some("codex"), Some(e)) => (Host::Codex, e.to_string()),
         (Some("gemini"), Some(e)) => (Host::Gemini, e.to_string()),
+        (Some("pi"), Some(e)) => (Host::Pi, e.to_string()),
         _ => {
             eprintln!(
-                "sheepdog: hook: usage: sheepdog hook claude|codex|gemini pre-tool-use|post-tool-use|before-tool|after-tool|session-start|session-end"
+                "sheepdog: hook: usage: sheepdog hook claude|codex pre-tool-use|post-tool-use|session-start|session-end, sheepdog hook gemini before-tool|after-tool|session-start|session-end, or sheepdog hook pi tool-call|tool-result|session-start"
             );
             return 2;
         }
@@ -86,6 +90,9 @@ pub(super) fn hook(dir: Option<PathBuf>, args: Vec<String>) -> i32 {
         return 0;
     }
     let Ok(input) = serde_json::from_str::<Value>(&raw) else { return 0 };
+    if host == Host::Pi {
+        return pi::hook(dir, &event, &input);
+    }
     let answer = match event.as_str() {
         "pre-tool-use" => pre_tool_use(host, dir.as_deref(), &input),
         "post-tool-use" => post_tool_use(dir, &input),
@@ -511,6 +518,125 @@ fn detached(args: &[String]) -> i32 {
     cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
     let _ = cmd.spawn();
     0
+}
+
+/// `sheepdog hook pi EVENT`: pi-sheepdog's extension (`pi/extensions/bash.ts`) hands pi's own
+/// events to the static binary and applies the answer. pi has no hook config and no
+/// permission decision: its extensions see each tool call in `tool_call`, may change its input
+/// in place or block it, and may change a result in `tool_result`. So the answers here are in a
+/// form of this binary's own, one JSON document or nothing:
+///
+/// - `tool-call` (pi's `tool_call` event, `{"toolName":"bash","input":{"command":C,...}}`):
+///   `{"input":{"command":C2}}`, the input fields to replace: C with [`guard_line`] ahead of it,
+///   as for Codex. pi runs `bash -c` as its own child, so `$PPID` in that shell is pi, the
+///   owner: pi's exit, its `kill -9` and its stop (Esc, the call's timeout: a SIGKILL of the
+///   call's process group, which misses `run`'s keeper) each end the tree, and what the
+///   command leaves running (`&`, `nohup`, `setsid`) becomes an entry of pi's session. Other
+///   tools, and a blank command, get no answer. Never a block: the hook takes nothing away
+///   from, and adds nothing to, what pi and the user's other extensions decide.
+/// - `tool-result` (pi's `tool_result` of a `bash` call): `{"append":[{"type":"text","text":T}]}`,
+///   a content block to add after the tool's own (pi joins a result's text blocks with a line
+///   break; the command's output is not rewritten): which entries of the session, kept from a
+///   `bash` call, are running and not told yet, each told once (the same `announced` file as
+///   `post-tool-use`), with the `process` tool's words to stop them.
+/// - `session-start` (pi's `session_start`, `{"reason":"startup"|"reload"|...}`): on a pi
+///   process's start, a detached `reap` of what earlier pi processes' crashes left (the rest
+///   stopped when their owner, that pi, died). A reload or a session switch keeps the process.
+///
+/// The session is pi's (`pi-<pid>-<start time>`, [`sheepdog::agent::pi_session_of`]): the
+/// hook's parent is pi itself, and the `process` tool's entries are in the same session.
+mod pi {
+    use super::*;
+
+    /// Runs one pi event: 0 (an answer, or none), or 2 for an event it does not know.
+    pub(super) fn hook(dir: Option<PathBuf>, event: &str, input: &Value) -> i32 {
+        let answer = match event {
+            "tool-call" => tool_call(dir.as_deref(), input),
+            "tool-result" => tool_result(dir, input),
+            "session-start" => session_start(dir.as_deref(), input),
+            _ => {
+                eprintln!("sheepdog: hook: unknown pi event '{event}' (tool-call, tool-result, session-start)");
+                return 2;
+            }
+        };
+        if let Some(a) = answer {
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "{a}");
+            let _ = out.flush();
+        }
+        0
+    }
+
+    /// pi's session: the hook's parent is the pi process whose extension ran it.
+    fn session() -> Option<String> {
+        let pi = Pid::new(sheepdog::os::process::getppid()).filter(|p| p.as_raw() > 1)?;
+        Some(sheepdog::agent::pi_session_of(pi))
+    }
+
+    fn bash_call(input: &Value) -> bool {
+        input.get("toolName").and_then(Value::as_str) == Some("bash")
+    }
+
+    fn tool_call(dir: Option<&Path>, input: &Value) -> Option<Value> {
+        if !bash_call(input) {
+            return None;
+        }
+        let command = input.get("input")?.get("command")?.as_str()?;
+        if command.trim().is_empty() {
+            return None;
+        }
+        let exe = std::env::current_exe().ok()?;
+        let state = sheepdog::registry::state_dir(dir.map(Path::to_path_buf)).ok()?;
+        let session = session()?;
+        Some(json!({ "input": { "command": rewrite(command, &exe, &state, &session) } }))
+    }
+
+    /// True if `e` is what a hooked call left running: its supervisor (alive, the same process
+    /// that recorded itself) is `supervise-leftovers`. The `process` tool's entries, in the same
+    /// session, are the model's own starts and are never told as leftovers.
+    fn kept_from_a_call(e: &sheepdog::entry::Entry) -> bool {
+        let Some(sup) = e.supervisor_pid.and_then(Pid::new) else { return false };
+        sheepdog::os::procfs::start_time(sup) == e.supervisor_start_time
+            && sheepdog::os::procfs::cmdline(sup).split(' ').any(|w| w == "supervise-leftovers")
+    }
+
+    fn tool_result(dir: Option<PathBuf>, input: &Value) -> Option<Value> {
+        if !bash_call(input) {
+            return None;
+        }
+        let session = session()?;
+        let reg = Registry::open(dir).ok()?;
+        let (entries, _) = reg.list();
+        let mut lines = Vec::new();
+        for e in entries.iter().filter(|e| e.session_id.as_deref() == Some(&session) && !e.is_finished()) {
+            if reg.file(&e.id, "announced").exists() || !kept_from_a_call(e) {
+                continue;
+            }
+            let told = std::fs::OpenOptions::new().write(true).create_new(true).open(reg.file(&e.id, "announced"));
+            if told.is_err() {
+                continue;
+            }
+            lines.push(format!(
+                "sheepdog: `{}` (pid {}) is still running from that command, kept as process {} of this pi session; it is stopped when pi exits. Stop it earlier with the process tool (action stop, id {}); read its output with action output, id {}.",
+                e.command_preview,
+                e.pid.unwrap_or(0),
+                e.label(),
+                e.id,
+                e.id
+            ));
+        }
+        if lines.is_empty() {
+            return None;
+        }
+        Some(json!({ "append": [{ "type": "text", "text": lines.join("\n") }] }))
+    }
+
+    fn session_start(dir: Option<&Path>, input: &Value) -> Option<Value> {
+        if matches!(input.get("reason").and_then(Value::as_str), None | Some("startup")) {
+            spawn_detached(dir, &["reap"]);
+        }
+        None
+    }
 }
 
 #[cfg(test)]
