@@ -194,14 +194,31 @@ pub fn status_text(e: &Entry, status: Status) -> String {
 /// entries still marked running), the live tree's ports, and with `tree` its live processes.
 /// `census` is taken at most once over many calls (see [`crate::inspect::live_status`]).
 pub fn entry_view(reg: &Registry, e: &Entry, census: &OnceCell<Census>) -> EntryView {
-    let status = crate::inspect::live_status(e, census);
-    view_with_status(reg, e, status, false)
+    let (e, status) = current(reg, e, census);
+    view_with_status(reg, &e, status, false)
 }
 
 /// [`entry_view`] with its live processes in `tree`.
 pub fn entry_view_tree(reg: &Registry, e: &Entry, census: &OnceCell<Census>) -> EntryView {
+    let (e, status) = current(reg, e, census);
+    view_with_status(reg, &e, status, true)
+}
+
+/// `e` and its status as the kernel says now ([`crate::inspect::live_status`]). An entry read
+/// while running whose supervisor is gone by the time of the look is read again: a supervisor
+/// records the end and then exits, so a command that ended in between shows as it ended
+/// (`exited (2)`), not as `lost`.
+pub fn current<'a>(reg: &Registry, e: &'a Entry, census: &OnceCell<Census>) -> (std::borrow::Cow<'a, Entry>, Status) {
     let status = crate::inspect::live_status(e, census);
-    view_with_status(reg, e, status, true)
+    if !e.is_finished()
+        && matches!(status, Status::Lost | Status::Orphaned)
+        && let Ok(x) = reg.read(&e.id)
+        && x.is_finished()
+    {
+        let status = x.status;
+        return (std::borrow::Cow::Owned(x), status);
+    }
+    (std::borrow::Cow::Borrowed(e), status)
 }
 
 /// What a start shows (`start --json`, each of `restart --json`): the new entry's view, then

@@ -515,3 +515,25 @@ fn issue18_tops_stop_dialog_says_whether_the_tree_was_confirmed_gone() {
     assert!(lines.iter().any(|l| l == "The process tree is confirmed gone."), "{lines:?}");
     assert!(lines.iter().any(|l| l == "No cleanup command."), "{lines:?}");
 }
+
+/// A view read while the entry ran, whose supervisor recorded the end and exited before the
+/// look at it, shows the end (`exited`), not `lost`: the race seen as MCP's `process_start` of a
+/// command that ends at once saying `It already ended: lost`.
+#[test]
+fn a_view_taken_as_the_supervisor_records_the_end_shows_the_end_not_lost() {
+    let st = State::new();
+    let v = st.start(&["--", "sh", "-c", "exit 2"]);
+    let id = id_of(&v);
+    let t = std::time::Instant::now();
+    while st.entry(&id)["status"] != "exited" {
+        assert!(t.elapsed() < SECS(10), "{}", st.entry(&id));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
+    // The copy read a moment earlier: still running, its supervisor (now gone) in charge.
+    let mut read_earlier = reg.read(&id).unwrap();
+    read_earlier.status = sheepdog::status::Status::Running;
+    let view = sheepdog::view::entry_view(&reg, &read_earlier, &Default::default());
+    let doc = serde_json::to_value(&view).unwrap();
+    assert_eq!((doc["status"].as_str(), doc["exitCode"].as_i64()), (Some("exited"), Some(2)), "{doc}");
+}

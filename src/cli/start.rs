@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use sheepdog::entry::{Cleanup, Entry, ReadySpec};
 use sheepdog::exit;
-use sheepdog::inspect;
 use sheepdog::manager::{self, StartRequest};
 use sheepdog::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome};
 use sheepdog::registry::Registry;
@@ -126,7 +125,7 @@ pub(super) fn render_started(
     };
     if let Some(list) = json_out {
         let v = view::StartView {
-            entry: view::view_with_status(reg, &shown, inspect::live_status(&shown, &Default::default()), false),
+            entry: view::entry_view(reg, &shown, &Default::default()),
             ready: ready.map(|r| r.report()),
             warnings: warnings.to_vec(),
         };
