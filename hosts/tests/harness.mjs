@@ -342,9 +342,9 @@ export function opencodeBinary() {
  * A fresh home and project for opencode: `opencode.json` with the scripted model as an
  * `@ai-sdk/openai-compatible` provider (bundled in opencode: nothing installed at run time),
  * `config` merged in, and the plugin copied into the project's `.opencode/plugins/` when
- * `plugin`.
+ * `plugin` (its text passed through `pluginEdit`, for a test that takes a hook away).
  */
-export function opencodeSetup(model, { plugin, config = {} }) {
+export function opencodeSetup(model, { plugin, config = {}, pluginEdit = (text) => text }) {
   const home = tempDir("sheepdog-opencode-");
   const proj = path.join(home, "proj");
   fs.mkdirSync(proj);
@@ -367,7 +367,8 @@ export function opencodeSetup(model, { plugin, config = {} }) {
   );
   if (plugin) {
     fs.mkdirSync(path.join(proj, ".opencode", "plugins"), { recursive: true });
-    fs.copyFileSync(path.join(repo, "hosts", "opencode", "sheepdog.js"), path.join(proj, ".opencode", "plugins", "sheepdog.js"));
+    const text = fs.readFileSync(path.join(repo, "hosts", "opencode", "sheepdog.js"), "utf8");
+    fs.writeFileSync(path.join(proj, ".opencode", "plugins", "sheepdog.js"), pluginEdit(text));
   }
   return { home, proj, state, opencode: opencodeBinary() };
 }

@@ -63,6 +63,20 @@ test("the agent's exit with a dev server left running (setsid child, double-fork
   assert.deepEqual(await survivors(pids, port), { live: [], open: false }, "5 s after opencode exited");
 });
 
+test("opencode #48340: the agent's exit leaves nothing when the plugin's dispose does not run (the owner watch alone)", async () => {
+  guard = new Guard();
+  const dir = tempDir("sheepdog-oc-nodispose-");
+  const port = await freePort();
+  const m = await model([bash(devServerBg(dir, port)), bash("sleep 0.5"), { text: "done" }]);
+  const withoutDispose = (text) => text.replace(/\n    dispose: async \(\) => \{\n      hook\("session-end", \{\}, \{\}\);\n    \},/, "");
+  const setup = opencodeSetup(m, { plugin: true, pluginEdit: withoutDispose });
+  assert.doesNotMatch(fs.readFileSync(path.join(setup.proj, ".opencode", "plugins", "sheepdog.js"), "utf8"), /dispose: async/);
+  let pids;
+  const r = await runOpencode(setup, { guard, during: async () => (pids = await startedPids(m, dir)) });
+  assert.equal(r.code, 0, r.out);
+  assert.deepEqual(await survivors(pids, port), { live: [], open: false }, "5 s after opencode exited");
+});
+
 test("kill -9 of the agent mid-turn leaves nothing", async () => {
   guard = new Guard();
   const dir = tempDir("sheepdog-oc-kill-");
@@ -149,7 +163,7 @@ test("a foreground timeout, which opencode enforces by killing the call's proces
   guard = new Guard();
   const run = async (plugin) => {
     const dir = tempDir("sheepdog-oc-timeout-");
-    const cmd = `echo $$ > ${dir}/shell; setsid sh -c 'echo $$ > ${dir}/setsid; exec sleep 30' & sleep 30 & echo $! > ${dir}/sleep; echo waiting; wait`;
+    const cmd = `echo $$ > ${dir}/shell; setsid sh -c 'echo $$ > ${dir}/setsid; exec sleep 12' & sleep 12 & echo $! > ${dir}/sleep; echo waiting; wait`;
     let asked;
     const m = await model([
       () => {
