@@ -384,6 +384,8 @@ export function runOpencode(setup, opts = {}) {
     OPENCODE_DISABLE_MODELS_FETCH: "1",
     OPENCODE_DISABLE_LSP_DOWNLOAD: "1",
     SHEEPDOG_STATE_DIR: setup.state,
+    // The containment tier the suite runs in (both are tested: SHEEPDOG_CONTAINMENT=subreaper).
+    ...(process.env.SHEEPDOG_CONTAINMENT ? { SHEEPDOG_CONTAINMENT: process.env.SHEEPDOG_CONTAINMENT } : {}),
     ...(opts.env || {}),
   };
   return runHost(setup.opencode, ["run", opts.prompt || "go"], { cwd: setup.proj, ...opts, env });
