@@ -263,9 +263,13 @@ test("what an earlier session left when it and the kept entry's supervisor were 
   const setup = opencodeSetup(m1, { plugin: true });
   const ps = () =>
     JSON.parse(execFileSync(path.join(binDir(), "sheepdog"), ["--state-dir", setup.state, "ps", "--all", "--json"], { encoding: "utf8" })).entries;
+  // In the subreaper tier: in the cgroup tier any `reap` of the machine's (another state dir's,
+  // another test's) sweeps a cgroup whose supervisor is gone, and could end the orphan first.
+  const env = { SHEEPDOG_CONTAINMENT: "subreaper" };
   let server;
   await runOpencode(setup, {
     guard,
+    env,
     during: async (child) => {
       await until(() => m1.step >= 2 && ps().some((e) => e.status === "running" && e.supervisorPid), 30_000, "the kept entry");
       server = Number(fs.readFileSync(path.join(dir, "server"), "utf8"));
@@ -285,7 +289,7 @@ test("what an earlier session left when it and the kept entry's supervisor were 
   // The next opencode in the same state dir: its plugin's load reaps.
   const m2 = await model([bash("echo second"), { text: "done" }]);
   const setup2 = { ...opencodeSetup(m2, { plugin: true }), state: setup.state };
-  const r = await runOpencode(setup2, { guard });
+  const r = await runOpencode(setup2, { guard, env });
   assert.equal(r.code, 0, r.out);
   assert.deepEqual(await survivors([server], port), { live: [], open: false }, "reaped by the next session's start");
 });
