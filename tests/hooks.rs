@@ -669,3 +669,19 @@ fn opencode_session_start_answers_the_static_binary() {
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(std::path::Path::new(v["exe"].as_str().unwrap()), std::fs::canonicalize(bin()).unwrap().as_path());
 }
+
+/// The user's own `ZDOTDIR` is theirs again inside the call: its `.zshenv` runs, once.
+#[test]
+fn opencode_shell_env_keeps_the_users_zdotdir() {
+    let Some(zsh) = ["/usr/bin/zsh", "/bin/zsh"].into_iter().find(|s| std::path::Path::new(s).exists()) else {
+        eprintln!("skipped: no zsh");
+        return;
+    };
+    let st = State::new();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".zshenv"), "echo theirs\n").unwrap();
+    let env = opencode_env(&st, &[("ZDOTDIR", dir.path().to_str().unwrap())]);
+    assert_eq!(env["SHEEPDOG_ZDOTDIR"].as_str(), dir.path().to_str());
+    let (out, _, code) = as_opencode_runs(zsh, "cat /proc/$PPID/comm; echo $ZDOTDIR", &env, dir.path());
+    assert_eq!((out.as_str(), code), (format!("theirs\nsheepdog\n{}\n", dir.path().display()).as_str(), 0));
+}
