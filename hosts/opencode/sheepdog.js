@@ -2,6 +2,7 @@
 // opencode as its owner, so nothing a call starts outlives opencode; what a call leaves running
 // (`server &`, nohup, setsid) becomes an entry of opencode's session instead of holding the
 // tool's pipes (opencode #20902, #22012, #32504); the `process_*` tools come from `sheepdog mcp`.
+// The model's command is never rewritten: the call's environment (`shell.env`) does it.
 //
 // Install: copy this file into `.opencode/plugins/` (one project) or `~/.config/opencode/plugins/`
 // (every project), or list it in opencode.json: `"plugin": ["file:///path/to/sheepdog.js"]`.
@@ -11,14 +12,15 @@
 // This file is a shim: each hook's two arguments go as JSON to the static binary's
 // `sheepdog hook opencode EVENT` (a synchronous spawn: it runs on every shell call, and the
 // call must not start before the answer is in), and its answer is merged into them. What
-// to rewrite, what to tell the model and when to reap are decided there (src/cli/hook.rs).
+// the call's environment gets, what the model is told and when to reap are decided there
+// (src/cli/hook.rs).
 
 import { spawnSync } from "node:child_process";
 
 const MISSING =
   "sheepdog is not on PATH: this session's shell calls run unsupervised. Install it with: npm install -g sheepdog, pipx install sheepdog-cli, or cargo install sheepdog.";
 
-/** Sets `patch`'s fields on `target`, recursing into objects both have (so `output.args` stays the object opencode runs). */
+/** Sets `patch`'s fields on `target`, recursing into objects both have (so `output.env` stays the object opencode reads). */
 function merge(target, patch) {
   for (const [key, value] of Object.entries(patch)) {
     const into = target[key];
