@@ -254,6 +254,10 @@ mod tests {
         assert!(is_launcher(&v("uvx --from sheepdog-cli sheepdog mcp"), "uvx"));
         assert!(is_launcher(&v("/usr/bin/env FOO=1 sheepdog mcp"), "env"));
         assert!(!is_launcher(&v("codex"), "codex"));
+        // Issue 33: opencode runs its plugins, `sheepdog mcp` and its bash tool's shells
+        // in-process (one native Bun binary, however npm installed it): it is the agent.
+        assert!(!is_launcher(&v("/p/node_modules/opencode-linux-x64/bin/opencode run go"), "opencode"));
+        assert!(!is_launcher(&v("/p/node_modules/opencode-ai/bin/opencode.exe"), "opencode.exe"));
         assert!(!is_launcher(&v("python3 agent.py"), "python3"));
         assert!(is_launcher(&v("python3 -m pipx run sheepdog"), "python3"));
     }

@@ -556,3 +556,132 @@ fn pis_startup_reaps_what_earlier_crashes_left_and_a_reload_does_not() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// `sheepdog hook opencode shell-env` for a call (`input.callID`): the environment opencode's
+/// `shell.env` merges into the call's.
+fn opencode_env(st: &State, env: &[(&str, &str)]) -> serde_json::Map<String, serde_json::Value> {
+    let input = r#"{"input":{"cwd":"/","sessionID":"ses_1","callID":"call_1"},"output":{"env":{}}}"#;
+    let (code, out) = hook(st, "opencode", "shell-env", input, env);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("an answer");
+    v["output"]["env"].as_object().expect("output.env").clone()
+}
+
+/// Runs `command` as opencode 1.18's bash tool does (`SHELL -c COMMAND`, stdin ignored, the
+/// answer's environment merged in) from `dir`: stdout, stderr, status.
+fn as_opencode_runs(
+    shell: &str,
+    command: &str,
+    env: &serde_json::Map<String, serde_json::Value>,
+    dir: &std::path::Path,
+) -> (String, String, i32) {
+    let mut c = Command::new(shell);
+    c.arg("-c").arg(command).current_dir(dir).stdin(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v.as_str().unwrap());
+    }
+    let out = c.output().unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+/// opencode's calls are never rewritten: the plugin answers `shell.env`, whose `BASH_ENV` and
+/// `ZDOTDIR` files put the call under sheepdog in bash and zsh, with the bare output and status.
+#[test]
+fn opencode_shell_env_puts_bash_and_zsh_calls_under_sheepdog_without_rewriting_them() {
+    let plugin = std::fs::read_to_string("hosts/opencode/sheepdog.js").unwrap();
+    assert!(!plugin.contains("tool.execute.before"), "the model's command is never rewritten in opencode");
+    let st = State::new();
+    let env = opencode_env(&st, &[]);
+    let session = env["SHEEPDOG_SESSION"].as_str().unwrap().to_string();
+    assert!(session.starts_with(&format!("agent-{}-", std::process::id())), "{session}");
+    let dir = tempfile::tempdir().unwrap();
+    let command = "mkdir -p sub && cd sub && echo out && echo err >&2 && cat /proc/$PPID/comm";
+    let bare_command = "mkdir -p sub && cd sub && echo out && echo err >&2";
+    let shells: Vec<&str> =
+        ["/bin/bash", "/usr/bin/zsh", "/bin/zsh"].into_iter().filter(|s| std::path::Path::new(s).exists()).collect();
+    for shell in &shells {
+        let bare = as_opencode_runs(shell, bare_command, &serde_json::Map::new(), dir.path());
+        let hooked = as_opencode_runs(shell, command, &env, dir.path());
+        assert_eq!(hooked.0, "out\nsheepdog\n", "{shell}: the call ran under sheepdog, once (not nested)");
+        assert_eq!((&hooked.1, hooked.2), (&bare.1, bare.2), "{shell}: stderr and status");
+        assert_eq!(as_opencode_runs(shell, "exit 7", &env, dir.path()).2, 7, "{shell}");
+        // A shell the call starts is not put under a second supervisor.
+        let nested = as_opencode_runs(shell, &format!("{shell} -c 'cat /proc/$PPID/comm'; true"), &env, dir.path());
+        assert_eq!(nested.0, format!("{}\n", std::path::Path::new(shell).file_name().unwrap().to_string_lossy()));
+    }
+    assert!(shells.contains(&"/bin/bash"));
+}
+
+/// The user's own `BASH_ENV` still runs, once, inside the supervised call.
+#[test]
+fn opencode_shell_env_keeps_the_users_bash_env() {
+    let st = State::new();
+    let dir = tempfile::tempdir().unwrap();
+    let theirs = dir.path().join("theirs.sh");
+    std::fs::write(&theirs, "echo theirs\n").unwrap();
+    let env = opencode_env(&st, &[("BASH_ENV", theirs.to_str().unwrap())]);
+    assert_eq!(env["SHEEPDOG_BASH_ENV"].as_str(), theirs.to_str());
+    let (out, _, code) = as_opencode_runs("/bin/bash", "cat /proc/$PPID/comm", &env, dir.path());
+    assert_eq!((out.as_str(), code), ("theirs\nsheepdog\n", 0));
+}
+
+#[test]
+fn opencode_answers_nothing_for_a_terminal_or_another_tool() {
+    let st = State::new();
+    let terminal = r#"{"input":{"cwd":"/"},"output":{"env":{}}}"#;
+    assert_eq!(hook(&st, "opencode", "shell-env", terminal, &[]), (0, String::new()), "a terminal is a person's");
+    let read = r#"{"input":{"tool":"read","args":{}},"output":{"output":"x"}}"#;
+    assert_eq!(hook(&st, "opencode", "post-tool-use", read, &[]), (0, String::new()));
+    assert_eq!(hook(&st, "opencode", "shell-env", "not json", &[]), (0, String::new()));
+}
+
+/// What a call left running is told to the model once, after the call's output (the only part
+/// of a call opencode sends the model).
+#[test]
+fn opencode_post_tool_use_appends_a_kept_entry_once() {
+    let st = State::new();
+    let guard = Guard::new();
+    let session = opencode_env(&st, &[])["SHEEPDOG_SESSION"].as_str().unwrap().to_string();
+    let after = r#"{"input":{"tool":"bash","sessionID":"ses_1","callID":"call_1","args":{"command":"x"}},"output":{"title":"x","metadata":{"exit":0},"output":"started\n"}}"#;
+    assert_eq!(hook(&st, "opencode", "post-tool-use", after, &[]), (0, String::new()), "nothing kept yet");
+    let e = st.start(&["--session", &session, "--", "sleep", "300"]);
+    guard.track(e["pid"].as_i64().unwrap() as i32);
+    let (_, out) = hook(&st, "opencode", "post-tool-use", after, &[]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let text = v["output"]["output"].as_str().unwrap();
+    assert!(text.starts_with("started\n\n\nsheepdog: `sleep 300` (pid "), "{text}");
+    assert!(text.contains(&format!("kept as entry {}", e["id"].as_str().unwrap())), "{text}");
+    assert_eq!(v.as_object().unwrap().len(), 1, "nothing else is changed: {v}");
+    assert_eq!(hook(&st, "opencode", "post-tool-use", after, &[]), (0, String::new()), "told once");
+}
+
+/// The plugin's load runs `session-start`, which answers the static binary the per-call hooks
+/// run from then on.
+#[test]
+fn opencode_session_start_answers_the_static_binary() {
+    let st = State::new();
+    let (code, out) = hook(&st, "opencode", "session-start", "{}", &[]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(std::path::Path::new(v["exe"].as_str().unwrap()), std::fs::canonicalize(bin()).unwrap().as_path());
+}
+
+/// The user's own `ZDOTDIR` is theirs again inside the call: its `.zshenv` runs, once.
+#[test]
+fn opencode_shell_env_keeps_the_users_zdotdir() {
+    let Some(zsh) = ["/usr/bin/zsh", "/bin/zsh"].into_iter().find(|s| std::path::Path::new(s).exists()) else {
+        eprintln!("skipped: no zsh");
+        return;
+    };
+    let st = State::new();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".zshenv"), "echo theirs\n").unwrap();
+    let env = opencode_env(&st, &[("ZDOTDIR", dir.path().to_str().unwrap())]);
+    assert_eq!(env["SHEEPDOG_ZDOTDIR"].as_str(), dir.path().to_str());
+    let (out, _, code) = as_opencode_runs(zsh, "cat /proc/$PPID/comm; echo $ZDOTDIR", &env, dir.path());
+    assert_eq!((out.as_str(), code), (format!("theirs\nsheepdog\n{}\n", dir.path().display()).as_str(), 0));
+}

@@ -311,3 +311,82 @@ export function runGemini(model, setup, opts = {}) {
   const argv = ["-p", opts.prompt || "go", "-m", "gemini-2.5-flash", ...mode];
   return runHost(geminiBin(), argv, { cwd: setup.proj, env, ...opts });
 }
+
+export const OPENCODE = versions.opencode;
+
+let opencodeHome;
+/**
+ * The native `opencode` of the platform package (the npm package's bin is the same binary,
+ * hard-linked by its postinstall; the platform package's is there either way), from
+ * $SHEEPDOG_HOSTS_DIR (CI installs every host there) or a temp install of opencode alone.
+ */
+export function opencodeBinary() {
+  if (!opencodeHome) {
+    if (process.env.SHEEPDOG_HOSTS_DIR) opencodeHome = process.env.SHEEPDOG_HOSTS_DIR;
+    else {
+      opencodeHome = tempDir("sheepdog-opencode-cli-");
+      fs.writeFileSync(path.join(opencodeHome, "package.json"), JSON.stringify({ name: "hosts", version: "1.0.0", private: true }));
+      execFileSync("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", OPENCODE], { cwd: opencodeHome, stdio: ["ignore", "ignore", "inherit"] });
+    }
+  }
+  const arch = process.arch === "arm64" ? "arm64" : "x64";
+  const base = path.join(opencodeHome, "node_modules");
+  for (const pkg of [`opencode-linux-${arch}`, `opencode-linux-${arch}-musl`, `opencode-linux-${arch}-baseline`]) {
+    const bin = path.join(base, pkg, "bin", "opencode");
+    if (fs.existsSync(bin)) return bin;
+  }
+  throw new Error(`no native opencode under ${base}`);
+}
+
+/**
+ * A fresh home and project for opencode: `opencode.json` with the scripted model as an
+ * `@ai-sdk/openai-compatible` provider (bundled in opencode: nothing installed at run time),
+ * `config` merged in, and the plugin copied into the project's `.opencode/plugins/` when
+ * `plugin` (its text passed through `pluginEdit`, for a test that takes a hook away).
+ */
+export function opencodeSetup(model, { plugin, config = {}, pluginEdit = (text) => text }) {
+  const home = tempDir("sheepdog-opencode-");
+  const proj = path.join(home, "proj");
+  fs.mkdirSync(proj);
+  const state = path.join(home, "state");
+  fs.writeFileSync(
+    path.join(proj, "opencode.json"),
+    JSON.stringify({
+      $schema: "https://opencode.ai/config.json",
+      provider: {
+        scripted: {
+          npm: "@ai-sdk/openai-compatible",
+          name: "scripted",
+          options: { baseURL: `${model.url}/v1`, apiKey: "x" },
+          models: { m: { name: "m", tool_call: true } },
+        },
+      },
+      model: "scripted/m",
+      ...config,
+    }),
+  );
+  if (plugin) {
+    fs.mkdirSync(path.join(proj, ".opencode", "plugins"), { recursive: true });
+    const text = fs.readFileSync(path.join(repo, "hosts", "opencode", "sheepdog.js"), "utf8");
+    fs.writeFileSync(path.join(proj, ".opencode", "plugins", "sheepdog.js"), pluginEdit(text));
+  }
+  return { home, proj, state, opencode: opencodeBinary() };
+}
+
+/** Runs `opencode run` (one-shot) in the setup, bash as its shell. */
+export function runOpencode(setup, opts = {}) {
+  const env = {
+    PATH: hostPath(opts.withSheepdog ?? true),
+    HOME: setup.home,
+    LANG: "C.UTF-8",
+    SHELL: "/bin/bash",
+    OPENCODE_DISABLE_AUTOUPDATE: "1",
+    OPENCODE_DISABLE_MODELS_FETCH: "1",
+    OPENCODE_DISABLE_LSP_DOWNLOAD: "1",
+    SHEEPDOG_STATE_DIR: setup.state,
+    // The containment tier the suite runs in (both are tested: SHEEPDOG_CONTAINMENT=subreaper).
+    ...(process.env.SHEEPDOG_CONTAINMENT ? { SHEEPDOG_CONTAINMENT: process.env.SHEEPDOG_CONTAINMENT } : {}),
+    ...(opts.env || {}),
+  };
+  return runHost(setup.opencode, ["run", opts.prompt || "go"], { cwd: setup.proj, ...opts, env });
+}

@@ -1,5 +1,6 @@
 // A scripted model API on 127.0.0.1 for driving the real agent hosts offline: Anthropic's
-// Messages API (Claude Code, `ANTHROPIC_BASE_URL`) and OpenAI's Responses API (Codex, a custom
+// Messages API (Claude Code, `ANTHROPIC_BASE_URL`), OpenAI's Responses API (Codex, a custom
+// provider) and OpenAI's Chat Completions API (opencode, an `@ai-sdk/openai-compatible`
 // provider). Every main-loop request (one that offers tools) takes the next step of the script;
 // a step is a tool call or a final text. Side requests (titles, summaries) get a short text.
 // Every request is kept in `requests` so a test can read what the host sent back (tool results).
@@ -38,12 +39,15 @@ export async function startModel(script) {
           return;
         }
         if (req.url.startsWith("/v1/messages")) anthropic(res, s, ++seq, body.stream !== false);
+        else if (req.url.endsWith("/chat/completions")) chat(res, s, ++seq);
         else responses(res, s, ++seq);
       } else if (req.url.startsWith("/v1/messages") && !req.url.includes("count_tokens")) {
         anthropic(res, { text: "ok" }, ++seq, body.stream !== false);
       } else if (req.url.includes("count_tokens")) {
         res.writeHead(200, { "content-type": "application/json" });
         res.end(JSON.stringify({ input_tokens: 10 }));
+      } else if (req.url.endsWith("/chat/completions")) {
+        chat(res, { text: "ok" }, ++seq);
       } else if (req.url.endsWith("/responses")) {
         responses(res, { text: "ok" }, ++seq);
       } else {
@@ -73,11 +77,19 @@ export async function startModel(script) {
   };
 }
 
-/** Tool results in the requests: Anthropic `tool_result` blocks, Responses `function_call_output`. */
+/**
+ * Tool results in the requests: Anthropic `tool_result` blocks, Responses `function_call_output`,
+ * Chat Completions `role: "tool"` messages.
+ */
 export function toolResults(requests) {
   const seen = new Map();
   for (const { body } of requests) {
     for (const m of body.messages || []) {
+      if (m.role === "tool") {
+        const text = typeof m.content === "string" ? m.content : (m.content || []).map((c) => c.text || "").join("");
+        seen.set(m.tool_call_id, { id: m.tool_call_id, text, isError: false });
+        continue;
+      }
       for (const b of Array.isArray(m.content) ? m.content : []) {
         if (b.type === "tool_result") {
           const text = typeof b.content === "string" ? b.content : (b.content || []).map((c) => c.text || "").join("");
@@ -143,4 +155,18 @@ function responses(res, s, n) {
   res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
   for (const [event, data] of events) res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
   res.end();
+}
+
+/** A Chat Completions stream: one tool call (`finish_reason: "tool_calls"`) or one text. */
+function chat(res, s, n) {
+  const id = `chatcmpl_${n}`;
+  const chunk = (choices, extra = {}) => `data: ${JSON.stringify({ id, object: "chat.completion.chunk", created: 0, model: "scripted", choices, ...extra })}\n\n`;
+  const delta = s.tool
+    ? { role: "assistant", tool_calls: [{ index: 0, id: `call_${n}`, type: "function", function: { name: s.tool, arguments: JSON.stringify(s.input) } }] }
+    : { role: "assistant", content: s.text };
+  res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+  res.write(chunk([{ index: 0, delta, finish_reason: null }]));
+  res.write(chunk([{ index: 0, delta: {}, finish_reason: s.tool ? "tool_calls" : "stop" }]));
+  res.write(chunk([], { usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 } }));
+  res.end("data: [DONE]\n\n");
 }

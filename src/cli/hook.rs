@@ -18,6 +18,12 @@
 //!   given only where it widens nothing: [`gemini_may_rewrite`]) and `after-tool` (the tell),
 //!   and shares `session-start` and `session-end`.
 //!
+//! opencode has no hook commands: its plugin (`hosts/opencode/sheepdog.js`) passes a plugin
+//! hook's two arguments, `{"input": ..., "output": ...}`, to `sheepdog hook opencode EVENT` and
+//! merges the answer into them: `shell-env` (its `shell.env`: the call's environment carries the
+//! line, see [`opencode_shell_env`]), `post-tool-use` (`tool.execute.after`), `session-start`
+//! (the plugin's load), `session-end` (its `dispose`).
+//!
 //! Fails open: bad input, a registry that cannot be opened, anything unexpected, and the hook
 //! answers nothing (exit 0), so the host runs the command as the model wrote it. It never
 //! answers a permission decision where the host lets it rewrite without one (Claude Code), so
@@ -45,6 +51,8 @@ pub(super) enum Host {
     /// pi 0.73 and 1.x, through pi-sheepdog's extension (`pi/`): pi's own events in, answers
     /// in a form of this binary's own (see [`pi`]).
     Pi,
+    /// opencode 1.18 (its plugin merges the answer into the plugin hook's arguments).
+    Opencode,
 }
 
 /// The grace a hooked call's tree gets between SIGTERM and SIGKILL: 2 s, inside Claude Code's
@@ -77,9 +85,10 @@ pub(super) fn hook(dir: Option<PathBuf>, args: Vec<String>) -> i32 {
         (Some("codex"), Some(e)) => (Host::Codex, e.to_string()),
         (Some("gemini"), Some(e)) => (Host::Gemini, e.to_string()),
         (Some("pi"), Some(e)) => (Host::Pi, e.to_string()),
+        (Some("opencode"), Some(e)) => (Host::Opencode, e.to_string()),
         _ => {
             eprintln!(
-                "sheepdog: hook: usage: sheepdog hook claude|codex pre-tool-use|post-tool-use|session-start|session-end, sheepdog hook gemini before-tool|after-tool|session-start|session-end, or sheepdog hook pi tool-call|tool-result|session-start"
+                "sheepdog: hook: usage: sheepdog hook claude|codex pre-tool-use|post-tool-use|session-start|session-end, sheepdog hook gemini before-tool|after-tool|session-start|session-end, sheepdog hook pi tool-call|tool-result|session-start, or sheepdog hook opencode shell-env|post-tool-use|session-start|session-end"
             );
             return 2;
         }
@@ -94,6 +103,9 @@ pub(super) fn hook(dir: Option<PathBuf>, args: Vec<String>) -> i32 {
         return pi::hook(dir, &event, &input);
     }
     let answer = match event.as_str() {
+        "shell-env" if host == Host::Opencode => opencode_shell_env(dir, &input),
+        "post-tool-use" if host == Host::Opencode => opencode_post_tool_use(dir, &input),
+        "session-start" if host == Host::Opencode => opencode_session_start(dir),
         "pre-tool-use" => pre_tool_use(host, dir.as_deref(), &input),
         "post-tool-use" => post_tool_use(dir, &input),
         "before-tool" if host == Host::Gemini => before_tool(dir.as_deref(), &input),
@@ -102,7 +114,7 @@ pub(super) fn hook(dir: Option<PathBuf>, args: Vec<String>) -> i32 {
         "session-end" => session_end(dir),
         _ => {
             eprintln!(
-                "sheepdog: hook: unknown event '{event}' (pre-tool-use, post-tool-use, session-start, session-end; Gemini CLI: before-tool, after-tool)"
+                "sheepdog: hook: unknown event '{event}' (pre-tool-use, post-tool-use, session-start, session-end; Gemini CLI: before-tool, after-tool; opencode: shell-env)"
             );
             return 2;
         }
@@ -487,6 +499,92 @@ fn session_end(dir: Option<PathBuf>) -> Option<Value> {
     let (_, session) = agent_session();
     spawn_detached(dir.as_deref(), &["stop", "--session", &session]);
     None
+}
+
+/// opencode's `shell.env` (`{"input": {"cwd", "sessionID", "callID"}, "output": {"env"}}`),
+/// which it asks before it spawns a call of its bash tool (and a `!` command of the user's),
+/// after its permission check: the call's environment gets `BASH_ENV` and `ZDOTDIR`, whose
+/// files (bash reads `BASH_ENV`, zsh `$ZDOTDIR/.zshenv`, before the `-c` string) hold
+/// [`guard_line`]. The same design as Claude Code's `CLAUDE_ENV_FILE`: the model's command is
+/// never rewritten, so opencode's permission check, its display and the call the model reads
+/// back in its next request all see it as the model wrote it. (A rewrite of
+/// `tool.execute.before`'s `output.args.command` would stay in opencode's stored call: the model
+/// would read the guard line back as its own command.) A `shell.env` without a `callID` is a
+/// terminal's, a person's: it gets nothing.
+///
+/// The user's own `BASH_ENV` and `ZDOTDIR` are kept: the files read them back from
+/// `SHEEPDOG_BASH_ENV` and `SHEEPDOG_ZDOTDIR` once the guard has not taken the call (inside it,
+/// or in another shell the call starts). In a shell other than bash or zsh the call runs
+/// unsupervised.
+fn opencode_shell_env(dir: Option<PathBuf>, input: &Value) -> Option<Value> {
+    input.pointer("/input/callID")?.as_str()?;
+    let exe = std::env::current_exe().ok()?;
+    let state = sheepdog::registry::state_dir(dir).ok()?;
+    let (_, session) = agent_session();
+    let files = opencode_env_files(&exe, &state, &session)?;
+    let mut env = json!({
+        "BASH_ENV": files.join(OPENCODE_BASH_ENV).to_string_lossy(),
+        "ZDOTDIR": files.to_string_lossy(),
+        "SHEEPDOG_SESSION": session,
+    });
+    for (theirs, kept) in [("BASH_ENV", "SHEEPDOG_BASH_ENV"), ("ZDOTDIR", "SHEEPDOG_ZDOTDIR")] {
+        if let Some(v) = std::env::var_os(theirs).filter(|v| !v.is_empty()) {
+            env[kept] = json!(v.to_string_lossy());
+        }
+    }
+    Some(json!({ "output": { "env": env } }))
+}
+
+/// The file bash reads first in an opencode session's calls (`BASH_ENV`), in that session's
+/// directory under the state dir, next to zsh's `.zshenv`.
+pub const OPENCODE_BASH_ENV: &str = "bash-env";
+
+/// Writes (once) `<state>/opencode/<session>/{bash-env,.zshenv}` and returns that directory. The
+/// files stay after the session: what a call left running keeps them in its environment, and a
+/// bash it starts later would complain of a missing `BASH_ENV`.
+fn opencode_env_files(exe: &Path, state: &Path, session: &str) -> Option<PathBuf> {
+    let dir = state.join("opencode").join(session);
+    let guard = guard_line(exe, state, session);
+    let bash = format!("{guard}\nif [ -n \"${{SHEEPDOG_BASH_ENV-}}\" ]; then . \"$SHEEPDOG_BASH_ENV\"; fi\n");
+    // zsh: ZDOTDIR is the user's again before anything else runs (the call under sheepdog, and
+    // every zsh it starts, read the user's files), then the user's .zshenv if the guard did not
+    // take the call.
+    let zsh = format!(
+        "if [ -n \"${{SHEEPDOG_ZDOTDIR-}}\" ]; then ZDOTDIR=\"$SHEEPDOG_ZDOTDIR\"; else unset ZDOTDIR; fi\n{guard}\n\
+         if [ -f \"${{ZDOTDIR:-$HOME}}/.zshenv\" ]; then . \"${{ZDOTDIR:-$HOME}}/.zshenv\"; fi\n"
+    );
+    for (name, text) in [(OPENCODE_BASH_ENV, bash), (".zshenv", zsh)] {
+        let path = dir.join(name);
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+            std::fs::create_dir_all(&dir).ok()?;
+            sheepdog::files::write_atomic(&path, text.as_bytes()).ok()?;
+        }
+    }
+    Some(dir)
+}
+
+/// opencode's `tool.execute.after` (`{"input": {"tool", "args"}, "output": {"title", "output",
+/// "metadata"}}`) for a `bash` call: what the call left running (kept as entries of the
+/// session) is told to the model once, appended to `output.output` after a blank line. The tool
+/// result's text is the one part of a call that opencode sends the model (its `metadata` and
+/// `title` go to the display alone); the command's own output before it is unchanged.
+fn opencode_post_tool_use(dir: Option<PathBuf>, input: &Value) -> Option<Value> {
+    if input.pointer("/input/tool").and_then(Value::as_str) != Some("bash") {
+        return None;
+    }
+    let told = post_tool_use(dir, input)?;
+    let lines = told.pointer("/hookSpecificOutput/additionalContext")?.as_str()?;
+    let output = input.pointer("/output/output").and_then(Value::as_str).unwrap_or_default();
+    Some(json!({ "output": { "output": format!("{output}\n\n{lines}") } }))
+}
+
+/// opencode's plugin load (the start of an opencode process's agent session): what
+/// [`session_start`] does, and the static binary's path (`{"exe"}`), which the plugin runs for
+/// the per-call hooks from then on (`sheepdog` on PATH may be npm's Node launcher).
+fn opencode_session_start(dir: Option<PathBuf>) -> Option<Value> {
+    session_start(Host::Opencode, dir);
+    let exe = std::env::current_exe().ok()?;
+    Some(json!({ "exe": exe.to_string_lossy() }))
 }
 
 /// Runs `sheepdog ARGS` apart from the host: through `hook detached`, which starts it in a
