@@ -1,5 +1,5 @@
-//! `sheepdog hook HOST EVENT`: the agent hosts' hook entry point (Claude Code and Codex plugins,
-//! `hosts/`). It reads the host's hook JSON on stdin and answers in the host's format on stdout.
+//! `sheepdog hook HOST EVENT`: the agent hosts' hook entry point (the Claude Code, Codex, Gemini
+//! CLI and opencode plugins in `hosts/`, and pi-sheepdog's `bash.ts`). It reads the host's hook JSON on stdin and answers in the host's format on stdout.
 //! Recognised before clap: a hook runs on every shell call (BENCHMARKS.md, hooked shell call).
 //!
 //! - `pre-tool-use` (Codex): a `Bash` call's command gets a line ahead of it that makes the
@@ -23,6 +23,9 @@
 //! merges the answer into them: `shell-env` (its `shell.env`: the call's environment carries the
 //! line, see [`opencode_shell_env`]), `post-tool-use` (`tool.execute.after`), `session-start`
 //! (the plugin's load), `session-end` (its `dispose`).
+//!
+//! pi has no hook commands either: pi-sheepdog's extension hands pi's own events to `sheepdog
+//! hook pi tool-call|tool-result|session-start` and applies the answers (see [`pi`]).
 //!
 //! Fails open: bad input, a registry that cannot be opened, anything unexpected, and the hook
 //! answers nothing (exit 0), so the host runs the command as the model wrote it. It never
