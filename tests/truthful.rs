@@ -510,7 +510,7 @@ fn issue18_tops_stop_dialog_says_whether_the_tree_was_confirmed_gone() {
     guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
     let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
     let e = reg.read(&id_of(&v)).unwrap();
-    let lines = sheepdog::top::stop_lines(&reg, &e);
+    let lines = sheepdog_top::stop_lines(&reg, &e);
     assert_eq!(lines[0], format!("Stopped sleep ({}).", id_of(&v)));
     assert!(lines.iter().any(|l| l == "The process tree is confirmed gone."), "{lines:?}");
     assert!(lines.iter().any(|l| l == "No cleanup command."), "{lines:?}");

@@ -1,6 +1,6 @@
-//! The `sheepdog-top` binary (`sheepdog top` execs it): the terminal UI lives here, not in the
-//! supervisors' binary.
+//! The `sheepdog-top` binary (`sheepdog top` execs it): the terminal UI lives in its own crate
+//! (crates/top), not in the supervisors' binary.
 
 fn main() {
-    std::process::exit(sheepdog::top::main());
+    std::process::exit(sheepdog_top::main());
 }

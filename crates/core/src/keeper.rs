@@ -255,9 +255,7 @@ fn keeper_ready(ready: io::Result<()>, to_supervisor: OwnedFd, from_supervisor: 
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         default(info);
-        if let Some(abrt) = Signal::from_raw(libc::SIGABRT) {
-            crate::sys::signal::die_by(abrt);
-        }
+        crate::sys::signal::die_by(Signal::ABRT);
     }));
     Ok(Role::Keeper)
 }

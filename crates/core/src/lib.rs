@@ -27,8 +27,8 @@
 //! - [`duration`]: `250ms`, `1.5s` on the command line.
 //! - [`exit`]: every exit status sheepdog reports, in one place.
 //! - [`usage`]: CPU and memory of a tree, from `/proc`.
-//! - [`top`]: the `sheepdog top` terminal UI (its own binary, `sheepdog-top`).
-//! - `sys` (crate-private): the only place with `unsafe`: signals, pidfds, `/proc`, `poll`.
+//! - `sys`: the `sheepdog-sys` crate, the only place with `unsafe`: signals, pidfds, `/proc`,
+//!   `poll` (the front ends reach it only through [`os`]).
 //! - [`os`]: the public face of `sys` and `tree` for the binaries and the tests.
 //! - [`status`]: the status vocabulary, one enum.
 //! - [`view`]: the one entry view every `--json`, MCP and `top` render.
@@ -36,9 +36,8 @@
 //! - [`ready`]: readiness of a started command (port, log line, any listen).
 //! - [`logread`]: reading logs: tail, head, grep, since, cursor, caps, follow.
 
-// `unsafe` lives in `sys` alone, each block with a `// SAFETY:` line (clippy checks both).
-#![deny(unsafe_code)]
-#![deny(clippy::undocumented_unsafe_blocks)]
+// `unsafe` lives in the `sheepdog-sys` crate alone (tests/architecture.rs checks the workspace).
+#![forbid(unsafe_code)]
 // The entry-view document test spells the whole view in one `serde_json::json!`.
 #![cfg_attr(test, recursion_limit = "256")]
 
@@ -68,9 +67,7 @@ pub(crate) mod spawn;
 pub mod status;
 pub mod stop;
 pub mod supervisor;
-#[allow(unsafe_code)]
-pub(crate) mod sys;
-pub mod top;
+pub(crate) use sheepdog_sys as sys;
 pub(crate) mod tree;
 pub mod usage;
 pub mod view;

@@ -1,5 +1,5 @@
 //! What the binaries and the tests may ask of the kernel, and nothing more: the public face of
-//! the crate-private `sys` and `tree` modules (the only `unsafe` stays behind it).
+//! the `sheepdog-sys` crate and the crate-private `tree` module (the only `unsafe` stays behind it).
 //!
 //! - [`Pid`], [`Pgid`], [`Signal`], [`WaitStatus`]: the values every call takes.
 //! - [`procfs`]: read-only views of `/proc` (a process's stat, children, descendants, start
@@ -11,8 +11,9 @@
 //!   start time), how tests kill what they spawned and nothing else.
 //! - [`Census`]: one `/proc` scan shared by many registry entries.
 //! - [`die_by`]: end the calling process the way a signal would (what `run` does last).
+//! - [`SignalPipe`]: signals as bytes on a self-pipe, for a front end's own loop (`top`).
 
-pub use crate::sys::signal::die_by;
+pub use crate::sys::signal::{SignalPipe, die_by};
 pub use crate::sys::sysconf::arg_max;
 pub use crate::sys::{Pgid, Pid, Signal, WaitStatus};
 pub use crate::tree::{Census, Member, signal_member};
@@ -27,7 +28,7 @@ pub mod procfs {
 
 /// The process calls a front end or a test needs.
 pub mod process {
-    pub use crate::sys::process::{Sent, getppid, getuid, kill, kill_group, peer_closed, reap};
+    pub use crate::sys::process::{POLL_IN, PollFd, Sent, getppid, getuid, kill, kill_group, peer_closed, poll, reap};
     #[cfg(target_os = "linux")]
     pub use crate::sys::process::{set_child_subreaper, shares_memory};
 }

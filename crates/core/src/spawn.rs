@@ -78,17 +78,17 @@ impl SpawnError {
     fn classify(program: &OsString, source: io::Error) -> SpawnError {
         let program = program.to_string_lossy().into_owned();
         match source.raw_os_error() {
-            Some(libc::ENOENT) | Some(libc::ENOTDIR) => SpawnError::NotFound { program, source },
+            Some(crate::sys::errno::ENOENT) | Some(crate::sys::errno::ENOTDIR) => SpawnError::NotFound { program, source },
             // What a shell reports with 126 too (bash: "Argument list too long", "File name
             // too long", "Too many levels of symbolic links").
-            Some(libc::EACCES)
-            | Some(libc::ENOEXEC)
-            | Some(libc::EISDIR)
-            | Some(libc::EPERM)
-            | Some(libc::ETXTBSY)
-            | Some(libc::E2BIG)
-            | Some(libc::ENAMETOOLONG)
-            | Some(libc::ELOOP) => SpawnError::NotExecutable { program, source },
+            Some(crate::sys::errno::EACCES)
+            | Some(crate::sys::errno::ENOEXEC)
+            | Some(crate::sys::errno::EISDIR)
+            | Some(crate::sys::errno::EPERM)
+            | Some(crate::sys::errno::ETXTBSY)
+            | Some(crate::sys::errno::E2BIG)
+            | Some(crate::sys::errno::ENAMETOOLONG)
+            | Some(crate::sys::errno::ELOOP) => SpawnError::NotExecutable { program, source },
             _ => SpawnError::Other { program, source },
         }
     }

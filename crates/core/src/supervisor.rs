@@ -1170,12 +1170,12 @@ mod tests {
             (
                 "owner death: else 128 + the signal",
                 outcome(Some(WaitStatus::Signaled(term, false)), Some(Trigger::OwnerDied), true),
-                Exit::Code(128 + libc::SIGTERM),
+                Exit::Code(128 + Signal::TERM.as_raw()),
             ),
             (
                 "stdin EOF: 128 + the signal",
                 outcome(Some(WaitStatus::Signaled(kill, false)), Some(Trigger::StdinEof), true),
-                Exit::Code(128 + libc::SIGKILL),
+                Exit::Code(128 + Signal::KILL.as_raw()),
             ),
             (
                 "the kernel did not finish the kill",
@@ -1189,8 +1189,8 @@ mod tests {
         }
         let e = |raw| std::io::Error::from_raw_os_error(raw);
         let program = "x".to_string();
-        assert_eq!(SpawnError::NotFound { program: program.clone(), source: e(libc::ENOENT) }.exit_code(), 127);
-        assert_eq!(SpawnError::NotExecutable { program, source: e(libc::EACCES) }.exit_code(), 126);
+        assert_eq!(SpawnError::NotFound { program: program.clone(), source: e(crate::sys::errno::ENOENT) }.exit_code(), 127);
+        assert_eq!(SpawnError::NotExecutable { program, source: e(crate::sys::errno::EACCES) }.exit_code(), 126);
         assert_eq!(Error::OwnerGone(pid).exit_code(), 125, "sheepdog's own error");
     }
 }

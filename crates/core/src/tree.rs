@@ -567,7 +567,7 @@ pub fn signal_member(m: &Member, sig: Signal) -> bool {
             };
             same && matches!(fd.send(sig), Ok(process::Sent::Delivered))
         }
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+        Err(e) if e.raw_os_error() == Some(crate::sys::errno::ENOSYS) => {
             matches!(process::kill(m.pid, sig), Ok(process::Sent::Delivered))
         }
         Err(_) => false,

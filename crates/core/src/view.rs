@@ -204,6 +204,16 @@ pub fn entry_view_tree(reg: &Registry, e: &Entry, census: &OnceCell<Census>) -> 
     view_with_status(reg, e, status, true)
 }
 
+/// True if `start` warned about this entry's command (`top`'s marker): the warnings recorded in
+/// the entry when there are any, else the same check `start` makes, on the recorded argv.
+pub fn started_with_warnings(e: &Entry) -> bool {
+    if let Some(w) = e.extra.get("warnings").and_then(|w| w.as_array()) {
+        return !w.is_empty();
+    }
+    let argv: Vec<std::ffi::OsString> = e.argv.iter().map(|a| a.as_os_str().to_os_string()).collect();
+    !crate::nudge::check(&argv, e.cleanup.is_some()).is_empty()
+}
+
 /// What a start shows (`start --json`, each of `restart --json`): the new entry's view, then
 /// `ready`, the readiness wait's outcome (null when none was asked for; the options are the
 /// view's `readyConfig`), then the nudges it earned as `warnings`.

@@ -67,7 +67,9 @@ fn fail(message: String) -> ! {
     std::process::exit(EXIT_USAGE);
 }
 
-fn main() {
+/// The `sheepdog-mcp` binary: parse, serve until stdin ends, exit (0, or 125 for bad arguments
+/// or an unusable state dir).
+pub fn main() {
     let args = Args::try_parse().unwrap_or_else(|e| {
         use clap::error::ErrorKind;
         if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {

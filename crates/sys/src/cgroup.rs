@@ -70,7 +70,7 @@ pub struct JoinFds {
 /// which moves the calling process into the cgroup, so the command and everything it starts
 /// runs inside it from its first instruction. On failure the errno goes to `report` and is
 /// returned.
-pub(crate) fn join_in_child(fds: JoinFds) -> io::Result<()> {
+pub fn join_in_child(fds: JoinFds) -> io::Result<()> {
     // SAFETY: write on two fds the parent opened and keeps open across the fork; the buffers
     // are valid for their lengths; __errno_location / __error are async-signal-safe.
     unsafe {

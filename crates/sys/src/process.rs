@@ -313,7 +313,7 @@ pub enum Forked {
 /// forever); the callers are the supervisor binaries, which never start a thread.
 ///
 /// Errors: EAGAIN / ENOMEM from the kernel.
-pub(crate) fn fork() -> io::Result<Forked> {
+pub fn fork() -> io::Result<Forked> {
     // SAFETY: the caller is single-threaded (see above), so the child inherits no lock held
     // by another thread and may go on allocating and running ordinary code.
     match unsafe { libc::fork() } {
@@ -325,7 +325,7 @@ pub(crate) fn fork() -> io::Result<Forked> {
 
 /// One `write(2)` of `buf` to a raw fd this process owns; EINTR is retried. Returns the bytes
 /// written. Errors: the write's.
-pub(crate) fn write_raw(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+pub fn write_raw(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     loop {
         // SAFETY: buf is valid for buf.len() bytes; a closed fd yields EBADF.
         let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
@@ -341,7 +341,7 @@ pub(crate) fn write_raw(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
 
 /// One `read(2)` from a raw fd this process owns into `buf`; EINTR is retried. Returns the
 /// bytes read (0 at EOF). Errors: the read's (EAGAIN on an empty non-blocking fd).
-pub(crate) fn read_raw(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+pub fn read_raw(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         // SAFETY: buf is valid for buf.len() bytes; a closed fd yields EBADF.
         let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
@@ -357,7 +357,7 @@ pub(crate) fn read_raw(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 
 /// Moves this process into a process group of its own (`setpgid(0, 0)`), so that a signal to
 /// the group it came from (a host's `kill(-pgid)`) no longer reaches it.
-pub(crate) fn own_process_group() -> io::Result<()> {
+pub fn own_process_group() -> io::Result<()> {
     // SAFETY: setpgid takes two integers; no pointers.
     if unsafe { libc::setpgid(0, 0) } != 0 {
         return Err(io::Error::last_os_error());
@@ -419,6 +419,9 @@ impl AsRawFd for PidFd {
 
 /// Poll interest: readable (or hang-up) on a pipe, a pidfd, a socket.
 pub const POLL_IN: i16 = libc::POLLIN;
+
+/// `O_NONBLOCK`, for `OpenOptions::custom_flags` (a FIFO opened without blocking).
+pub const O_NONBLOCK: i32 = libc::O_NONBLOCK;
 /// Poll interest: a priority event; what a cgroup's `cgroup.events` reports when it changes.
 pub const POLL_PRI: i16 = libc::POLLPRI;
 /// Poll interest: writable without blocking.
@@ -567,7 +570,7 @@ pub enum Isolation {
 
 /// Pre-exec steps, run in the forked child (async-signal-safe only): the `isolation`, then every
 /// inherited fd above 2 marked close-on-exec, default signal dispositions and an empty mask.
-pub(crate) fn pre_exec(isolation: Isolation) -> io::Result<()> {
+pub fn pre_exec(isolation: Isolation) -> io::Result<()> {
     match isolation {
         Isolation::Group { take_terminal } => {
             // SAFETY: setpgid, tcsetpgrp, sigprocmask and the sigset calls are
@@ -595,7 +598,7 @@ pub(crate) fn pre_exec(isolation: Isolation) -> io::Result<()> {
 /// [`pre_exec`], then `keep` (fds above 2; negative entries are skipped) left open across
 /// `exec`: how a parent hands a detached supervisor a pipe's read end whose number it passes
 /// in argv (the leftovers' output, `manager::hand_off`). Async-signal-safe.
-pub(crate) fn pre_exec_keeping(isolation: Isolation, keep: [RawFd; 2]) -> io::Result<()> {
+pub fn pre_exec_keeping(isolation: Isolation, keep: [RawFd; 2]) -> io::Result<()> {
     pre_exec(isolation)?;
     for fd in keep.into_iter().filter(|fd| *fd > 2) {
         // SAFETY: fcntl with integer arguments; clears only that fd's close-on-exec flag.
@@ -614,7 +617,7 @@ pub(crate) fn pre_exec_keeping(isolation: Isolation, keep: [RawFd; 2]) -> io::Re
 ///
 /// Linux 5.11+: one `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`; elsewhere (or on older kernels)
 /// `fcntl(F_SETFD)` on every fd number below the open-files limit (at most 65536). Async-signal-safe.
-pub(crate) fn close_inherited_on_exec() {
+pub fn close_inherited_on_exec() {
     #[cfg(target_os = "linux")]
     {
         /// `CLOSE_RANGE_CLOEXEC` from linux/close_range.h.
@@ -712,7 +715,7 @@ pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
 }
 
 /// Runs `f` with `pre_exec` so the unsafe hook stays in this module.
-pub(crate) fn set_pre_exec<F>(cmd: &mut std::process::Command, f: F)
+pub fn set_pre_exec<F>(cmd: &mut std::process::Command, f: F)
 where
     F: FnMut() -> io::Result<()> + Send + Sync + 'static,
 {

@@ -58,6 +58,8 @@ impl Signal {
     pub const STOP: Signal = Signal(libc::SIGSTOP);
     /// To a managed supervisor whose command has exited: "your entry changed, re-read it".
     pub const USR1: Signal = Signal(libc::SIGUSR1);
+    /// What a panicking keeper dies by (`keeper.rs`: musl's `abort` would signal the wrong task).
+    pub const ABRT: Signal = Signal(libc::SIGABRT);
 
     /// Signals a supervisor passes on to the provider's process group instead of dying of them
     /// (tini forwards every catchable signal): SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGALRM,
@@ -362,7 +364,7 @@ fn set_default(sig: i32) {
 /// In a forked child before `exec`: every signal back to its default action and an empty mask,
 /// so the command starts as if launched by a shell (tini and process-wrap's `ResetSigmask` do
 /// the same). Async-signal-safe.
-pub(crate) fn reset_for_exec() -> io::Result<()> {
+pub fn reset_for_exec() -> io::Result<()> {
     for sig in 1..MAX_SIGNAL {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;

@@ -4,21 +4,20 @@
 
 use std::cell::OnceCell;
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::logtail::{LogLine, LogTail};
-use crate::entry::Entry;
-use crate::files::now_ms;
-use crate::inspect;
-use crate::logs::COMBINED_LOG;
-use crate::registry::{Registry, RegistryError};
-use crate::status::Status;
-use crate::sys::{Pid, procfs};
-use crate::usage::{self, Sampler, Usage};
-use crate::{cgroup, ports, view};
+use sheepdog::entry::Entry;
+use sheepdog::files::now_ms;
+use sheepdog::inspect;
+use sheepdog::logs::COMBINED_LOG;
+use sheepdog::registry::{Registry, RegistryError};
+use sheepdog::status::Status;
+use sheepdog::os::{Pid, procfs};
+use sheepdog::usage::{self, Sampler, Usage};
+use sheepdog::{cgroup, ports, view};
 
 /// Finished entries stay in the list this long after they ended: one hour (`--all`: always).
 pub const FINISHED_SHOWN_MS: u64 = 60 * 60 * 1000;
@@ -297,7 +296,7 @@ impl App {
             } else {
                 (None, Vec::new())
             };
-            let nudged = *self.nudges.entry(e.id.clone()).or_insert_with(|| started_with_warnings(&e));
+            let nudged = *self.nudges.entry(e.id.clone()).or_insert_with(|| view::started_with_warnings(&e));
             // Live: the word, as `ps` shows it; finished: the recorded line (`exited (1)`).
             let status_text = if live { status_word(status).to_string() } else { view::status_text(&e, status) };
             let failed = status.is_failure() || (status == Status::Exited && e.exit_code.is_some_and(|c| c != 0));
@@ -519,16 +518,6 @@ impl App {
         self.modal = Some(Modal::Result { title, lines });
         self.dirty = true;
     }
-}
-
-/// True if `start` warned about this command: the warning recorded in the entry when there is
-/// one, else the same check `start` makes, on the recorded argv.
-fn started_with_warnings(e: &Entry) -> bool {
-    if let Some(w) = e.extra.get("warnings").and_then(|w| w.as_array()) {
-        return !w.is_empty();
-    }
-    let argv: Vec<OsString> = e.argv.iter().map(|a| a.as_os_str().to_os_string()).collect();
-    !crate::nudge::check(&argv, e.cleanup.is_some()).is_empty()
 }
 
 /// The TCP ports `pids` listen on. The namespace's listening sockets are read at most once per

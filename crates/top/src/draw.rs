@@ -12,7 +12,7 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 
 use super::app::{App, Modal, Row};
 use super::logtail::LineKind;
-use crate::status::Status;
+use sheepdog::status::Status;
 
 /// The footer: every key `top` knows.
 pub const KEYS: &str =
@@ -117,7 +117,7 @@ fn columns(width: usize) -> Vec<Col> {
 
 /// Cuts or pads `s` to exactly `w` columns, by display width (`view::fit_width`).
 fn fit(s: &str, w: usize, right: bool) -> String {
-    crate::view::fit_width(s, w, right)
+    sheepdog::view::fit_width(s, w, right)
 }
 
 /// `42s`, `5m`, `3h`, `2d`.
@@ -202,7 +202,7 @@ fn list_lines(app: &App, width: usize, height: usize) -> Vec<Line<'static>> {
             }
             let text = match c {
                 // A status cut to fit keeps its hint (`orphaned: run sheepdog reap`).
-                Col::Status => crate::view::fit_status(&cell(app, row, *c), c.width()),
+                Col::Status => sheepdog::view::fit_status(&cell(app, row, *c), c.width()),
                 _ => fit(&cell(app, row, *c), c.width(), c.right_aligned()),
             };
             let style = match c {
@@ -363,10 +363,10 @@ pub fn draw(app: &App, f: &mut Frame) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entry::{Cleanup, Entry};
-    use crate::top::app::{Scope, TreeProc};
-    use crate::top::logtail::{LogLine, LogTail};
-    use crate::usage::Usage;
+    use sheepdog::entry::{Cleanup, Entry};
+    use crate::app::{Scope, TreeProc};
+    use crate::logtail::{LogLine, LogTail};
+    use sheepdog::usage::Usage;
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
     use ratatui::buffer::Buffer;
@@ -485,7 +485,7 @@ mod tests {
         assert_eq!(end(wide), end(header), "{header:?}\n{wide:?}");
         // A status cut to fit keeps its hint, where it fits; else it is cut.
         assert_eq!(
-            crate::view::fit_status("orphaned (the supervisor is gone; run 'sheepdog reap')", 27),
+            sheepdog::view::fit_status("orphaned (the supervisor is gone; run 'sheepdog reap')", 27),
             "orphaned: run sheepdog reap"
         );
     }

@@ -26,12 +26,12 @@ use ratatui::crossterm::event::{self, Event as TermEvent};
 
 pub use app::{Action, App, Scope};
 
-use crate::manager;
-use crate::registry::Registry;
-use crate::sys::Signal;
-use crate::sys::process::{self, POLL_IN, PollFd};
-use crate::sys::signal::SignalPipe;
-use crate::usage::Sampler;
+use sheepdog::manager;
+use sheepdog::registry::Registry;
+use sheepdog::os::Signal;
+use sheepdog::os::process::{self, POLL_IN, PollFd};
+use sheepdog::os::SignalPipe;
+use sheepdog::usage::Sampler;
 
 /// The list, statuses and usage are re-read this often without any change: 1 s (the issue's
 /// "about once a second"; CPU % needs a window anyway).
@@ -44,8 +44,8 @@ pub const LOG_TICK: Duration = Duration::from_millis(250);
 /// that a panic restores the terminal. Release builds ignore it.
 pub const TEST_PANIC_ENV: &str = "SHEEPDOG_TOP_TEST_PANIC";
 
-/// Exit status when stdout is not a terminal: [`crate::exit::USAGE`] (125), as for any bad input.
-pub const EXIT_NOT_A_TERMINAL: i32 = crate::exit::USAGE;
+/// Exit status when stdout is not a terminal: [`sheepdog::exit::USAGE`] (125), as for any bad input.
+pub const EXIT_NOT_A_TERMINAL: i32 = sheepdog::exit::USAGE;
 
 /// What wakes the loop.
 #[derive(Debug)]
@@ -91,7 +91,7 @@ pub fn main() -> i32 {
             let text = e.render().to_string();
             let first = text.lines().next().unwrap_or("invalid arguments");
             eprintln!("sheepdog: {} (see 'sheepdog top --help')", first.strip_prefix("error: ").unwrap_or(first));
-            return crate::exit::USAGE;
+            return sheepdog::exit::USAGE;
         }
     };
     run(args)
@@ -112,18 +112,18 @@ pub fn run(args: TopArgs) -> i32 {
         Ok(p) if p.is_file() => manager::set_supervisor_exe(p),
         Ok(p) => {
             eprintln!("sheepdog: {} not found; install sheepdog and sheepdog-top side by side", p.display());
-            return crate::exit::USAGE;
+            return sheepdog::exit::USAGE;
         }
         Err(e) => {
             eprintln!("sheepdog: unable to find this executable: {e}");
-            return crate::exit::USAGE;
+            return sheepdog::exit::USAGE;
         }
     }
     let reg = match Registry::open(args.state_dir) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sheepdog: {e}");
-            return crate::exit::USAGE;
+            return sheepdog::exit::USAGE;
         }
     };
     // Before any thread starts, so every thread inherits the unblocked mask.
@@ -131,7 +131,7 @@ pub fn run(args: TopArgs) -> i32 {
         Ok(s) => s,
         Err(e) => {
             eprintln!("sheepdog: unable to install signal handlers: {e}");
-            return crate::exit::USAGE;
+            return sheepdog::exit::USAGE;
         }
     };
     let mut terminal = match term::enter() {
@@ -139,7 +139,7 @@ pub fn run(args: TopArgs) -> i32 {
         Err(e) => {
             term::leave();
             eprintln!("sheepdog: unable to set up the terminal: {e}");
-            return crate::exit::USAGE;
+            return sheepdog::exit::USAGE;
         }
     };
     let scope = Scope { session: args.session, all: args.all };
@@ -231,7 +231,7 @@ fn event_loop(terminal: &mut term::Term, reg: &Registry, scope: Scope, signals: 
                     changed.extend(ids);
                     refresh = true;
                 }
-                Event::Signal(s) => return crate::exit::by_signal(s.as_raw()),
+                Event::Signal(s) => return sheepdog::exit::by_signal(s.as_raw()),
                 Event::Done(title, lines, select) => {
                     app.finished(title, lines);
                     // A restart's new entry, and the changed ones, come through the watcher too;
@@ -282,7 +282,7 @@ fn run_action(action: Action, reg: &Registry, tx: Sender<Event>) {
 }
 
 /// `manager::stop`'s result as `sheepdog stop` prints it, plus what the cleanup did.
-pub fn stop_lines(reg: &Registry, e: &crate::entry::Entry) -> Vec<String> {
+pub fn stop_lines(reg: &Registry, e: &sheepdog::entry::Entry) -> Vec<String> {
     match manager::stop(reg, e, None) {
         Ok(o) => {
             let mut lines = vec![o.headline(), tree_line(o.tree_gone).into()];
@@ -303,10 +303,10 @@ pub fn tree_line(gone: bool) -> &'static str {
 
 /// What the cleanup did, for a stop's result: the command, how it ended (or the exact failure
 /// line `sheepdog stop` prints), and its last output lines.
-pub fn cleanup_lines(e: &crate::entry::Entry) -> Vec<String> {
+pub fn cleanup_lines(e: &sheepdog::entry::Entry) -> Vec<String> {
     let Some(c) = &e.cleanup else { return vec!["No cleanup command.".into()] };
     let mut lines = vec![format!("Cleanup: {}", c.command)];
-    match (&e.cleanup_result, crate::cleanup::failure_line(e)) {
+    match (&e.cleanup_result, sheepdog::cleanup::failure_line(e)) {
         (_, Some(fail)) => lines.push(fail),
         (Some(r), None) => lines.push(format!("Cleanup command exited with code 0 after {} ms.", r.duration_ms)),
         (None, None) => lines.push("Cleanup command did not run.".into()),
@@ -318,7 +318,7 @@ pub fn cleanup_lines(e: &crate::entry::Entry) -> Vec<String> {
 }
 
 /// `manager::restart`'s result: the stop's lines, then the new entry.
-pub fn restart_lines(reg: &Registry, e: &crate::entry::Entry) -> (Vec<String>, Option<String>) {
+pub fn restart_lines(reg: &Registry, e: &sheepdog::entry::Entry) -> (Vec<String>, Option<String>) {
     match manager::restart(reg, e, None) {
         Ok(r) => {
             let mut lines =
@@ -329,7 +329,7 @@ pub fn restart_lines(reg: &Registry, e: &crate::entry::Entry) -> (Vec<String>, O
                 r.entry.label(),
                 r.entry.pid.map(|p| format!(", pid {p}")).unwrap_or_default()
             ));
-            use crate::ready::ReadyOutcome;
+            use sheepdog::ready::ReadyOutcome;
             match &r.ready {
                 Some(ReadyOutcome::Ready { after_ms, matched, .. }) => lines.push(format!(
                     "Ready after {after_ms} ms{}.",
@@ -337,7 +337,7 @@ pub fn restart_lines(reg: &Registry, e: &crate::entry::Entry) -> (Vec<String>, O
                 )),
                 Some(ReadyOutcome::Exited { entry, .. }) => lines.push(format!(
                     "It finished before it was ready: {}.",
-                    crate::view::status_text(entry, entry.status)
+                    sheepdog::view::status_text(entry, entry.status)
                 )),
                 Some(ReadyOutcome::TimedOut { after_ms }) => {
                     lines.push(format!("Not ready after {after_ms} ms; it keeps running."))

@@ -80,7 +80,7 @@ mod tests {
     use std::sync::mpsc::channel;
     use std::time::Duration;
 
-    use crate::files::write_atomic;
+    use sheepdog::files::write_atomic;
 
     #[test]
     fn reports_entry_writes_and_new_entries_but_not_log_writes() {

@@ -235,7 +235,7 @@ impl Cgroup {
     /// Errors: the last `rmdir` error (EBUSY: still busy; the caller records a leftover).
     pub fn remove(&self) -> io::Result<()> {
         if self.populated() {
-            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+            return Err(io::Error::from_raw_os_error(crate::sys::errno::EBUSY));
         }
         match fs::metadata(&self.path) {
             Ok(m) if m.ino() == self.inode => {}
@@ -250,7 +250,7 @@ impl Cgroup {
             }
             last = remove_tree(&self.path);
             match &last {
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => continue,
+                Err(e) if e.raw_os_error() == Some(crate::sys::errno::EBUSY) => continue,
                 _ => break,
             }
         }
@@ -272,7 +272,7 @@ impl Cgroup {
 /// system calls on every `run`'s exit path.
 pub(super) fn remove_tree(path: &Path) -> io::Result<()> {
     match fs::remove_dir(path) {
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::ENOTEMPTY)) => {}
+        Err(e) if matches!(e.raw_os_error(), Some(crate::sys::errno::EBUSY) | Some(crate::sys::errno::ENOTEMPTY)) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         r => return r,
     }

@@ -539,7 +539,7 @@ fn enable_controllers(own: &Path, limits: &Limits) -> Result<(), (Option<Setting
             let why = format!(
                 "unable to enable the {ctl} controller in {}: {e}{}",
                 own.join("cgroup.subtree_control").display(),
-                if e.raw_os_error() == Some(libc::EBUSY) {
+                if e.raw_os_error() == Some(crate::sys::errno::EBUSY) {
                     " (a non-root cgroup with processes of its own, sheepdog's among them, cannot enable controllers \
                      for its children)"
                 } else {

@@ -53,7 +53,7 @@ impl StdinPipe {
             crate::sys::signal::mkfifo(p, 0o600)?;
         }
         let nonblocking =
-            |read: bool, p: &Path| OpenOptions::new().read(read).write(!read).custom_flags(libc::O_NONBLOCK).open(p);
+            |read: bool, p: &Path| OpenOptions::new().read(read).write(!read).custom_flags(crate::sys::process::O_NONBLOCK).open(p);
         // The reader first (a non-blocking open for writing needs one), then the writer.
         let reader = nonblocking(true, &data)?;
         let keep = nonblocking(false, &data)?;
@@ -144,7 +144,7 @@ pub fn send(reg: &Registry, e: &Entry, finished: Option<String>, input: &[u8], e
     if input.len() > SEND_MAX {
         return Err(SendError::TooLong(input.len()));
     }
-    let open = |p: &Path| OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(p);
+    let open = |p: &Path| OpenOptions::new().write(true).custom_flags(crate::sys::process::O_NONBLOCK).open(p);
     // A missing FIFO: the supervisor removed both, because the input was ended or because the
     // tree is gone (it removes them only after the result is recorded, so the entry says which).
     let gone = |label: String| match reg.read(&e.id) {
@@ -158,7 +158,7 @@ pub fn send(reg: &Registry, e: &Entry, finished: Option<String>, input: &[u8], e
         match open(&reg.file(&e.id, STDIN_CTL)) {
             Ok(f) => Some(f),
             Err(err) if err.kind() == io::ErrorKind::NotFound => return Err(gone(label)),
-            Err(err) if err.raw_os_error() == Some(libc::ENXIO) => return Err(SendError::NotReading(label)),
+            Err(err) if err.raw_os_error() == Some(crate::sys::errno::ENXIO) => return Err(SendError::NotReading(label)),
             Err(err) => return Err(SendError::Io(label, err)),
         }
     } else {
@@ -167,7 +167,7 @@ pub fn send(reg: &Registry, e: &Entry, finished: Option<String>, input: &[u8], e
     let mut fifo = match open(&reg.file(&e.id, STDIN_FIFO)) {
         Ok(f) => f,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Err(gone(label)),
-        Err(err) if err.raw_os_error() == Some(libc::ENXIO) => return Err(SendError::NotReading(label)),
+        Err(err) if err.raw_os_error() == Some(crate::sys::errno::ENXIO) => return Err(SendError::NotReading(label)),
         Err(err) => return Err(SendError::Io(label, err)),
     };
     let deadline = Instant::now() + SEND_TIMEOUT;
