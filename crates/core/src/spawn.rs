@@ -78,7 +78,9 @@ impl SpawnError {
     fn classify(program: &OsString, source: io::Error) -> SpawnError {
         let program = program.to_string_lossy().into_owned();
         match source.raw_os_error() {
-            Some(crate::sys::errno::ENOENT) | Some(crate::sys::errno::ENOTDIR) => SpawnError::NotFound { program, source },
+            Some(crate::sys::errno::ENOENT) | Some(crate::sys::errno::ENOTDIR) => {
+                SpawnError::NotFound { program, source }
+            }
             // What a shell reports with 126 too (bash: "Argument list too long", "File name
             // too long", "Too many levels of symbolic links").
             Some(crate::sys::errno::EACCES)

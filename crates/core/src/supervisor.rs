@@ -1189,7 +1189,10 @@ mod tests {
         }
         let e = |raw| std::io::Error::from_raw_os_error(raw);
         let program = "x".to_string();
-        assert_eq!(SpawnError::NotFound { program: program.clone(), source: e(crate::sys::errno::ENOENT) }.exit_code(), 127);
+        assert_eq!(
+            SpawnError::NotFound { program: program.clone(), source: e(crate::sys::errno::ENOENT) }.exit_code(),
+            127
+        );
         assert_eq!(SpawnError::NotExecutable { program, source: e(crate::sys::errno::EACCES) }.exit_code(), 126);
         assert_eq!(Error::OwnerGone(pid).exit_code(), 125, "sheepdog's own error");
     }

@@ -16,6 +16,8 @@
 //! It exits on stdin EOF (after letting a stop or cleanup in progress finish), and it never stops
 //! processes because it exits.
 
+#![forbid(unsafe_code)]
+
 mod news;
 mod schema;
 mod server;

@@ -13,9 +13,9 @@ use sheepdog::entry::Entry;
 use sheepdog::files::now_ms;
 use sheepdog::inspect;
 use sheepdog::logs::COMBINED_LOG;
+use sheepdog::os::{Pid, procfs};
 use sheepdog::registry::{Registry, RegistryError};
 use sheepdog::status::Status;
-use sheepdog::os::{Pid, procfs};
 use sheepdog::usage::{self, Sampler, Usage};
 use sheepdog::{cgroup, ports, view};
 

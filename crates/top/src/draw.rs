@@ -363,13 +363,13 @@ pub fn draw(app: &App, f: &mut Frame) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sheepdog::entry::{Cleanup, Entry};
     use crate::app::{Scope, TreeProc};
     use crate::logtail::{LogLine, LogTail};
-    use sheepdog::usage::Usage;
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
     use ratatui::buffer::Buffer;
+    use sheepdog::entry::{Cleanup, Entry};
+    use sheepdog::usage::Usage;
 
     const NOW: u64 = 1_800_000_000_000;
 

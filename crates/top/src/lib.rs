@@ -10,6 +10,8 @@
 //! operations as the CLI (`manager::stop`, `manager::clear`, restart) on a worker thread, so a
 //! stop's grace never freezes the screen, and only render what they return.
 
+#![forbid(unsafe_code)]
+
 pub mod app;
 pub mod draw;
 pub mod logtail;
@@ -27,10 +29,10 @@ use ratatui::crossterm::event::{self, Event as TermEvent};
 pub use app::{Action, App, Scope};
 
 use sheepdog::manager;
-use sheepdog::registry::Registry;
 use sheepdog::os::Signal;
-use sheepdog::os::process::{self, POLL_IN, PollFd};
 use sheepdog::os::SignalPipe;
+use sheepdog::os::process::{self, POLL_IN, PollFd};
+use sheepdog::registry::Registry;
 use sheepdog::usage::Sampler;
 
 /// The list, statuses and usage are re-read this often without any change: 1 s (the issue's

@@ -52,8 +52,9 @@ impl StdinPipe {
             let _ = std::fs::remove_file(p);
             crate::sys::signal::mkfifo(p, 0o600)?;
         }
-        let nonblocking =
-            |read: bool, p: &Path| OpenOptions::new().read(read).write(!read).custom_flags(crate::sys::process::O_NONBLOCK).open(p);
+        let nonblocking = |read: bool, p: &Path| {
+            OpenOptions::new().read(read).write(!read).custom_flags(crate::sys::process::O_NONBLOCK).open(p)
+        };
         // The reader first (a non-blocking open for writing needs one), then the writer.
         let reader = nonblocking(true, &data)?;
         let keep = nonblocking(false, &data)?;
@@ -158,7 +159,9 @@ pub fn send(reg: &Registry, e: &Entry, finished: Option<String>, input: &[u8], e
         match open(&reg.file(&e.id, STDIN_CTL)) {
             Ok(f) => Some(f),
             Err(err) if err.kind() == io::ErrorKind::NotFound => return Err(gone(label)),
-            Err(err) if err.raw_os_error() == Some(crate::sys::errno::ENXIO) => return Err(SendError::NotReading(label)),
+            Err(err) if err.raw_os_error() == Some(crate::sys::errno::ENXIO) => {
+                return Err(SendError::NotReading(label));
+            }
             Err(err) => return Err(SendError::Io(label, err)),
         }
     } else {
