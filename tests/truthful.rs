@@ -52,7 +52,7 @@ fn issue18_a_relative_state_dir_is_made_absolute_for_every_process_sheepdog_star
     let guard = Guard::new();
     let cwd = tempfile::tempdir().unwrap();
     // A name no earlier run can have left at the root, so its absence there says something.
-    let rel = format!("rel-{}", sheepdog::registry::new_tag());
+    let rel = format!("rel-{}", sheepdog::registry::new_tag().expect("random bytes"));
     for flag in [true, false] {
         let mut c = sheepdog();
         c.current_dir(cwd.path()).env_remove("SHEEPDOG_STATE_DIR");

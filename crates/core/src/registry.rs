@@ -96,15 +96,17 @@ impl RegistryError {
     }
 }
 
-/// A fresh random token: 32 hex digits from /dev/urandom (time and pid if unreadable).
-pub fn new_tag() -> String {
+/// A fresh random token: 32 hex digits (128 bits) from the system's random source (getrandom(2),
+/// else /dev/urandom; the `getrandom` crate). A process carrying an entry's tag counts as the
+/// entry's, so the tag must not be guessable: when the system gives no random bytes this fails
+/// (the OS error, or `Other`) rather than fall back to anything weaker.
+pub fn new_tag() -> io::Result<String> {
     let mut b = [0u8; 16];
-    let ok = File::open("/dev/urandom").and_then(|mut f| io::Read::read_exact(&mut f, &mut b)).is_ok();
-    if !ok {
-        let seed = now_ms() as u128 ^ ((std::process::id() as u128) << 64);
-        b = seed.to_le_bytes();
-    }
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    getrandom::fill(&mut b).map_err(|e| match e.raw_os_error() {
+        Some(errno) => io::Error::from_raw_os_error(errno),
+        None => io::Error::other(e.to_string()),
+    })?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 /// An entry that could not be read, and where it was moved (`None`: left in place, by a

@@ -124,7 +124,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         starter_start_time: procfs::start_time(me),
         boot_id: procfs::boot_id(),
         uid: process::getuid(),
-        tag: registry::new_tag(),
+        tag: registry::new_tag().map_err(io_err("read random bytes for the entry's tag"))?,
         cleanup: req.cleanup.clone(),
         stop: req.policy.timings(),
         timeout_ms: req.timeout.map(|d| d.as_millis() as u64),
