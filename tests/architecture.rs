@@ -608,3 +608,22 @@ fn unsafe_lines(text: &str) -> Vec<usize> {
         .map(|(i, _)| i + 1)
         .collect()
 }
+
+/// Issue 32: `use super::*` hid the `manager/` edges from this test and from readers; every
+/// module names what it takes from its parent.
+#[test]
+fn no_module_imports_all_of_its_parent() {
+    let mut problems = Vec::new();
+    for p in workspace() {
+        let src = root().join(&p.dir).join("src");
+        for rel in sources(&src) {
+            let code = code_only(&std::fs::read_to_string(src.join(&rel)).expect("a source file"));
+            for (i, l) in code.lines().enumerate() {
+                if l.split_whitespace().collect::<String>().contains("usesuper::*") {
+                    problems.push(format!("{}:{}: use super::*", p.dir.join("src").join(&rel).display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "glob imports of a parent module:\n{}", problems.join("\n"));
+}

@@ -281,7 +281,9 @@ fn detached(args: &[String]) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::path::Path;
+
+    use super::rewrite;
 
     #[test]
     fn the_rewrite_keeps_the_command_and_quotes_every_value() {

@@ -154,7 +154,7 @@ pub fn session_of(owner: Option<Pid>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::is_launcher;
 
     fn v(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()

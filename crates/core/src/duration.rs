@@ -93,7 +93,9 @@ pub fn format(d: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
+
+    use super::{format, parse, parse_positive};
 
     #[test]
     fn accepts_the_documented_forms() {

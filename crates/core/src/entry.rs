@@ -647,7 +647,9 @@ fn base(w: &str) -> &str {
 
 #[cfg(test)]
 mod transition_tests {
-    use super::*;
+    use crate::status::{Status, StopReason};
+
+    use super::{Entry, OutsideResult, RecordedMember, SupervisorResult};
 
     #[test]
     fn a_result_from_outside_never_overwrites_the_supervisors() {

@@ -247,8 +247,13 @@ impl Observer for EventSink {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::spawn::Spawned;
+    use crate::stop::Trigger;
+    use crate::supervisor::Outcome;
+    use crate::sys::WaitStatus;
     use crate::sys::{Pid, Signal};
+
+    use super::{Event, EventLine};
 
     /// The shapes hosts parse, byte for byte (README.md, `--events-fd`).
     #[test]

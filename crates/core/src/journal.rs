@@ -446,7 +446,11 @@ pub fn follow(
 
 #[cfg(test)]
 mod reader_tests {
-    use super::*;
+    use std::fs;
+    use std::fs::OpenOptions;
+    use std::io::Write;
+
+    use super::{FILE, Filter, Line, ROTATED, Reader};
 
     /// The journal's twin of `logread`'s lost-write race: a writer appends a line between the
     /// reader's read and its look at the file's name, then rotates. The line is still read.

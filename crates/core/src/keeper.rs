@@ -458,7 +458,10 @@ impl Front {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::spawn::Spawned;
+    use crate::sys::{Pid, Signal, WaitStatus};
+
+    use super::Message;
 
     #[test]
     fn messages_round_trip() {

@@ -674,7 +674,11 @@ pub fn follow(
 
 #[cfg(test)]
 mod follow_tests {
-    use super::*;
+    use crate::entry::Entry;
+    use crate::logs::STDOUT_LOG;
+    use crate::registry::Registry;
+
+    use super::{LogQuery, LogStream, follow};
     use std::io::Write;
 
     /// CI run of stop 25 (`rotation_keeps_lines_whole_and_follow_loses_nothing`, 19,971 of 20,000

@@ -414,7 +414,9 @@ pub fn split_script(script: &str) -> Vec<(Vec<String>, bool)> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::ffi::OsString;
+
+    use super::{NudgeKind, check};
 
     fn argv(words: &[&str]) -> Vec<OsString> {
         words.iter().map(OsString::from).collect()

@@ -137,7 +137,7 @@ fn ports_of(inodes: &[u64], sockets: &HashMap<u64, u16>) -> Vec<u16> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::parse_net_tcp;
 
     #[test]
     fn parses_listen_lines_only() {

@@ -691,7 +691,12 @@ fn to_json(entry: &Entry) -> Vec<u8> {
 
 #[cfg(test)]
 mod list_tests {
-    use super::*;
+    use std::fs;
+
+    use crate::entry::Entry;
+    use crate::status::Status;
+
+    use super::{ENTRY_READ_SPACE, Registry, id_number};
 
     /// Writes an entry file as a forger (or an older sheepdog) would: straight into `procs/`.
     fn put(reg: &Registry, id: &str, text: &str) {

@@ -77,7 +77,7 @@ pub fn to_file_text(schema: &Schema) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{NON_STANDARD_FORMATS, documents, schema_for};
 
     #[test]
     fn integers_carry_no_non_standard_format_and_unsigned_ones_a_minimum() {

@@ -258,7 +258,7 @@ impl schemars::JsonSchema for Version {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{ALL, CleanupRunner, Status, StopReason};
 
     #[test]
     fn tokens_round_trip_and_old_spellings_are_read() {

@@ -450,8 +450,11 @@ pub fn stop_blocking(tree: &Tree, policy: StopPolicy) -> StopReport {
 #[cfg(test)]
 mod tests {
     use std::cell::{Cell, RefCell};
+    use std::time::{Duration, Instant};
 
-    use super::*;
+    use crate::sys::Signal;
+
+    use super::{AfterProviderExit, KILL_RESCAN, Phase, Step, StopMachine, StopPolicy, StopTarget, Trigger};
 
     /// A stand-in tree: `alive` processes until a SIGKILL (unless `stuck`, a process in `D`
     /// state); SIGTERM is ignored unless `term_works`. Records every signal batch.

@@ -1126,7 +1126,11 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::spawn::{SpawnError, Spawned};
+    use crate::stop::Trigger;
+    use crate::sys::{Pid, Signal, WaitStatus};
+
+    use super::{Error, Exit, Outcome};
 
     /// README.md's exit-status table of `sheepdog run`, row by row.
     #[test]

@@ -363,7 +363,9 @@ pub fn provider_group_and_session(e: &Entry) -> (Option<Pgid>, Option<i32>) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::sys::{Pid, procfs};
+
+    use super::{Proc, ProcFiles, ProcTimes, Sampler, parse_times};
 
     #[test]
     fn parses_times_from_a_stat_line() {

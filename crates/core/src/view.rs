@@ -653,7 +653,11 @@ pub fn lost_text(e: &Entry) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::entry::{Cleanup, Entry};
+    use crate::registry::Registry;
+    use crate::status::Status;
+
+    use super::{StartView, StopView, WaitView, lost_text, view_with_status};
     use crate::entry::CleanupResult;
     use crate::status::{CleanupRunner, StopReason};
 

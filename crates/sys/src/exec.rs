@@ -468,7 +468,9 @@ fn search_goes_on(code: i32) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::ffi::{OsStr, OsString};
+
+    use super::{Failed, Plan, spawn};
 
     fn plan(program: &str, args: &[&str]) -> Plan {
         let args: Vec<OsString> = args.iter().map(OsString::from).collect();

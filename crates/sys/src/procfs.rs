@@ -361,7 +361,7 @@ pub fn cmdline(pid: Pid) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{is_alive, parse_stat, start_time};
 
     #[test]
     fn parses_a_comm_with_spaces_and_parens() {

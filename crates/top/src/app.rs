@@ -7,8 +7,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-
-use super::logtail::{LogLine, LogTail};
 use sheepdog::entry::Entry;
 use sheepdog::files::now_ms;
 use sheepdog::inspect;
@@ -18,6 +16,8 @@ use sheepdog::registry::{Registry, RegistryError};
 use sheepdog::status::Status;
 use sheepdog::usage::{self, Sampler, Usage};
 use sheepdog::{cgroup, ports, view};
+
+use super::logtail::{LogLine, LogTail};
 
 /// Finished entries stay in the list this long after they ended: one hour (`--all`: always).
 pub const FINISHED_SHOWN_MS: u64 = 60 * 60 * 1000;
@@ -546,8 +546,15 @@ pub fn status_word(s: Status) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use ratatui::crossterm::event::KeyEvent;
+    use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+    use sheepdog::entry::Entry;
+    use sheepdog::files::now_ms;
+    use sheepdog::registry::Registry;
+    use sheepdog::status::Status;
+    use sheepdog::usage::Sampler;
+
+    use super::{Action, App, LOG_PAGE, Modal, Row, Scope};
 
     fn key(c: KeyCode) -> KeyEvent {
         KeyEvent::new(c, KeyModifiers::NONE)

@@ -9,10 +9,10 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+use sheepdog::status::Status;
 
 use super::app::{App, Modal, Row};
 use super::logtail::LineKind;
-use sheepdog::status::Status;
 
 /// The footer: every key `top` knows.
 pub const KEYS: &str =
@@ -362,14 +362,18 @@ pub fn draw(app: &App, f: &mut Frame) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::app::{Scope, TreeProc};
-    use crate::logtail::{LogLine, LogTail};
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
     use ratatui::buffer::Buffer;
+    use ratatui::style::{Color, Modifier};
     use sheepdog::entry::{Cleanup, Entry};
+    use sheepdog::status::Status;
     use sheepdog::usage::Usage;
+
+    use crate::app::{App, Modal, Row, Scope, TreeProc};
+    use crate::logtail::{LineKind, LogLine, LogTail};
+
+    use super::{KEYS_SHORT, draw};
 
     const NOW: u64 = 1_800_000_000_000;
 

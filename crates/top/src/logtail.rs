@@ -135,8 +135,10 @@ impl LogTail {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::fs::File;
     use std::io::Write;
+
+    use super::{KEEP_LINES, LineKind, LogLine, LogTail, TAIL_BYTES};
 
     #[test]
     fn parses_tags() {

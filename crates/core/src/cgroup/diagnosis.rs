@@ -4,7 +4,7 @@ use std::fs;
 
 use serde::Serialize;
 
-use super::*;
+use super::{HINTS, Limits, Mode, Request, Setting, controllers, mount_point, own_cgroup, own_dir, probe};
 
 /// What `sheepdog doctor` reports.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]

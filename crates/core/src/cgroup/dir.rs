@@ -1,11 +1,6 @@
 //! A tree's cgroup directory, opened by inode: its members, `populated`, the kill (freeze,
 //! `cgroup.kill`, then kill(2) of whatever stays), its removal, and its usage figures.
 
-use crate::entry::Entry;
-use crate::sys::cgroup::{self as raw, JoinFds};
-use crate::sys::process::{self, PidFd};
-use crate::sys::{Pid, Signal, procfs};
-use serde::Serialize;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -13,7 +8,14 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::*;
+use serde::Serialize;
+
+use crate::entry::Entry;
+use crate::sys::cgroup::{self as raw, JoinFds};
+use crate::sys::process::{self, PidFd};
+use crate::sys::{Pid, Signal, procfs};
+
+use super::{Cgroup, RMDIR_RETRIES_MS};
 
 /// Usage figures of a tree's cgroup. Absent controllers give `None` (`null`), never a number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]

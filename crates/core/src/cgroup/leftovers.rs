@@ -3,16 +3,15 @@
 //! gone (issue 16's backstop).
 
 use std::fs;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::entry::Entry;
-
 use crate::sys::process;
 use crate::sys::{Pid, procfs};
 
-use super::*;
+use super::dir::{LEFTOVER_KILL_WAIT, Usage};
+use super::{Cgroup, own_dir};
 
 /// Usage figures of an entry's tree, from its recorded cgroup (inode checked). `None` outside
 /// the cgroup tier, for a finished entry, or when the cgroup is gone. For `ps`, `top` and

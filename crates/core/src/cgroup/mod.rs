@@ -561,7 +561,9 @@ pub const HINTS: [&str; 2] = [
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::path::PathBuf;
+
+    use super::{Mode, Refused, Setting, parse_mountinfo};
 
     #[test]
     fn a_refusal_names_settings_the_way_its_front_end_does() {

@@ -3,11 +3,12 @@
 use std::cell::OnceCell;
 
 use crate::entry::Entry;
+use crate::inspect::live_status;
 use crate::registry::Registry;
 use crate::status::CleanupRunner;
 use crate::sys::Signal;
 
-use super::*;
+use super::{ManagerError, verified_supervisor};
 
 /// Removes a finished entry and its logs. Refuses one that still runs, one whose cleanup is
 /// running, and one whose cleanup is pending (it has not run: `stop` runs it) unless `force`

@@ -13,13 +13,30 @@
 //! grace, when its owner (the agent) dies or it is asked to (`sheepdog stop`, the session's
 //! end), and records the entry exited once nothing of it is left.
 
-use super::*;
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
 use crate::cgroup::Cgroup;
 use crate::entry;
+use crate::entry::Entry;
 use crate::entry::RecordedMember;
 use crate::files;
+use crate::logs::{LogSet, Stream};
+use crate::registry::Registry;
+use crate::status::{CleanupRunner, Status, StopReason};
+use crate::stop::StopPolicy;
 use crate::supervisor::Kept;
-use std::os::fd::AsFd;
+use crate::sys::process::{POLL_IN, PidFd, PollFd};
+use crate::sys::signal::set_nonblocking;
+use crate::sys::{Pid, Signal, process, procfs};
+use crate::tree::Member;
+use crate::{exit, logs, supervisor};
+
+use super::{ManagerError, supervise};
 
 /// How often the supervisor of kept leftovers looks whether anything of them is left, at
 /// first: 50 ms, doubling after each look up to [`LOOK_MAX`]. Nothing tells a process that is

@@ -13,27 +13,16 @@
 //! crash, [`reap`] finds entries whose supervisor is gone and stops what is left of their tree,
 //! touching only processes that are provably the entry's (see `tree::Tree::recorded`).
 
-use std::ffi::OsString;
-use std::fs::File;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::PathBuf;
+use std::io;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use crate::cgroup;
-use crate::duration;
 use crate::entry::{Entry, OutsideResult};
 use crate::exit;
-use crate::logs::{self, LogSet, Stream};
+use crate::logs;
 use crate::registry::{Registry, RegistryError};
-use crate::spawn::{SpawnOptions, Spawned};
-use crate::status::{CleanupRunner, Status, StopReason};
-use crate::stop::{StopPolicy, Trigger};
-use crate::supervisor::{self, Observer, OnStdinEof, Options, Outcome, Owner};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
-use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
-use crate::sys::{Pid, Signal, WaitStatus, procfs};
-use crate::tree::{ID_ENV, Member, TAG_ENV};
+use crate::sys::{Pid, Signal};
 
 mod clear;
 mod leftovers;
@@ -48,21 +37,15 @@ mod wait;
 pub use clear::clear;
 pub use leftovers::{Handoff, LOOK_MAX, LOOK_MIN, hand_off, watch as supervise_leftovers};
 pub use reap::reap;
-use reap::settle_cgroup;
-use start::settle_start;
 pub use start::{
     PORT_FREE_MAX, Restarted, StartRequest, Started, preview, replace, request_of, restart, set_supervisor_exe, start,
     start_ready, start_replacing, supervisor_exe,
 };
 pub use stdin::{SEND_MAX, SEND_TIMEOUT, SendError, send};
 pub use stop::{StopOutcome, find_for_stop, stop, stop_many, stop_selection, stoppable};
-use supervise::Handshake;
 pub use supervise::{MAX_RECORDED_MEMBERS, run_supervisor};
 pub use update::{CLEANUP_TIMEOUT_MS, UpdateRequest, update};
 pub use wait::{Waited, WaitedMany, exit_status_of, wait, wait_many};
-
-// What the operations' files reach through `use super::*`.
-use crate::inspect::{live_status, live_tree, recorded_alive, recorded_tree};
 
 /// How long `stop` waits past an entry's recorded `maxStopMs` before it acts past the
 /// supervisor: 1000 ms, for the supervisor's own registry write and exit.

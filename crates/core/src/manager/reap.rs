@@ -5,6 +5,7 @@ use std::cell::OnceCell;
 use crate::cgroup;
 use crate::entry::{Entry, OutsideResult};
 use crate::files;
+use crate::inspect::{recorded_alive, recorded_tree};
 use crate::logs;
 use crate::registry::{self, Registry};
 use crate::status::{CleanupRunner, ReapKind};
@@ -13,7 +14,7 @@ use crate::sys::procfs;
 use crate::tree::Member;
 use crate::view::{CgroupLeft, ReapAction};
 
-use super::*;
+use super::{ManagerError, STARTING_LEEWAY_MS, record_lost};
 
 /// Recovery after a crash of anything: entries from a previous boot are dead and never
 /// signalled; an entry whose supervisor is alive is left to it; one whose supervisor is gone

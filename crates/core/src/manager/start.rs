@@ -14,6 +14,7 @@ use crate::cgroup;
 use crate::entry::{self, Cleanup, Entry, OutsideResult, ReadySpec};
 use crate::exit;
 use crate::files;
+use crate::inspect::{live_status, live_tree};
 use crate::ready::ReadyOutcome;
 use crate::registry::{self, Registry, RegistryError};
 use crate::status::Status;
@@ -21,7 +22,9 @@ use crate::stop::StopPolicy;
 use crate::sys::process;
 use crate::sys::{Pid, procfs};
 
-use super::*;
+use super::stop::StopOutcome;
+use super::supervise::Handshake;
+use super::{ManagerError, io_err, stop};
 
 /// What `sheepdog start` was asked for.
 #[derive(Debug, Default)]

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::entry::{self, Entry, OutsideResult};
+use crate::inspect::recorded_tree;
 use crate::logs;
 use crate::registry::{self, Registry, RegistryError};
 use crate::status::{CleanupRunner, Status};
@@ -12,7 +13,11 @@ use crate::sys::process;
 use crate::sys::{Pid, Signal, procfs};
 use crate::tree::denied_line;
 
-use super::*;
+use super::reap::settle_cgroup;
+use super::start::settle_start;
+use super::{
+    ManagerError, STOP_MARGIN, notify_supervisor, record_lost, verified_keeper, verified_supervisor, wait_pidfd,
+};
 
 /// True if a stop of a selection (`--session`, `--all`) takes this entry: it still runs, or its
 /// cleanup is pending or running (a cleanup belongs to its entry, and every stop runs it).

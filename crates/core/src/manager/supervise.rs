@@ -4,8 +4,28 @@
 //! registry, runs the cleanup a stop triggered, and stays idle while a cleanup is pending and
 //! an owner or turn timeout is still to be watched.
 
-use super::*;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
 use crate::entry;
+use crate::entry::Entry;
+use crate::logs::{LogSet, Stream};
+use crate::registry::{Registry, RegistryError};
+use crate::spawn::{SpawnOptions, Spawned};
+use crate::status::{CleanupRunner, Status, StopReason};
+use crate::stop::{StopPolicy, Trigger};
+use crate::supervisor::{Observer, OnStdinEof, Options, Outcome, Owner};
+use crate::sys::process::{POLL_IN, PollFd};
+use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
+use crate::sys::{Pid, Signal, WaitStatus, process, procfs};
+use crate::tree::{ID_ENV, Member, TAG_ENV};
+use crate::{cgroup, duration, exit, logs, supervisor};
+
+use super::DRAIN_AFTER_EXIT;
 
 /// What a detached supervisor tells the `start` that launched it, as one JSON line on the pipe
 /// that is its stdout until then: `{"handshake":"spawned"}` once the command runs (and the

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::entry::{Cleanup, Entry};
 use crate::registry::Registry;
 
-use super::*;
+use super::{ManagerError, notify_supervisor};
 
 /// What `update` changes: the cleanup (attach, replace, or remove with `Some(None)`), its
 /// timeout alone, and the name.
@@ -74,8 +74,13 @@ pub fn update(reg: &Registry, e: &Entry, req: &UpdateRequest) -> Result<Entry, M
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::entry::{Cleanup, Entry};
     use crate::files;
+    use crate::manager::ManagerError;
+    use crate::registry::Registry;
+    use crate::status::Status;
+
+    use super::{CLEANUP_TIMEOUT_MS, UpdateRequest, update};
 
     #[test]
     fn an_update_whose_cleanup_was_claimed_meanwhile_changes_nothing_not_even_the_name() {

@@ -6,12 +6,14 @@ use std::time::{Duration, Instant};
 
 use crate::entry::Entry;
 use crate::exit;
+use crate::inspect::recorded_tree;
 use crate::registry::{Registry, RegistryError};
 use crate::status::Status;
 use crate::sys::Signal;
 use crate::sys::process::{self, POLL_IN, PollFd};
 
-use super::*;
+use super::start::settle_start;
+use super::{ManagerError, stop, verified_supervisor, wait_pidfd};
 
 /// The result of `wait`.
 #[derive(Clone, Debug)]
