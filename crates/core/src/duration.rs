@@ -14,8 +14,8 @@ pub const MAX: Duration = Duration::from_secs(365 * 24 * 3600);
 ///
 /// ```
 /// use std::time::Duration;
-/// assert_eq!(sheepdog::duration::parse("1.5s"), Ok(Duration::from_millis(1500)));
-/// assert!(sheepdog::duration::parse("5").is_err());
+/// assert_eq!(sheepdog_core::duration::parse("1.5s"), Ok(Duration::from_millis(1500)));
+/// assert!(sheepdog_core::duration::parse("5").is_err());
 /// ```
 pub fn parse(text: &str) -> Result<Duration, String> {
     let bad = || {

@@ -70,7 +70,7 @@ impl StopPolicy {
     /// Recorded in every entry and `spawned` event, so a host knows how long to wait.
     ///
     /// ```
-    /// use sheepdog::stop::{StopPolicy, MAX_STOP_MS};
+    /// use sheepdog_core::stop::{StopPolicy, MAX_STOP_MS};
     /// assert_eq!(StopPolicy::default().max_stop().as_millis() as u64, MAX_STOP_MS); // 5500
     /// ```
     pub fn max_stop(&self) -> Duration {

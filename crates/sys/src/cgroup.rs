@@ -2,7 +2,7 @@
 //! this process may write a file, and the pre-exec step that moves a forked child into its cgroup.
 //!
 //! Everything else about cgroups (reading `cgroup.events`, writing `cgroup.kill`, `rmdir`) is
-//! plain file I/O and lives in [`crate::cgroup`].
+//! plain file I/O and lives in `sheepdog_core::cgroup`.
 
 use std::ffi::CString;
 use std::io;
@@ -94,7 +94,7 @@ pub fn take_join_error(fds: JoinFds) -> Option<io::Error> {
 }
 
 /// Set (to anything) to make the provider's spawn act as on a kernel without `clone3`
-/// (`crate::spawn::spawn_joined`): std forks and the child joins its cgroup by writing to
+/// (`sheepdog_core::spawn::spawn_joined`): std forks and the child joins its cgroup by writing to
 /// `cgroup.procs` (for tests of that path; Linux < 5.7).
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // only the clone3 spawn (Linux) reads it
 pub const NO_CLONE3_ENV: &str = "SHEEPDOG_CGROUP_NO_CLONE3";

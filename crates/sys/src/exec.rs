@@ -14,7 +14,7 @@
 //! panics; its errors go back through the plan, which the spawner reads once it resumes.
 //!
 //! Linux on x86_64 and aarch64 only (the clone needs a few lines of assembly per architecture);
-//! elsewhere `crate::spawn` forks through std.
+//! elsewhere `sheepdog_core::spawn` forks through std.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;

@@ -19,7 +19,7 @@
 //! (the allocator's among them), so the supervisor does not go on in it: it `execve`s
 //! `/proc/self/exe` with its own arguments and what it learned in `SHEEPDOG_ADOPT` (the
 //! keeper's wait status and its messages, in hex), and the new image adopts the tree
-//! (`crate::keeper::adoption`). The pid, its children, its subreaper bit and its blocked
+//! (`sheepdog_core::keeper::adoption`). The pid, its children, its subreaper bit and its blocked
 //! signals stay across `execve`.
 //!
 //! What this gives up: the OOM killer kills every process that shares the victim's memory, so
@@ -27,7 +27,7 @@
 //! memory, is the one it picks in practice). README.md lists it with the other window.
 //!
 //! Linux on x86_64 and aarch64 only (a few lines of assembly per architecture); elsewhere the
-//! keeper is forked (`crate::keeper`).
+//! keeper is forked (`sheepdog_core::keeper`).
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -67,7 +67,7 @@ pub struct Relay {
     /// of a managed entry's log pipes, so the provider's writes during the stop still have a
     /// reader (without one it dies of SIGPIPE before its SIGTERM handler runs).
     inherit: Vec<RawFd>,
-    /// The record kinds that mean "done" and "spawned" (`crate::keeper::Message`).
+    /// The record kinds that mean "done" and "spawned" (`sheepdog_core::keeper::Message`).
     done_kind: i32,
     spawned_kind: i32,
     /// PID 1 of its namespace: it cannot die by a signal it raises at itself.

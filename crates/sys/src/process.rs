@@ -281,7 +281,7 @@ pub fn set_child_subreaper() -> io::Result<()> {
 }
 
 /// True if processes `a` and `b` share one address space (`kcmp(KCMP_VM)`, Linux 3.5): a
-/// supervisor and the keeper it cloned with `CLONE_VM` do (`crate::keeper`). For measuring
+/// supervisor and the keeper it cloned with `CLONE_VM` do (`sheepdog_core::keeper`). For measuring
 /// memory, where a shared address space counts once.
 ///
 /// Errors: the call's (ESRCH for a process that is gone, EPERM without ptrace read access), as
@@ -307,7 +307,7 @@ pub enum Forked {
     Child,
 }
 
-/// `fork()` without `exec`: the supervisor's keeper (`crate::keeper`) is a copy of the
+/// `fork()` without `exec`: the supervisor's keeper (`sheepdog_core::keeper`) is a copy of the
 /// supervisor that goes on running Rust code. Only sound in a single-threaded process (after a
 /// fork only the calling thread exists, and a lock another thread held would stay locked
 /// forever); the callers are the supervisor binaries, which never start a thread.

@@ -327,7 +327,7 @@ pub fn die_by(sig: Signal) -> ! {
         libc::sigaddset(&mut set, sig.0);
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
         // kill(getpid()), not raise(): musl's raise signals the thread id it cached, which in a
-        // keeper cloned with CLONE_VM (crate::keeper) is its supervisor's, not its own.
+        // keeper cloned with CLONE_VM (sheepdog_core::keeper) is its supervisor's, not its own.
         libc::kill(libc::getpid(), sig.0);
     }
     std::process::exit(128 + sig.0)
