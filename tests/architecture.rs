@@ -330,7 +330,9 @@ fn violations(rows: &[Row], files: &[(PathBuf, String)]) -> Vec<String> {
     }
     let allowed = |i: usize| -> BTreeSet<String> {
         match &rows[i].may_use {
-            MayUse::Below => rows[i + 1..].iter().flat_map(|r| r.modules.iter().cloned()).collect(),
+            // A layer's modules may use each other (without a cycle, checked below) and the
+            // layers under it.
+            MayUse::Below => rows[i..].iter().flat_map(|r| r.modules.iter().cloned()).collect(),
             MayUse::Named(n) => n.clone(),
         }
     };
@@ -364,7 +366,8 @@ fn violations(rows: &[Row], files: &[(PathBuf, String)]) -> Vec<String> {
             problems.push(format!("ARCHITECTURE.md:{}: `{m}` is in the map but not in {CORE_SRC}/", rows[i].line));
         }
     }
-    for e in edges(files) {
+    let edges = edges(files);
+    for e in &edges {
         let Some(&i) = row_of.get(e.from.as_str()) else { continue };
         if !allowed(i).contains(&e.to) {
             problems.push(format!(
@@ -373,7 +376,45 @@ fn violations(rows: &[Row], files: &[(PathBuf, String)]) -> Vec<String> {
             ));
         }
     }
+    if let Some(cycle) = cycle(&edges) {
+        problems.push(format!("a cycle of modules (each uses the next): {}", cycle.join(" -> ")));
+    }
     problems
+}
+
+/// A cycle in the graph of `edges`, as its units in order (the first repeated at the end), or
+/// `None`: the rows of a layer may use each other, but never in a circle.
+fn cycle(edges: &[Edge]) -> Option<Vec<String>> {
+    let mut next: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for e in edges {
+        next.entry(e.from.as_str()).or_default().insert(e.to.as_str());
+    }
+    // Depth-first, with the path on a stack: an edge back into the path closes a cycle.
+    fn visit<'a>(
+        at: &'a str,
+        next: &BTreeMap<&'a str, BTreeSet<&'a str>>,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(p) = path.iter().position(|u| *u == at) {
+            let mut c: Vec<String> = path[p..].iter().map(|u| u.to_string()).collect();
+            c.push(at.to_string());
+            return Some(c);
+        }
+        if !done.insert(at) {
+            return None;
+        }
+        path.push(at);
+        for to in next.get(at).into_iter().flatten() {
+            if let Some(c) = visit(to, next, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    next.keys().find_map(|from| visit(from, &next, &mut Vec::new(), &mut done))
 }
 
 fn root() -> PathBuf {
@@ -420,6 +461,19 @@ fn references_are_read_from_code_only_and_through_groups() {
     let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["a", "c", "g"], "{got:?}");
     assert_eq!(got[2].1, 4, "line numbers survive the stripping");
+}
+
+#[test]
+fn modules_of_one_layer_may_use_each_other_but_not_in_a_circle() {
+    let map = "### The core's ladder\n\n| module | what | may use |\n|---|---|---|\n\
+               | `a.rs`, `b.rs` | x | everything below |\n| `c.rs` | y | nothing |\n";
+    let rows = read_map(map, LADDER).expect("a table");
+    let file = |name: &str, text: &str| (PathBuf::from(name), text.to_string());
+    let fine = vec![file("a.rs", "use crate::b;"), file("b.rs", "use crate::c;"), file("c.rs", "")];
+    assert_eq!(violations(&rows, &fine), Vec::<String>::new());
+    let circle = vec![file("a.rs", "use crate::b;"), file("b.rs", "use crate::a;"), file("c.rs", "")];
+    let problems = violations(&rows, &circle);
+    assert!(problems.iter().any(|p| p.contains("a cycle of modules (each uses the next): a -> b -> a")), "{problems:#?}");
 }
 
 #[test]
