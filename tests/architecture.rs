@@ -473,7 +473,10 @@ fn modules_of_one_layer_may_use_each_other_but_not_in_a_circle() {
     assert_eq!(violations(&rows, &fine), Vec::<String>::new());
     let circle = vec![file("a.rs", "use crate::b;"), file("b.rs", "use crate::a;"), file("c.rs", "")];
     let problems = violations(&rows, &circle);
-    assert!(problems.iter().any(|p| p.contains("a cycle of modules (each uses the next): a -> b -> a")), "{problems:#?}");
+    assert!(
+        problems.iter().any(|p| p.contains("a cycle of modules (each uses the next): a -> b -> a")),
+        "{problems:#?}"
+    );
 }
 
 #[test]
