@@ -211,3 +211,348 @@ fn the_per_call_hooks_exec_the_binary_session_start_recorded() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the hook answered");
     assert_eq!(v["hookSpecificOutput"]["permissionDecision"], "allow");
 }
+
+// Gemini CLI (issue 33): `sheepdog hook gemini before-tool|after-tool|session-start|session-end`.
+
+/// A Gemini CLI `BeforeTool` input for `run_shell_command`.
+fn gemini_input(command: &str, cwd: &std::path::Path) -> String {
+    serde_json::json!({
+        "session_id": "s", "transcript_path": "", "cwd": cwd, "hook_event_name": "BeforeTool",
+        "timestamp": "2026-12-06T00:00:00Z", "tool_name": "run_shell_command",
+        "tool_input": {"command": command, "description": "d", "dir_path": "sub", "is_background": false},
+    })
+    .to_string()
+}
+
+/// Runs `hook gemini EVENT` under an "agent" whose command line ends with `agent_args` (a
+/// python3 that waits for the hook: not a launcher, so the walk stops at it), with `home` as
+/// HOME and a workspace at `input`'s cwd.
+fn gemini_hook(st: &State, event: &str, input: &str, home: &std::path::Path, agent_args: &[&str]) -> (i32, String) {
+    let mut c = Command::new("python3");
+    c.args([
+        "-c",
+        "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:sys.argv.index('--agent')]).returncode)",
+    ])
+    .arg(bin())
+    .arg("--state-dir")
+    .arg(st.path())
+    .args(["hook", "gemini", event, "--agent"])
+    .args(agent_args)
+    .env("HOME", home)
+    .env_remove("GEMINI_CLI_HOME")
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
+    let out = child.wait_with_output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn gemini_gets_the_rewrite_only_with_approvals_off_and_every_other_argument_kept() {
+    let st = State::new();
+    let home = tempfile::tempdir().unwrap();
+    let input = gemini_input("echo hi", home.path());
+    assert_eq!(gemini_hook(&st, "before-tool", &input, home.path(), &["-p", "go"]), (0, String::new()), "approvals on");
+    assert_eq!(
+        gemini_hook(&st, "before-tool", &input, home.path(), &["--approval-mode", "auto_edit"]),
+        (0, String::new())
+    );
+    let (code, out) = gemini_hook(&st, "before-tool", &input, home.path(), &["-p", "go", "--yolo"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("an answer");
+    let h = &v["hookSpecificOutput"];
+    assert_eq!(h["hookEventName"], "BeforeTool");
+    assert!(v.get("decision").is_none() && h.get("decision").is_none(), "no permission decision: {v}");
+    let t = &h["tool_input"];
+    assert_eq!(
+        (t["description"].as_str(), t["dir_path"].as_str(), t["is_background"].as_bool()),
+        (Some("d"), Some("sub"), Some(false))
+    );
+    let cmd = t["command"].as_str().unwrap();
+    assert!(cmd.ends_with("\necho hi"), "{cmd}");
+    assert!(cmd.contains(" hook gemini run --owner \"$PPID\" --shell \"$$\" --session 'agent-"), "{cmd}");
+    // Gemini CLI refuses a command with a command substitution: the line has none.
+    assert!(!cmd.contains("$(") && !cmd.contains('`'), "{cmd}");
+    let other = input.replace("run_shell_command", "read_file");
+    assert_eq!(gemini_hook(&st, "before-tool", &other, home.path(), &["--yolo"]), (0, String::new()));
+}
+
+#[test]
+fn gemini_gets_no_rewrite_where_a_policy_pattern_or_a_shell_allowlist_could_see_it() {
+    let st = State::new();
+    let home = tempfile::tempdir().unwrap();
+    let proj = home.path().join("proj");
+    std::fs::create_dir_all(proj.join(".gemini/policies")).unwrap();
+    let input = gemini_input("ls", &proj);
+    let rewritten = |st: &State| !gemini_hook(st, "before-tool", &input, home.path(), &["--yolo"]).1.is_empty();
+    // A commandPrefix rule matches each part of a compound command, which the rewrite keeps.
+    std::fs::write(
+        proj.join(".gemini/policies/p.toml"),
+        "[[rule]]\ntoolName = \"run_shell_command\"\ncommandPrefix = \"rm\"\ndecision = \"deny\"\npriority = 900\n",
+    )
+    .unwrap();
+    assert!(rewritten(&st));
+    // A regex may match the command as a whole: no rewrite.
+    std::fs::write(proj.join(".gemini/policies/p.toml"), "[[rule]]\ntoolName = \"run_shell_command\"\ncommandRegex = \"cd .* && rm\"\ndecision = \"deny\"\npriority = 900\n").unwrap();
+    assert!(!rewritten(&st), "a workspace commandRegex rule");
+    std::fs::remove_file(proj.join(".gemini/policies/p.toml")).unwrap();
+    assert!(rewritten(&st));
+    // An installed extension's policies count as well.
+    let ext = home.path().join(".gemini/extensions/other/policies");
+    std::fs::create_dir_all(&ext).unwrap();
+    std::fs::write(
+        ext.join("x.toml"),
+        "[[rule]]\ntoolName = \"run_shell_command\"\ncommandRegex = \"git push.*\"\ndecision = \"ask_user\"\n",
+    )
+    .unwrap();
+    assert!(!rewritten(&st), "an extension's commandRegex rule");
+    std::fs::remove_dir_all(home.path().join(".gemini/extensions")).unwrap();
+    std::fs::write(
+        home.path().join(".gemini/settings.json"),
+        r#"{"tools":{"core":["read_file","run_shell_command(git)"]}}"#,
+    )
+    .unwrap();
+    assert!(!rewritten(&st), "a shell allowlist in the user's settings");
+    std::fs::write(home.path().join(".gemini/settings.json"), r#"{"tools":{"exclude":["run_shell_command(rm)"]}}"#)
+        .unwrap();
+    assert!(rewritten(&st), "tools.exclude matches each part");
+    assert_eq!(
+        gemini_hook(&st, "before-tool", &input, home.path(), &["--yolo", "--allowed-tools", "run_shell_command(git)"])
+            .1,
+        ""
+    );
+    assert_eq!(gemini_hook(&st, "before-tool", &input, home.path(), &["--yolo", "--policy", "/p.toml"]).1, "");
+}
+
+/// Runs `command` as Gemini CLI 0.61's shell tool does (`bash -c` with its `shopt` line and its
+/// subshell that writes the background pids on exit), from this process: stdout, stderr and
+/// the status (a death by signal N as -N: Gemini CLI tells the model `Signal: N` then, and
+/// `Exit Code: 143` for an exit with 143).
+fn as_gemini_runs(command: &str, dir: &std::path::Path) -> (String, String, i32) {
+    use std::os::unix::process::ExitStatusExt;
+    let wrapped = format!(
+        "shopt -u promptvars nullglob extglob nocaseglob dotglob; _bgpids_file={}\n(\n  trap 'jobs -p > \"$_bgpids_file\"' EXIT\n{command}\n)\n__code=$?\nexit $__code",
+        dir.join("bgpids").display()
+    );
+    let out = Command::new("/bin/bash").arg("-c").arg(wrapped).current_dir(dir).stdin(Stdio::null()).output().unwrap();
+    let status = out.status.code().unwrap_or_else(|| -out.status.signal().unwrap_or(0));
+    (String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into(), status)
+}
+
+#[test]
+fn geminis_rewritten_call_runs_under_sheepdog_with_the_bare_output_status_and_signal() {
+    let st = State::new();
+    let dir = tempfile::tempdir().unwrap();
+    let line = |cmd: &str| {
+        let (_, out) = gemini_hook(&st, "before-tool", &gemini_input(cmd, dir.path()), dir.path(), &["--yolo"]);
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        v["hookSpecificOutput"]["tool_input"]["command"].as_str().unwrap().to_string()
+    };
+    let original = "echo out && echo err >&2 && cat /proc/$PPID/comm";
+    let rewritten = line(original);
+    // The owner is the shell's `$PPID`: this process here, the agent in Gemini CLI.
+    let bare = as_gemini_runs(original, dir.path());
+    let hooked = as_gemini_runs(&rewritten, dir.path());
+    assert_eq!(bare.0.lines().next(), Some("out"));
+    assert_eq!(hooked.0, "out\nsheepdog\n", "the command ran under sheepdog");
+    assert_eq!((&hooked.1, hooked.2), (&bare.1, bare.2), "stderr and status");
+    for (cmd, status) in [("exit 7", 7), ("echo before; kill -TERM $$", -15), ("sh -c 'kill -TERM $$'", 143)] {
+        let bare = as_gemini_runs(cmd, dir.path());
+        let hooked = as_gemini_runs(&line(cmd), dir.path());
+        assert_eq!(bare.2, status, "{cmd}");
+        assert_eq!((&hooked.0, hooked.2), (&bare.0, bare.2), "{cmd}");
+    }
+}
+
+#[test]
+fn gemini_after_tool_tells_a_kept_entry_once_in_geminis_format() {
+    let st = State::new();
+    let guard = Guard::new();
+    // This process is the hook's agent: its session, as `agent-<pid>-<start time>`.
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let start = stat.rsplit(')').next().unwrap().split_whitespace().nth(19).unwrap().to_string();
+    let session = format!("agent-{}-{start}", std::process::id());
+    let e = st.start(&["--session", &session, "--", "sleep", "300"]);
+    guard.track(e["pid"].as_i64().unwrap() as i32);
+    let input =
+        r#"{"tool_name":"run_shell_command","tool_input":{"command":"x"},"tool_response":{"llmContent":"Output: x"}}"#;
+    let (code, out) = hook(&st, "gemini", "after-tool", input, &[]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("an answer");
+    assert_eq!(v["hookSpecificOutput"]["hookEventName"], "AfterTool");
+    let told = v["hookSpecificOutput"]["additionalContext"].as_str().unwrap();
+    assert!(told.contains(&format!("kept as entry {}", e["id"].as_str().unwrap())), "{told}");
+    assert_eq!(hook(&st, "gemini", "after-tool", input, &[]), (0, String::new()), "told once");
+}
+
+#[test]
+fn gemini_run_refuses_a_bad_invocation_with_one_line_and_125() {
+    let st = State::new();
+    for args in [
+        vec!["hook", "gemini", "run", "--", "true"],
+        vec!["hook", "gemini", "run", "--owner", "0", "--shell", "1", "--session", "s", "--", "true"],
+        vec!["hook", "gemini", "run", "--owner", "1", "--shell", "1", "--session", "s", "--"],
+    ] {
+        let out = st.run(&args);
+        assert_eq!(out.status.code(), Some(125), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with("sheepdog: hook: usage: sheepdog hook gemini run") && err.lines().count() == 1,
+            "{err}"
+        );
+    }
+    assert_eq!(hook(&st, "gemini", "pre-tool-use-typo", "{}", &[]).0, 2);
+    assert_eq!(hook(&st, "claude", "before-tool", "{}", &[]).0, 2, "before-tool is Gemini's event");
+}
+
+// ---- pi (issue 33): `sheepdog hook pi EVENT`, the answers pi-sheepdog's extension applies ----
+
+fn pi_bash(command: &str) -> String {
+    serde_json::json!({"type": "tool_call", "toolName": "bash", "toolCallId": "call_1", "input": {"command": command, "timeout": 30}})
+        .to_string()
+}
+
+/// The session pi-sheepdog derives for this process (the hook's parent here, as pi is there).
+fn pi_session_of_me() -> String {
+    let me = std::process::id() as i32;
+    sheepdog::agent::pi_session_of(sheepdog::os::Pid::new(me).unwrap())
+}
+
+/// Runs `command` as pi's bash tool does: `bash -c COMMAND` as this process's child, in a
+/// session of its own (Node's `detached: true`); stdout, stderr and the status.
+fn as_pi_runs(command: &str, dir: &std::path::Path) -> (String, String, i32) {
+    let out = Command::new("setsid")
+        .args(["/bin/bash", "-c", command])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+fn pi_rewrite(st: &State, command: &str) -> String {
+    let (code, out) = hook(st, "pi", "tool-call", &pi_bash(command), &[]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    v["input"]["command"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn pi_gets_a_rewrite_of_bash_calls_only_never_a_block_and_fails_open() {
+    let st = State::new();
+    let (code, out) = hook(&st, "pi", "tool-call", &pi_bash("echo hi"), &[]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v.as_object().unwrap().keys().collect::<Vec<_>>(), ["input"], "only the input to patch: {v}");
+    assert_eq!(v["input"].as_object().unwrap().len(), 1, "only the command changes (the timeout is pi's): {v}");
+    let cmd = v["input"]["command"].as_str().unwrap();
+    assert!(cmd.ends_with("\necho hi"), "{cmd}");
+    assert!(cmd.contains(" run --owner \"$PPID\" --leftovers keep"), "{cmd}");
+    assert!(cmd.contains(&format!("--session '{}'", pi_session_of_me())), "pi's own session: {cmd}");
+    let none = (0, String::new());
+    let read = r#"{"toolName":"read","input":{"path":"/etc/hosts"}}"#;
+    assert_eq!(hook(&st, "pi", "tool-call", read, &[]), none);
+    // The process tool has a `command` too: it starts its own supervised entries.
+    let process = r#"{"toolName":"process","input":{"action":"start","name":"w","command":"sleep 1"}}"#;
+    assert_eq!(hook(&st, "pi", "tool-call", process, &[]), none);
+    assert_eq!(hook(&st, "pi", "tool-call", &pi_bash("  \n"), &[]), none);
+    assert_eq!(hook(&st, "pi", "tool-call", r#"{"toolName":"bash","input":{}}"#, &[]), none);
+    assert_eq!(hook(&st, "pi", "tool-call", "not json", &[]), none);
+    assert_eq!(hook(&st, "pi", "tool-result", r#"{"toolName":"read","content":[]}"#, &[]), none);
+    assert_eq!(hook(&st, "pi", "session-start", r#"{"reason":"new"}"#, &[]), none);
+    assert_eq!(hook(&st, "pi", "pre-tool-use", "{}", &[]).0, 2, "pi's events have pi's names");
+}
+
+#[test]
+fn pis_rewritten_bash_call_has_the_bare_output_and_status_and_runs_under_sheepdog() {
+    let st = State::new();
+    let dir = tempfile::tempdir().unwrap();
+    for original in ["echo out; echo err >&2; printf 'no newline'", "echo out; exit 3", "kill -TERM $$", "cd / && pwd"]
+    {
+        let bare = as_pi_runs(original, dir.path());
+        let hooked = as_pi_runs(&pi_rewrite(&st, original), dir.path());
+        assert_eq!(hooked, bare, "{original}");
+    }
+    let (out, _, _) = as_pi_runs(&pi_rewrite(&st, "cat /proc/$PPID/comm"), dir.path());
+    assert_eq!(out, "sheepdog\n", "the call ran under sheepdog");
+}
+
+/// A `nohup`'d server and a `setsid` child, left by a call: the call returns at once, they
+/// become entries of pi's session, and the result's hook tells them once, with the process
+/// tool's words. An entry the `process` tool started (`sheepdog start`, same session) is never
+/// told as a leftover.
+#[test]
+fn what_a_pi_bash_call_leaves_is_kept_in_pis_session_and_told_once() {
+    let st = State::new();
+    let guard = Guard::new();
+    let dir = tempfile::tempdir().unwrap();
+    let session = pi_session_of_me();
+    let started = st.start(&["--session", &session, "--name", "tool-started", "--", "sleep", "300"]);
+    guard.track(started["pid"].as_i64().unwrap() as i32);
+    let file = dir.path().join("left");
+    let original = format!(
+        "nohup sleep 300 >/dev/null 2>&1 & echo $! > {f}; setsid sleep 301 & echo $! >> {f}; echo started",
+        f = file.display()
+    );
+    let t = std::time::Instant::now();
+    let (out, _, code) = as_pi_runs(&pi_rewrite(&st, &original), dir.path());
+    assert_eq!((out.as_str(), code), ("started\n", 0));
+    assert!(t.elapsed() < SECS(5), "the call returned once its command ended: {:?}", t.elapsed());
+    let left: Vec<i32> = std::fs::read_to_string(&file).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    left.iter().for_each(|p| guard.track(*p));
+    assert!(left.iter().all(|p| alive(*p)), "kept running");
+    let result = r#"{"type":"tool_result","toolName":"bash","toolCallId":"call_1","content":[{"type":"text","text":"started\n"}],"isError":false}"#;
+    let (code, told) = hook(&st, "pi", "tool-result", result, &[]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(told.trim()).unwrap_or_else(|e| panic!("{e}: {told}"));
+    let text = v["append"][0]["text"].as_str().unwrap();
+    assert_eq!(v["append"][0]["type"], "text");
+    assert_eq!(text.lines().count(), 1, "one entry for what the call left: {text}");
+    assert!(text.contains("kept as process ") && text.contains("process tool (action stop, id "), "{text}");
+    assert!(!text.contains("tool-started"), "the process tool's own entry is not a leftover: {text}");
+    assert_eq!(hook(&st, "pi", "tool-result", result, &[]), (0, String::new()), "told once");
+    let kept: Vec<_> = st
+        .entries()
+        .into_iter()
+        .filter(|e| e["sessionId"] == session.as_str() && e["name"] != "tool-started")
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    st.ok(&["stop", "--session", &session]);
+    assert_eq!(wait_gone(&left, SECS(10)), Vec::<i32>::new(), "the session's stop ended them");
+}
+
+/// pi's start reaps what an earlier pi's crash left (an entry whose supervisor and keeper were
+/// both SIGKILLed); a reload or a session switch in the same pi does not.
+#[test]
+fn pis_startup_reaps_what_earlier_crashes_left_and_a_reload_does_not() {
+    let st = State::new();
+    let guard = Guard::new();
+    let e = st.start(&["--", "sleep", "300"]);
+    let id = e["id"].as_str().unwrap().to_string();
+    let child = e["pid"].as_i64().unwrap() as i32;
+    guard.track(child);
+    kill_supervisor_and_keeper(e["supervisorPid"].as_i64().unwrap() as i32);
+    assert_eq!(st.entry(&id)["status"], "orphaned");
+    assert_eq!(
+        hook(&st, "pi", "session-start", r#"{"type":"session_start","reason":"reload"}"#, &[]),
+        (0, String::new())
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(alive(child), "a reload reaps nothing");
+    assert_eq!(
+        hook(&st, "pi", "session-start", r#"{"type":"session_start","reason":"startup"}"#, &[]),
+        (0, String::new())
+    );
+    assert_eq!(wait_gone(&[child], SECS(10)), Vec::<i32>::new(), "the detached reap ended it");
+    let t = std::time::Instant::now();
+    while st.entry(&id)["status"] != "reaped" {
+        assert!(t.elapsed() < SECS(10), "{}", st.entry(&id));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -101,6 +101,33 @@ fn the_owners_sigkill_stops_what_was_kept() {
     assert_eq!((e["status"].as_str(), e["stopReason"].as_str()), (Some("stopped"), Some("owner")), "{e}");
 }
 
+/// Its supervisor SIGKILLed (stopped first, so nothing of it runs the stop), then its owner:
+/// `reap` stops what was kept and records it as `reaped`, in both tiers. In the cgroup tier the
+/// kept tree is in the cgroup of the `run` that made it, whose supervisor is gone too; the
+/// machine-wide sweep of such cgroups comes after the entries, so the entry's own pass finds its
+/// tree alive and says so, instead of `lost` with nothing alive (seen with pi's reap).
+#[test]
+fn reap_records_a_kept_tree_whose_supervisor_was_killed_as_reaped() {
+    let guard = Guard::new();
+    let st = State::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut owner, lines, left) = spawn_owner(&st, dir.path(), "s-reap", &guard);
+    assert_eq!(lines.expect("run", SECS(10)), vec!["3"]);
+    let e = kept_entry(&st, "s-reap");
+    let sup = e["supervisorPid"].as_i64().unwrap() as i32;
+    guard.track(sup);
+    kill_supervisor_and_keeper(sup);
+    owner.kill().unwrap();
+    let _ = owner.wait();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(left.iter().all(|p| alive(*p)), "with nobody watching, what was kept lives on until a reap");
+    st.ok(&["reap"]);
+    assert_eq!(wait_gone(&left, SECS(5)), Vec::<i32>::new(), "reap ends every leftover");
+    let e = kept_entry(&st, "s-reap");
+    assert_eq!(e["status"], "reaped", "{e}");
+    assert_eq!(e["treeGone"], true, "{e}");
+}
+
 #[test]
 fn leftovers_that_end_on_their_own_leave_the_entry_exited() {
     let guard = Guard::new();

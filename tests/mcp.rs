@@ -278,6 +278,85 @@ async fn logs_with_a_cursor_across_rotations_have_no_duplicates_and_no_gaps() {
     s.close().await;
 }
 
+/// Reads a log the way a model does: `first`, then the call each reply's `next` names (with its
+/// `cursor`), until `eof`. Returns
+/// the numbers of the command's lines (`[out] N`) and the number of calls; every reply stays
+/// within `max` bytes of text, and every reply before the last is a page that says, in
+/// `truncated` and `next`, that the rest follows its cursor.
+async fn walk(s: &Server, id: &str, first: Value, max: usize) -> (Vec<u64>, usize) {
+    let (mut args, mut seen, mut calls) = (first, Vec::new(), 0);
+    loop {
+        let l = s.ok("process_logs", args.clone()).await;
+        calls += 1;
+        let text = l["text"].as_str().unwrap();
+        assert!(text.len() <= max, "call {calls}: {} bytes", text.len());
+        for line in text.lines() {
+            match line.strip_prefix("[out] ") {
+                Some(n) => seen.push(n.parse().unwrap_or_else(|_| panic!("not a line of ours: {line:?}"))),
+                None => assert!(line.starts_with("[sheepdog] "), "{line:?}"),
+            }
+        }
+        if l["eof"] == true {
+            assert_eq!(l.get("next"), None, "{l}");
+            return (seen, calls);
+        }
+        assert_eq!(l["truncated"], true, "a page cut short says so: {l}");
+        // The call `next` names, as a model makes it: `process_logs {ARGS} for the rest`.
+        let next = l["next"].as_str().unwrap_or_else(|| panic!("no next: {l}"));
+        let call = next.strip_prefix("process_logs ").unwrap_or_else(|| panic!("next: {next:?}"));
+        args = serde_json::Deserializer::from_str(call).into_iter::<Value>().next().unwrap().unwrap();
+        assert_eq!((&args["id"], &args["cursor"]), (&json!(id), &l["cursor"]), "next: {next:?}");
+        assert!(calls < 1000, "no end");
+    }
+}
+
+/// Issue 31, item 4: the default read of a 20 000-line log is its last 16 KiB, and its `next`
+/// says how to read from the start; `from: "start"` and then each `cursor` walk the whole log in
+/// 16 KiB replies, every line exactly once. Across a rotation, the walk starts at the oldest
+/// file kept (`.1`) and is whole from there.
+#[tokio::test]
+async fn process_logs_walks_a_20000_line_log_from_the_start_in_bounded_calls() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let v = s.ok("process_start", json!({"command": "seq 1 20000", "name": "count"})).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    wait_finished(&state, &id);
+    let tail = s.ok("process_logs", json!({"id": "count"})).await;
+    assert_eq!(tail["truncated"], true, "{tail}");
+    let last = tail["text"].as_str().unwrap();
+    assert!(last.contains("[out] 20000\n") && last.len() <= 16 * 1024, "{last}");
+    let next = tail["next"].as_str().unwrap_or_else(|| panic!("no next: {tail}"));
+    let from_start = json!({"id": id, "from": "start"}).to_string();
+    assert!(next.contains(&from_start), "next {next:?} does not say {from_start}");
+
+    let (seen, calls) = walk(&s, &id, json!({"id": id, "from": "start"}), 16 * 1024).await;
+    assert_eq!(seen, (1..=20000).collect::<Vec<u64>>(), "lines lost or repeated");
+    // Bounded: as many calls as 16 KiB pages of the log, and one more at most.
+    let size = std::fs::metadata(state.path().join("procs").join(&id).join("combined.log")).unwrap().len() as usize;
+    assert!(calls <= size.div_ceil(16 * 1024 - 16) + 1, "{calls} calls for {size} bytes");
+
+    // With a page size of its own, and a log that rotated: from `.1` on, whole.
+    let v = s.ok("process_start", json!({"command": "seq 1 5000", "logMax": 8192})).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    wait_finished(&state, &id);
+    assert!(state.path().join("procs").join(&id).join("combined.log.1").exists(), "the log never rotated");
+    let (seen, _) = walk(&s, &id, json!({"id": id, "from": "start", "maxBytes": 1000}), 1000).await;
+    let first = *seen.first().unwrap();
+    assert!(first > 1, "the first lines rotated away, {first} is the first kept");
+    assert_eq!(seen, (first..=5000).collect::<Vec<u64>>(), "lines lost or repeated after {first}");
+
+    for (args, needle) in [
+        (json!({"id": id, "from": "start", "cursor": "1:0"}), "`from` and `cursor` do not go together"),
+        (json!({"id": id, "from": "start", "tail": 5}), "`tail` reads the last lines"),
+        (json!({"id": id, "from": "middle"}), "Unknown `from` 'middle': use start or end."),
+    ] {
+        let r = s.call("process_logs", args.clone()).await;
+        assert_eq!(r.is_error, Some(true), "{args}: {}", text(&r));
+        assert!(text(&r).contains(needle), "{args}: {}", text(&r));
+    }
+    s.close().await;
+}
+
 #[tokio::test]
 async fn stop_prints_the_exact_lines_with_a_failed_cleanup() {
     let (state, guard) = (State::new(), Guard::new());

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::*;
+use serde_json::json;
 
 fn schema_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("schema")
@@ -148,6 +149,17 @@ fn every_document_the_binary_prints_matches_its_schema() {
     assert_eq!(stop["stopped"][0]["cleanupResult"]["exitCode"], 0, "{stop}");
     docs.push(("stop.json", stop));
     docs.push(("reap.json", json_of(&st.run(&["--json", "reap"]))));
+    // `send --json` (issue 31: it had no `v` and no schema).
+    let asked = st.start(&["--stdin", "pipe", "--", "sh", "-c", "read a; echo got $a"]);
+    let asked = asked["id"].as_str().unwrap().to_string();
+    let sent = json_of(&st.run(&["--json", "send", &asked, "--eof", "yes\n"]));
+    assert_eq!((&sent["id"], &sent["bytes"], &sent["eof"]), (&json!(asked), &json!(4), &json!(true)), "{sent}");
+    docs.push(("send.json", sent));
+    docs.push(("wait.json", json_of(&st.run(&["--json", "wait", &asked, "--timeout", "10s"]))));
+    // The empty documents: an idempotent cancel, and a wait with nothing to wait for.
+    let none = json_of(&st.run(&["--json", "stop", "--session", "none", "--missing-ok"]));
+    assert_eq!(none["stopped"], json!([]), "{none}");
+    docs.push(("stop.json", none));
     docs.push(("clear.json", json_of(&st.run(&["--json", "clear", "--finished"]))));
     docs.push(("doctor.json", json_of(&st.run(&["--json", "doctor"]))));
     let err = st.run(&["--json", "stop", "nope"]);
@@ -155,6 +167,10 @@ fn every_document_the_binary_prints_matches_its_schema() {
     let err = json_of(&err);
     assert_eq!(err["error"]["exitStatus"], 125);
     docs.push(("error.json", err));
+    // A flag clap refuses is reported in the same document.
+    let err = st.run(&["--json", "stop", "--nope"]);
+    assert_eq!(err.status.code(), Some(125));
+    docs.push(("error.json", json_of(&err)));
     let events = st.ok(&["--json", "events", "--since", "0", "--no-follow"]);
     let kinds: Vec<String> = events
         .lines()
@@ -178,5 +194,55 @@ fn every_document_the_binary_prints_matches_its_schema() {
     for l in lines.lines() {
         docs.push(("events-fd.json", serde_json::from_str(l).unwrap()));
     }
+    // Every document carries `"v": 1` (the entry views are parts of `ps --json`, not documents).
+    let no_v: Vec<String> =
+        docs.iter().filter(|(f, d)| *f != "entry.json" && d["v"] != 1).map(|(f, d)| format!("{f}: {d}")).collect();
+    assert!(no_v.is_empty(), "documents without \"v\": 1: {no_v:#?}");
+    // Every subcommand's document was among them, and every schema in schema/ checked.
+    let commands = String::from_utf8(common::sheepdog().arg("--help").output().unwrap().stdout).unwrap();
+    let commands: Vec<&str> = commands
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let listed: Vec<&str> = DOCUMENTS.iter().map(|(c, _)| *c).collect();
+    assert_eq!(commands, listed, "a subcommand is missing from DOCUMENTS in tests/schema.rs");
+    let mut unchecked: Vec<String> = DOCUMENTS
+        .iter()
+        .filter_map(|(c, f)| f.filter(|f| !docs.iter().any(|(d, _)| d == f)).map(|f| format!("{c}: {f}")))
+        .collect();
+    for (file, _) in sheepdog::schema::documents() {
+        if !docs.iter().any(|(d, _)| *d == file) {
+            unchecked.push(file.to_string());
+        }
+    }
+    assert!(unchecked.is_empty(), "no real document validated against {unchecked:?}");
     validate(&docs);
 }
+
+/// The schema of each subcommand's `--json` document, in `--help`'s order (None: the command
+/// prints no document of its own: `run` writes events-fd.json's lines to `--events-fd`, `top`
+/// is a screen, `completions` and `man` print scripts and roff, `mcp` speaks MCP, whose schemas
+/// are in schema/mcp/).
+const DOCUMENTS: [(&str, Option<&str>); 18] = [
+    ("run", Some("events-fd.json")),
+    ("start", Some("start.json")),
+    ("ps", Some("ps.json")),
+    ("logs", Some("logs.json")),
+    ("stop", Some("stop.json")),
+    ("restart", Some("restart.json")),
+    ("update", Some("update.json")),
+    ("send", Some("send.json")),
+    ("wait", Some("wait.json")),
+    ("reap", Some("reap.json")),
+    ("clear", Some("clear.json")),
+    ("events", Some("events.json")),
+    ("top", None),
+    ("doctor", Some("doctor.json")),
+    ("completions", None),
+    ("man", None),
+    ("mcp", None),
+    ("help", None),
+];

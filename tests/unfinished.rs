@@ -11,6 +11,11 @@ use std::time::Duration;
 
 use common::*;
 
+/// The reap tests below take turns: `reap`'s sweep of leftover cgroups is machine-wide, and a
+/// sweep holds a cgroup it is emptying (its flock) until its bound, so another test's `reap`
+/// meeting that cgroup at the same time rightly leaves it to the first and reports nothing.
+static REAPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn id_of(v: &serde_json::Value) -> String {
     v["id"].as_str().expect("an id").to_string()
 }
@@ -83,6 +88,7 @@ fn a_stop_that_did_not_finish_says_who_is_left_and_wait_does_not_answer_until_it
 
 #[test]
 fn reap_that_cannot_end_a_tree_says_who_is_left_and_exits_124() {
+    let _turn = REAPS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(frozen) = Frozen::new("reap") else { return };
     let (st, guard) = (State::new(), Guard::new());
     let (id, member) = start_with_member(&st, &guard);
@@ -102,6 +108,7 @@ fn reap_that_cannot_end_a_tree_says_who_is_left_and_exits_124() {
 
 #[test]
 fn reap_that_meets_a_leftover_cgroup_it_cannot_empty_says_what_it_found_and_exits_124() {
+    let _turn = REAPS.lock().unwrap_or_else(|e| e.into_inner());
     // `run`'s cgroup has no entry: only the sweep of leftover cgroups finds it.
     let Some(frozen) = Frozen::new("sweep") else { return };
     let guard = Guard::new();

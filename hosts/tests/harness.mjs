@@ -241,3 +241,73 @@ export async function survivors(pids, port, ms = 5000) {
     await sleep(50);
   }
 }
+
+export const GEMINI = versions.gemini;
+
+let gemini;
+/**
+ * The `gemini` CLI (pinned in versions.json): from $SHEEPDOG_HOSTS_DIR when CI installed it
+ * there, else a temp project with Gemini CLI alone, installed now (once per test file).
+ */
+export function geminiBin() {
+  if (gemini) return gemini;
+  const installed = (dir) => path.join(dir, "node_modules", ".bin", "gemini");
+  if (process.env.SHEEPDOG_HOSTS_DIR && fs.existsSync(installed(process.env.SHEEPDOG_HOSTS_DIR))) {
+    return (gemini = installed(process.env.SHEEPDOG_HOSTS_DIR));
+  }
+  const dir = tempDir("sheepdog-gemini-cli-");
+  fs.writeFileSync(path.join(dir, "package.json"), JSON.stringify({ name: "hosts", version: "1.0.0", private: true }));
+  execFileSync("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", GEMINI], { cwd: dir, stdio: ["ignore", "ignore", "inherit"] });
+  return (gemini = installed(dir));
+}
+
+/**
+ * A fresh Gemini CLI home and project: API-key auth against the scripted model, the project
+ * trusted (folder trust off: an untrusted folder turns YOLO off), no update checks or usage
+ * statistics, `settings` merged on top; the extension in hosts/gemini-cli installed with
+ * `gemini extensions install` when `plugin`. The state dir is sheepdog's default for that home,
+ * so the hooks and the extension's MCP server agree on it even where an environment variable
+ * would not reach one of them.
+ */
+export function geminiSetup({ plugin, settings = {} }) {
+  const home = tempDir("sheepdog-gemini-");
+  const proj = path.join(home, "proj");
+  fs.mkdirSync(proj);
+  fs.mkdirSync(path.join(home, ".gemini"));
+  const base = {
+    security: { auth: { selectedType: "gemini-api-key" }, folderTrust: { enabled: false } },
+    privacy: { usageStatisticsEnabled: false },
+    general: { enableAutoUpdate: false, enableAutoUpdateNotification: false },
+  };
+  const merged = { ...base, ...settings, security: { ...base.security, ...(settings.security || {}) } };
+  fs.writeFileSync(path.join(home, ".gemini", "settings.json"), JSON.stringify(merged));
+  if (plugin) {
+    const env = { PATH: process.env.PATH, HOME: home, LANG: "C.UTF-8", GEMINI_CLI_NO_RELAUNCH: "true" };
+    execFileSync(geminiBin(), ["extensions", "install", path.join(repo, "hosts", "gemini-cli"), "--consent"], { env, stdio: "ignore" });
+  }
+  const state = path.join(home, ".local", "state", "sheepdog");
+  return { home, proj, state, plugin };
+}
+
+/**
+ * Runs `gemini -p` (headless, approvals off: `--yolo`) against `model` in `setup`.
+ * `relaunch: false` sets GEMINI_CLI_NO_RELAUNCH, so the spawned process is the agent itself
+ * (by default Gemini CLI runs itself again as a child, with a larger heap, and waits for it).
+ */
+export function runGemini(model, setup, opts = {}) {
+  const env = {
+    PATH: hostPath(opts.withSheepdog ?? true),
+    HOME: setup.home,
+    LANG: "C.UTF-8",
+    GEMINI_API_KEY: "test-key",
+    GOOGLE_GEMINI_BASE_URL: model.url,
+    SHEEPDOG_STATE_DIR: setup.state,
+    // The containment tier under test (`SHEEPDOG_CONTAINMENT=subreaper`), as the Rust tests take it.
+    ...(process.env.SHEEPDOG_CONTAINMENT ? { SHEEPDOG_CONTAINMENT: process.env.SHEEPDOG_CONTAINMENT } : {}),
+    ...(opts.relaunch === false ? { GEMINI_CLI_NO_RELAUNCH: "true" } : {}),
+    ...(opts.env || {}),
+  };
+  const mode = opts.permissions ?? ["--yolo"];
+  const argv = ["-p", opts.prompt || "go", "-m", "gemini-2.5-flash", ...mode];
+  return runHost(geminiBin(), argv, { cwd: setup.proj, env, ...opts });
+}

@@ -123,6 +123,24 @@ test("list() resolves to entry views with id and pid", async (t) => {
   assert.equal(v.pid, e.pid);
 });
 
+test("the whole-API host names every function and every field of the events and of send (issue 31)", () => {
+  const host = fs.readFileSync(path.join(here, "whole-api.ts"), "utf8");
+  const fns = ["supervise", "start", "list", "logs", "stop", "restart", "update", "wait", "reap", "clear", "send", "events", "binaryPath"];
+  const missing = fns.filter((f) => !host.includes(`sheepdog.${f}(`));
+  // Every property of every variant (and of what they share) of both event streams, and of
+  // send's result: the host reads each one, so tsc --strict checks its type.
+  for (const [file, prefix] of [["events.json", "ev."], ["events-fd.json", "ev."], ["send.json", "sent."]]) {
+    const s = JSON.parse(fs.readFileSync(path.join(repo, "schema", file), "utf8"));
+    for (const part of [s, ...(s.oneOf || [])]) {
+      for (const k of Object.keys(part.properties || {})) {
+        // `event` is read by the switch; the others by name.
+        if (k === "event" ? !host.includes("switch (ev.event)") : !host.includes(`${prefix}${k}`)) missing.push(`${file}: ${k}`);
+      }
+    }
+  }
+  assert.deepEqual(missing, [], "whole-api.ts does not use these");
+});
+
 test("the types check an example host (tsc --noEmit --strict)", (t) => {
   const tsc = findTsc();
   if (!tsc) {
@@ -132,6 +150,7 @@ test("the types check an example host (tsc --noEmit --strict)", (t) => {
   const dir = installProject();
   fs.copyFileSync(path.join(here, "example-host.ts"), path.join(dir, "example-host.ts"));
   fs.copyFileSync(path.join(here, "example-host.mts"), path.join(dir, "example-host.mts"));
+  fs.copyFileSync(path.join(here, "whole-api.ts"), path.join(dir, "whole-api.ts"));
   fs.writeFileSync(
     path.join(dir, "tsconfig.json"),
     JSON.stringify({
@@ -145,7 +164,7 @@ test("the types check an example host (tsc --noEmit --strict)", (t) => {
         typeRoots: [tsc.types],
         skipLibCheck: false,
       },
-      files: ["example-host.ts", "example-host.mts"],
+      files: ["example-host.ts", "example-host.mts", "whole-api.ts"],
     }),
   );
   const r = spawnSync(process.execPath, [tsc.bin, "-p", "."], { cwd: dir, encoding: "utf8" });
@@ -221,7 +240,7 @@ test("scripts/gen-types.mjs turns a schema into the types file (and refuses one 
       },
       "other.json": {
         $defs: Object.fromEntries(
-          ["StartResult", "StopView", "RestartView", "WaitResult", "LogsResult", "ReapResult", "ErrorDocument", "SpawnedEvent", "StoppingEvent", "EscalatedEvent", "ExitedEvent", "SpawnFailedEvent", "EntryEvent"].map((n) => [
+          ["StartResult", "UpdateResult", "SendResult", "StopView", "RestartView", "WaitResult", "LogsResult", "ReapResult", "ErrorDocument", "SpawnedEvent", "StoppingEvent", "EscalatedEvent", "ExitedEvent", "SpawnFailedEvent", "EntryEvent"].map((n) => [
             n,
             obj(n, { v: { const: 1 }, note: { anyOf: [{ type: "string" }, { type: "null" }] } }, ["v"]),
           ]),
@@ -229,6 +248,15 @@ test("scripts/gen-types.mjs turns a schema into the types file (and refuses one 
         title: "SupervisorEvent",
         oneOf: [{ $ref: "#/$defs/SpawnedEvent" }, { $ref: "#/$defs/ExitedEvent" }],
       },
+    };
+    // What every line shares in `properties`, the kinds in `oneOf` (a flattened tagged enum),
+    // under a title that is a TypeScript global.
+    files["journal.json"] = {
+      ...obj("Record", { v: { const: 1 }, seq: { type: "integer" } }),
+      oneOf: [
+        obj("", { event: { type: "string", const: "started" }, pid: { type: "integer" } }),
+        obj("", { event: { type: "string", const: "cleared" } }),
+      ],
     };
     for (const [f, d] of Object.entries(files)) fs.writeFileSync(path.join(schema, f), JSON.stringify(d));
     const ts = path.join(tmp, "types.d.ts");
@@ -240,9 +268,15 @@ test("scripts/gen-types.mjs turns a schema into the types file (and refuses one 
     assert.match(out, /export type Status = "running" \| "exited";/);
     assert.match(out, /export type SupervisorEvent = SpawnedEvent \| ExitedEvent;/);
     assert.match(out, /note\?: string \| null;/);
+    assert.match(out, /export type JournalRecord = \{\n  v: 1;\n  seq: number;\n  event: "started";\n  pid: number;\n\} \| \{\n  v: 1;\n  seq: number;\n  event: "cleared";\n\};/);
+    assert.match(out, /export type JournalRecordStarted = Extract<JournalRecord, \{ event: "started" \}>;/);
+    assert.doesNotMatch(out, /export type Record\b/, "Record is TypeScript's own");
     const pyr = spawnSync("python3", ["-c", `import importlib.util as u; s = u.spec_from_file_location("t", ${JSON.stringify(py)}); m = u.module_from_spec(s); s.loader.exec_module(m); print(sorted(m.EntryView.__required_keys__))`], { encoding: "utf8" });
     assert.equal(pyr.status, 0, pyr.stderr);
     assert.equal(pyr.stdout.trim(), "['id', 'pid', 'status']");
+    const pyu = spawnSync("python3", ["-c", `import importlib.util as u; s = u.spec_from_file_location("t", ${JSON.stringify(py)}); m = u.module_from_spec(s); s.loader.exec_module(m); print(sorted(m.JournalRecordStarted.__required_keys__), [a.__name__ for a in m.JournalRecord.__args__])`], { encoding: "utf8" });
+    assert.equal(pyu.status, 0, pyu.stderr);
+    assert.equal(pyu.stdout.trim(), "['event', 'pid', 'seq', 'v'] ['JournalRecordStarted', 'JournalRecordCleared']");
     fs.rmSync(path.join(schema, "other.json"));
     const bad = spawnSync(process.execPath, [path.join(repo, "scripts/gen-types.mjs"), schema, ts, py], { encoding: "utf8" });
     assert.equal(bad.status, 1);

@@ -4,6 +4,9 @@
 // and processes owned by pi's own process, so that a kill -9 of pi stops every tree and runs
 // every pending cleanup once (sheepdog's supervisors watch the owner; nothing here has to run).
 //
+// pi's own `bash` tool runs under sheepdog too (bash.ts): each call supervised with pi as its
+// owner, what it leaves running kept as an entry of the same session, told to the model once.
+//
 // Lifecycle: one sheepdog session per pi process. `session_shutdown` with reason `quit` stops
 // the session (trees, then cleanups); reload and session switches leave the processes running,
 // and the next instance lists them, follows their events and resumes their watches.
@@ -12,25 +15,30 @@ import { parameters, type Params } from "./schema";
 import { followEvents, MESSAGE_TYPE, Watchers, type Sender } from "./notices";
 import { run, type Ctx } from "./tool";
 import { shared } from "./state";
+import { bashSessionStart, superviseBash, type BashPi } from "./bash";
 import * as sd from "sheepdog";
 
-/** The part of pi's ExtensionAPI this extension uses (pi 0.73: `@mariozechner/pi-coding-agent`). */
-interface Pi extends Sender {
-  on(event: "session_start", handler: (event: { reason: string }, ctx: Ctx) => unknown): void;
-  on(event: "session_shutdown", handler: (event: { reason: string }, ctx: Ctx) => unknown): void;
-  registerTool(tool: {
-    name: string;
-    label: string;
-    description: string;
-    promptSnippet?: string;
-    promptGuidelines?: string[];
-    parameters: unknown;
-    execute(id: string, params: Params, signal: AbortSignal | undefined, onUpdate: unknown, ctx: Ctx): Promise<{
-      content: { type: "text"; text: string }[];
-      details: unknown;
-    }>;
-  }): void;
-}
+/**
+ * The part of pi's ExtensionAPI this extension uses (pi 1.x: `@earendil-works/pi-coding-agent`;
+ * pi 0.73: `@mariozechner/pi-coding-agent`).
+ */
+type Pi = Sender &
+  BashPi & {
+    on(event: "session_start", handler: (event: { reason: string }, ctx: Ctx) => unknown): void;
+    on(event: "session_shutdown", handler: (event: { reason: string }, ctx: Ctx) => unknown): void;
+    registerTool(tool: {
+      name: string;
+      label: string;
+      description: string;
+      promptSnippet?: string;
+      promptGuidelines?: string[];
+      parameters: unknown;
+      execute(id: string, params: Params, signal: AbortSignal | undefined, onUpdate: unknown, ctx: Ctx): Promise<{
+        content: { type: "text"; text: string }[];
+        details: unknown;
+      }>;
+    }): void;
+  };
 
 export default function sheepdogProcesses(pi: Pi): void {
   const watchers = new Watchers(pi);
@@ -56,7 +64,10 @@ export default function sheepdogProcesses(pi: Pi): void {
     },
   });
 
-  pi.on("session_start", async (_event, ctx) => {
+  superviseBash(pi);
+
+  pi.on("session_start", async (event, ctx) => {
+    bashSessionStart(event.reason, ctx);
     void followEvents(pi, events.signal).catch((e) => {
       if (ctx.hasUI) ctx.ui.notify(`sheepdog: exit notices stopped: ${(e as Error).message}`, "error");
     });

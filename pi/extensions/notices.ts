@@ -67,8 +67,12 @@ async function exitNotice(pi: Sender, ev: ExitedEvent): Promise<void> {
   if (s.told.has(ev.id)) return;
   s.told.add(ev.id);
   const k = kind(ev);
-  const n = s.notify.get(ev.id) ?? {};
-  let attention: Attention = (k === "success" ? n.onSuccess : k === "failure" ? n.onFailure : n.onKilled) ?? (k === "killed" ? "context" : "turn");
+  // A process the tool did not start (what a bash call left, kept in this session: bash.ts) is
+  // told as context: the model never asked to be woken for it.
+  const started = s.notify.get(ev.id);
+  const n = started ?? {};
+  let attention: Attention =
+    (k === "success" ? n.onSuccess : k === "failure" ? n.onFailure : n.onKilled) ?? (k === "killed" || !started ? "context" : "turn");
   if (attention === "ignore") {
     if (k !== "failure") return;
     attention = "context"; // a failure is always told

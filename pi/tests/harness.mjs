@@ -1,21 +1,34 @@
-// The pi package's end-to-end harness: a fresh project with pi 0.73 (from npm), the packed
-// sheepdog tarballs ($SHEEPDOG_PACKAGES, default target/package) and this package packed from
-// pi/; a scripted model (an OpenAI-compatible server on 127.0.0.1, named in models.json) whose
-// replies are tool calls; pi itself in `--mode rpc`. Processes are checked, and on cleanup
-// killed, by recorded pid and start time, never by name. Zombies count as dead.
+// The pi package's end-to-end harness: pi (versions.json: pi 1.x, which needs Node >= 22.19) and
+// a Node to run it (the npm package node-linux-<arch>, which ships the binary; the test runner
+// itself may be an older Node) installed once into a host dir ($SHEEPDOG_PI_HOST_DIR, which CI
+// fills once; else a temp dir per test file); a fresh project with the packed sheepdog tarballs
+// ($SHEEPDOG_PACKAGES, default target/package) and this package packed from pi/; a scripted
+// model (an OpenAI-compatible server on 127.0.0.1, named in models.json) whose replies are tool
+// calls; pi itself in `--mode rpc`. Processes are checked, and on cleanup killed, by recorded pid
+// and start time, never by name. Zombies count as dead.
+//
+// SHEEPDOG_PI_PACKAGE names another pi (`@mariozechner/pi-coding-agent@0.73.1`, the last
+// release under that name, also runs these tests).
 
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import http from "node:http";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 
 import { Guard, alive, packages, repo, sleep, stat, until } from "../../npm/tests/helpers.mjs";
 
-export { alive, sleep, until };
-export const PI = process.env.SHEEPDOG_PI_PACKAGE || "@mariozechner/pi-coding-agent@0.73.1";
+export { Guard, alive, sleep, stat, until };
+/** The versions tested: pi and the Node that runs it, pinned in versions.json (CI reads it too). */
+const versions = JSON.parse(fs.readFileSync(path.join(repo, "pi/tests/versions.json"), "utf8"));
+export const PI = process.env.SHEEPDOG_PI_PACKAGE || versions.pi;
+/** The npm package that ships the Node binary pi runs under. */
+export const PI_NODE = `node-linux-${process.arch}@${versions.node}`;
+/** pi's package name: the spec without its version. */
+const piName = PI.replace(/(.)@[^@/]*$/, "$1");
 
 /** Every live descendant of `pid` (by /proc ppid links), with its start time. */
 export function descendants(pid) {
@@ -42,11 +55,36 @@ export function descendants(pid) {
 
 
 let project;
+let hostDir;
 after(() => project && fs.rmSync(project, { recursive: true, force: true }));
+after(() => hostDir && !process.env.SHEEPDOG_PI_HOST_DIR && fs.rmSync(hostDir, { recursive: true, force: true }));
 
 /**
- * A fresh project with pi, the sheepdog tarballs and this package (packed now from pi/): the
- * tarballs offline-capable, pi from the registry (or npm's cache). Once per test file.
+ * The dir whose node_modules has pi and the Node it runs under: $SHEEPDOG_PI_HOST_DIR (CI
+ * installs them there once, `npm install PI PI_NODE`), else a temp dir installed now (once per
+ * test file, from the registry or npm's cache).
+ */
+export function piHost() {
+  if (hostDir) return hostDir;
+  if (process.env.SHEEPDOG_PI_HOST_DIR) return (hostDir = path.resolve(process.env.SHEEPDOG_PI_HOST_DIR));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sheepdog-pi-host-"));
+  fs.writeFileSync(path.join(dir, "package.json"), JSON.stringify({ name: "pi-host", version: "1.0.0", private: true }));
+  execFileSync("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", PI, PI_NODE], { cwd: dir, stdio: ["ignore", "ignore", "inherit"] });
+  return (hostDir = dir);
+}
+
+/** How to run pi: the Node binary of PI_NODE and pi's CLI script (its package's `bin.pi`). */
+export function piCommand() {
+  const mods = path.join(piHost(), "node_modules");
+  const node = path.join(mods, PI_NODE.replace(/@[^@]*$/, ""), "bin", "node");
+  const pkg = JSON.parse(fs.readFileSync(path.join(mods, piName, "package.json"), "utf8"));
+  const bin = typeof pkg.bin === "string" ? pkg.bin : pkg.bin.pi;
+  return { node, cli: path.join(mods, piName, bin), version: pkg.version };
+}
+
+/**
+ * A fresh project with the sheepdog tarballs and this package (packed now from pi/), installed
+ * offline. Once per test file.
  */
 export function installProject() {
   if (project) return project;
@@ -60,7 +98,7 @@ export function installProject() {
   fs.writeFileSync(path.join(dir, "package.json"), JSON.stringify({ name: "host", version: "1.0.0", private: true }));
   execFileSync(
     "npm",
-    ["install", "--no-audit", "--no-fund", "--loglevel=error", PI, path.join(dir, own), ...tarballs.map((t) => path.join(packages, t))],
+    ["install", "--offline", "--no-audit", "--no-fund", "--loglevel=error", path.join(dir, own), ...tarballs.map((t) => path.join(packages, t))],
     { cwd: dir, stdio: ["ignore", "ignore", "inherit"] },
   );
   project = dir;
@@ -153,14 +191,16 @@ export function allText(body) {
 
 /**
  * Runs `pi --mode rpc` in the project with the scripted model, this package as its one
- * extension, and its own agent dir, session dir and sheepdog state dir (removed afterwards,
- * after a stop of whatever is left in the state dir; then what the test tracked is killed).
+ * extension (none with `extension: false`: bare pi), and its own agent dir, session dir and
+ * sheepdog state dir (`state` names another one, an earlier pi's; removed afterwards, after a
+ * stop of whatever is left in the state dir; then what the test tracked is killed).
  */
-export function startPi(t, m, { env = {}, cwd } = {}) {
+export function startPi(t, m, { env = {}, cwd, extension = true, state } = {}) {
   const dir = installProject();
+  const { node, cli } = piCommand();
   const home = fs.mkdtempSync(path.join(os.tmpdir(), "sheepdog-pi-home-"));
   const agentDir = path.join(home, "agent");
-  const stateDir = path.join(home, "state");
+  const stateDir = state || path.join(home, "state");
   fs.mkdirSync(agentDir, { recursive: true });
   fs.writeFileSync(
     path.join(agentDir, "models.json"),
@@ -177,11 +217,10 @@ export function startPi(t, m, { env = {}, cwd } = {}) {
     }),
   );
   const guard = new Guard();
-  const piBin = path.join(dir, "node_modules/@mariozechner/pi-coding-agent/dist/cli.js");
   const ext = path.join(dir, "node_modules/pi-sheepdog");
   const child = spawn(
-    process.execPath,
-    [piBin, "--mode", "rpc", "--provider", "scripted", "--model", "scripted", "--no-session", "--no-skills", "--no-extensions", "--offline", "-e", ext],
+    node,
+    [cli, "--mode", "rpc", "--provider", "scripted", "--model", "scripted", "--no-session", "--no-skills", "--no-extensions", "--offline", ...(extension ? ["-e", ext] : [])],
     {
       cwd: cwd || home,
       stdio: ["pipe", "pipe", "pipe"],
@@ -293,4 +332,78 @@ export function startPi(t, m, { env = {}, cwd } = {}) {
 /** tool_execution_end events of the process tool, in order. */
 export function toolEnds(events) {
   return events.filter((e) => e.type === "tool_execution_end" && e.toolName === "process");
+}
+
+/** tool_execution_end events of pi's bash tool, in order. */
+export function bashEnds(events) {
+  return events.filter((e) => e.type === "tool_execution_end" && e.toolName === "bash");
+}
+
+/** True if something accepts on 127.0.0.1:`port`. */
+export function answers(port) {
+  return new Promise((resolve) => {
+    const s = net.connect({ port, host: "127.0.0.1" });
+    s.once("connect", () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once("error", () => resolve(false));
+  });
+}
+
+/** A free TCP port on 127.0.0.1. */
+export async function freePort() {
+  const s = net.createServer();
+  await new Promise((r) => s.listen(0, "127.0.0.1", r));
+  const { port } = s.address();
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+/**
+ * What the model's bash call starts: a `nohup`'d server on `port`, a `setsid` child and a
+ * double-forked `setsid` helper, each writing its pid into `dir` (so the test knows every
+ * process, also those that leave pi's tree), then `echo started`; with `wait`, the call itself
+ * runs until they end.
+ */
+export function devServer(dir, port, { wait = false } = {}) {
+  return [
+    `nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > ${dir}/server`,
+    `setsid sh -c 'echo $$ > ${dir}/setsid; exec sleep 300' &`,
+    `( setsid sh -c 'echo $$ > ${dir}/helper; exec sleep 301' & )`,
+    `echo $$ > ${dir}/shell`,
+    "echo started",
+    ...(wait ? ["wait"] : []),
+  ].join("\n");
+}
+
+/** The pids `devServer` wrote, once all four are there (tracked by `guard`). */
+export async function devPids(dir, guard) {
+  const names = ["server", "setsid", "helper", "shell"];
+  const read = (n) => {
+    try {
+      return fs.readFileSync(path.join(dir, n), "utf8").trim();
+    } catch {
+      return "";
+    }
+  };
+  await until(() => names.every(read), 15000, "the dev server's pids");
+  const pids = names.map((n) => Number(read(n)));
+  for (const p of pids) guard?.track(p);
+  return pids;
+}
+
+/**
+ * After `ms` (5 s): which of `pids` are alive (a thread group while any thread lives; zombies
+ * are dead) and whether `port` still answers. Returns as soon as all are gone and the port is
+ * free, or at `ms` with what is left.
+ */
+export async function survivors(pids, port, ms = 5000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const live = pids.filter(alive);
+    const open = port ? await answers(port) : false;
+    if ((live.length === 0 && !open) || Date.now() >= end) return { live, open };
+    await sleep(50);
+  }
 }

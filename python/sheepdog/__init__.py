@@ -22,9 +22,12 @@ from ._types import (
     ErrorDocument,
     LogsResult,
     ReapResult,
+    RestartView,
+    SendResult,
     StartResult,
     StopView,
     SupervisorEvent,
+    UpdateResult,
     WaitResult,
 )
 
@@ -54,7 +57,7 @@ _list = list
 class SheepdogError(Exception):
     """A sheepdog command that failed.
 
-    ``document`` is the error document it printed (``{"error": {"message", "exitCode"}}``) or
+    ``document`` is the error document it printed (``{"v": 1, "error": {"message", "exitStatus"}}``) or
     None; ``exit_status`` its exit status (125 for bad input, 1, 74, 124, ...; negative: killed by
     that signal); ``stderr`` what it said.
     """
@@ -421,8 +424,9 @@ def restart(
     term_grace: Optional[Duration] = None,
     state_dir: Optional[str] = None,
     binary: Optional[str] = None,
-) -> List[EntryView]:
-    """``sheepdog restart``: the new entries' views (each with ``restartOf``)."""
+) -> List[RestartView]:
+    """``sheepdog restart``: the new entries' views (each with ``restartOf``, ``ready`` and
+    ``warnings``)."""
     a = ["restart", *_targets(id_or_name, None)] + _flags({"t": term_grace}, [("t", "--term-grace", "dur")])
     return _call(a, state_dir, binary)["restarted"]
 
@@ -438,8 +442,9 @@ def update(
     name: Optional[str] = None,
     state_dir: Optional[str] = None,
     binary: Optional[str] = None,
-) -> EntryView:
-    """``sheepdog update ID``: change the cleanup (``cleanup=None`` removes it) or the name."""
+) -> UpdateResult:
+    """``sheepdog update ID``: change the cleanup (``cleanup=None`` removes it) or the name;
+    returns the entry's view after the change (with ``v``)."""
     a = ["update", str(id_or_name)]
     if cleanup is None:
         a.append("--no-cleanup")
@@ -458,7 +463,8 @@ def wait(
     state_dir: Optional[str] = None,
     binary: Optional[str] = None,
 ) -> WaitResult:
-    """``sheepdog wait``: ``{waited, exitCode}``, also when a process failed."""
+    """``sheepdog wait``: ``{v, waited, exitStatus}``, also when a process failed (its status is
+    the result)."""
     a = ["wait", *_targets(id_or_name, session)] + _flags(
         {"any": any, "t": timeout}, [("any", "--any", "bool"), ("t", "--timeout", "dur")]
     )
@@ -494,8 +500,9 @@ def send(
     eof: bool = False,
     state_dir: Optional[str] = None,
     binary: Optional[str] = None,
-) -> Any:
-    """``sheepdog send ID -``: writes ``input`` to the stdin of a process started with ``stdin="pipe"``."""
+) -> SendResult:
+    """``sheepdog send ID -``: writes ``input`` to the stdin of a process started with
+    ``stdin="pipe"``; returns ``{v, id, bytes, eof}``."""
     data = input.encode() if isinstance(input, str) else bytes(input)
     a = ["send", str(id_or_name)] + (["--eof"] if eof else []) + ["-"]
     return _call(a, state_dir, binary, input=data)
@@ -505,11 +512,12 @@ def events(
     *,
     session: Optional[str] = None,
     id: Optional[str] = None,
-    since: Optional[str] = None,
+    since: Optional[int] = None,
     state_dir: Optional[str] = None,
     binary: Optional[str] = None,
 ) -> Iterator[EntryEvent]:
-    """``sheepdog events --json`` as an iterator; closing it (or leaving the loop) ends the reader."""
+    """``sheepdog events --json`` as an iterator; closing it (or leaving the loop) ends the reader.
+    ``since`` is the ``seq`` of an event seen before: resume after it (``0``: the whole journal)."""
     a = [binary or binary_path(), *_global(state_dir), "events"] + _flags(
         {"s": session, "i": id, "c": since}, [("s", "--session", "str"), ("i", "--id", "str"), ("c", "--since", "str")]
     )

@@ -178,24 +178,188 @@ class ErrorDoc(_ErrorDocOptional):
 
 ExitValue = Union[int, str]
 
-_EventLineOptional = TypedDict("_EventLineOptional", {
+_EventLineSpawnedOptional = TypedDict("_EventLineSpawnedOptional", {
 }, total=False)
 
-class EventLine(_EventLineOptional):
+class EventLineSpawned(_EventLineSpawnedOptional):
     v: "Version"
+    event: Literal["spawned"]
+    pid: int
+    pgid: int
+    maxStopMs: int
+    containment: Union[str, None]
+    containmentReason: Union[str, None]
+    cgroup: Union[str, None]
+    cgroupInode: Union[int, None]
 
 
-_RecordOptional = TypedDict("_RecordOptional", {
+_EventLineStoppingOptional = TypedDict("_EventLineStoppingOptional", {
+    "signal": Union[str, None],
 }, total=False)
 
-class Record(_RecordOptional):
+class EventLineStopping(_EventLineStoppingOptional):
+    v: "Version"
+    event: Literal["stopping"]
+    trigger: str
+
+
+_EventLineEscalatedOptional = TypedDict("_EventLineEscalatedOptional", {
+}, total=False)
+
+class EventLineEscalated(_EventLineEscalatedOptional):
+    v: "Version"
+    event: Literal["escalated"]
+    signal: str
+    remaining: int
+
+
+_EventLineSpawnFailedOptional = TypedDict("_EventLineSpawnFailedOptional", {
+}, total=False)
+
+class EventLineSpawnFailed(_EventLineSpawnFailedOptional):
+    v: "Version"
+    event: Literal["spawnFailed"]
+    command: str
+    errno: str
+    errnoNumber: Union[int, None]
+    exitStatus: int
+    message: str
+
+
+_EventLineExitedOptional = TypedDict("_EventLineExitedOptional", {
+}, total=False)
+
+class EventLineExited(_EventLineExitedOptional):
+    v: "Version"
+    event: Literal["exited"]
+    exitCode: Union[int, None]
+    signal: Union[str, None]
+    coreDumped: bool
+    treeGone: bool
+    escalated: bool
+    trigger: Union[str, None]
+    exitStatus: "ExitValue"
+    code: Union[int, None]
+    status: "ExitValue"
+
+
+EventLine = Union[EventLineSpawned, EventLineStopping, EventLineEscalated, EventLineSpawnFailed, EventLineExited]
+
+_JournalRecordStartedOptional = TypedDict("_JournalRecordStartedOptional", {
+}, total=False)
+
+class JournalRecordStarted(_JournalRecordStartedOptional):
     v: "Version"
     seq: int
     atMs: int
     id: str
     name: str
     sessionId: Union[str, None]
+    event: Literal["started"]
+    pid: int
+    pgid: Union[int, None]
 
+
+_JournalRecordReadyOptional = TypedDict("_JournalRecordReadyOptional", {
+}, total=False)
+
+class JournalRecordReady(_JournalRecordReadyOptional):
+    v: "Version"
+    seq: int
+    atMs: int
+    id: str
+    name: str
+    sessionId: Union[str, None]
+    event: Literal["ready"]
+    afterMs: int
+    matched: Union[str, None]
+    port: Union[int, None]
+
+
+_JournalRecordExitedOptional = TypedDict("_JournalRecordExitedOptional", {
+}, total=False)
+
+class JournalRecordExited(_JournalRecordExitedOptional):
+    v: "Version"
+    seq: int
+    atMs: int
+    id: str
+    name: str
+    sessionId: Union[str, None]
+    event: Literal["exited"]
+    status: "Status"
+    statusText: str
+    exitCode: Union[int, None]
+    signal: Union[str, None]
+    coreDumped: bool
+    stopReason: Union["StopReason", None]
+    treeGone: Union[bool, None]
+
+
+_JournalRecordStoppedOptional = TypedDict("_JournalRecordStoppedOptional", {
+}, total=False)
+
+class JournalRecordStopped(_JournalRecordStoppedOptional):
+    v: "Version"
+    seq: int
+    atMs: int
+    id: str
+    name: str
+    sessionId: Union[str, None]
+    event: Literal["stopped"]
+    alreadyFinished: bool
+    treeGone: bool
+    ok: bool
+    cleanupError: Union[str, None]
+
+
+_JournalRecordCleanupFinishedOptional = TypedDict("_JournalRecordCleanupFinishedOptional", {
+}, total=False)
+
+class JournalRecordCleanupFinished(_JournalRecordCleanupFinishedOptional):
+    v: "Version"
+    seq: int
+    atMs: int
+    id: str
+    name: str
+    sessionId: Union[str, None]
+    event: Literal["cleanupFinished"]
+    exitCode: Union[int, None]
+    signal: Union[str, None]
+    timedOut: bool
+    durationMs: int
+    ranBy: "CleanupRunner"
+
+
+_JournalRecordClearedOptional = TypedDict("_JournalRecordClearedOptional", {
+}, total=False)
+
+class JournalRecordCleared(_JournalRecordClearedOptional):
+    v: "Version"
+    seq: int
+    atMs: int
+    id: str
+    name: str
+    sessionId: Union[str, None]
+    event: Literal["cleared"]
+
+
+_JournalRecordSetAsideOptional = TypedDict("_JournalRecordSetAsideOptional", {
+}, total=False)
+
+class JournalRecordSetAside(_JournalRecordSetAsideOptional):
+    v: "Version"
+    seq: int
+    atMs: int
+    id: str
+    name: str
+    sessionId: Union[str, None]
+    event: Literal["setAside"]
+    reason: str
+    movedTo: Union[str, None]
+
+
+JournalRecord = Union[JournalRecordStarted, JournalRecordReady, JournalRecordExited, JournalRecordStopped, JournalRecordCleanupFinished, JournalRecordCleared, JournalRecordSetAside]
 
 LogStream = Union[Literal["out"], Literal["err"], Literal["all"]]
 
@@ -342,6 +506,16 @@ _RestartDocOptional = TypedDict("_RestartDocOptional", {
 class RestartDoc(_RestartDocOptional):
     v: "Version"
     restarted: List["StartView"]
+
+
+_SendDocOptional = TypedDict("_SendDocOptional", {
+}, total=False)
+
+class SendDoc(_SendDocOptional):
+    v: "Version"
+    id: str
+    bytes: int
+    eof: bool
 
 
 _StartDocOptional = TypedDict("_StartDocOptional", {
@@ -578,17 +752,19 @@ class WaitDoc(_WaitDocOptional):
     exitCode: int
 
 
-StartResult = StartView
+StartResult = StartDoc
+UpdateResult = EntryDoc
+SendResult = SendDoc
 RestartView = StartView
 WaitResult = WaitDoc
 LogsResult = LogsDoc
 ReapResult = ReapDoc
 ErrorDocument = ErrorDoc
-SpawnedEvent = EventLine
-StoppingEvent = EventLine
-EscalatedEvent = EventLine
-ExitedEvent = EventLine
-SpawnFailedEvent = EventLine
+SpawnedEvent = EventLineSpawned
+StoppingEvent = EventLineStopping
+EscalatedEvent = EventLineEscalated
+ExitedEvent = EventLineExited
+SpawnFailedEvent = EventLineSpawnFailed
 SupervisorEvent = EventLine
-EntryEvent = Record
+EntryEvent = JournalRecord
 Json = Union[Dict[str, Any], List[Any]]

@@ -402,3 +402,52 @@ def test_a_second_session_cancel_with_missing_ok_returns_an_empty_list(venv, sta
         d,
     )
     assert got == {"first": 1, "refused": True, "again": []}, got
+
+
+def test_send_and_events_are_typed_documents_with_v_and_events_resume_after_a_seq(venv, state):
+    """Issue 31: send() returns ``{v, id, bytes, eof}`` (SendResult), events() lines carry ``v``,
+    ``seq``, ``atMs``, ``id``, ``name`` and ``sessionId``, ``since`` takes a ``seq`` (an int), and
+    every function's type hints resolve."""
+    d, guard = state
+    p = host(
+        venv,
+        """
+        import json, sys, typing, sheepdog
+        d = sys.argv[1]
+        e = sheepdog.start("sh", ["-c", "read a; echo got $a"], stdin="pipe", session="s1", state_dir=d)
+        print(json.dumps(e["supervisorPid"]), flush=True)
+        sent = sheepdog.send(e["id"], "yes\\n", eof=True, state_dir=d)
+        waited = sheepdog.wait(e["id"], timeout="10s", state_dir=d)
+        seen = []
+        for ev in sheepdog.events(state_dir=d, since=0):
+            seen.append(ev)
+            if ev["event"] == "exited":
+                break
+        started = next(ev for ev in seen if ev["event"] == "started")
+        resumed = next(iter(sheepdog.events(state_dir=d, since=started["seq"])))
+        # Every function's annotations resolve (the generated unions included).
+        for f in sheepdog.__all__:
+            if callable(getattr(sheepdog, f)) and not isinstance(getattr(sheepdog, f), type):
+                typing.get_type_hints(getattr(sheepdog, f))
+        hints = typing.get_type_hints(sheepdog.send)["return"], typing.get_type_hints(sheepdog.events)["since"]
+        print(json.dumps({
+            "sent": sent,
+            "waited": [waited["v"], waited["exitStatus"]],
+            "common": sorted(set.intersection(*(set(ev) for ev in seen))),
+            "resumed": resumed["seq"] > started["seq"],
+            "sendKeys": sorted(hints[0].__required_keys__),
+            "since": str(hints[1]),
+        }))
+        """,
+        d,
+    )
+    guard.track(json.loads(p.stdout.readline()))
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 0, out
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["sent"]["v"] == 1 and got["sent"]["bytes"] == 4 and got["sent"]["eof"] is True, got
+    assert got["waited"] == [1, 0], got
+    assert got["common"] == ["atMs", "event", "id", "name", "seq", "sessionId", "v"], got
+    assert got["resumed"] is True, got
+    assert got["sendKeys"] == ["bytes", "eof", "id", "v"], got
+    assert got["since"] == "typing.Optional[int]", got

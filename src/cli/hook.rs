@@ -14,6 +14,9 @@
 //!   `CLAUDE_ENV_FILE`), and a detached `reap` of what earlier sessions' crashes left.
 //! - `session-end`: a detached `stop --session`, so the host's time budget for the hook cannot
 //!   cut the stop short.
+//! - Gemini CLI (`hosts/gemini-cli`) names its events `before-tool` (the rewrite, as Codex's,
+//!   given only where it widens nothing: [`gemini_may_rewrite`]) and `after-tool` (the tell),
+//!   and shares `session-start` and `session-end`.
 //!
 //! Fails open: bad input, a registry that cannot be opened, anything unexpected, and the hook
 //! answers nothing (exit 0), so the host runs the command as the model wrote it. It never
@@ -36,6 +39,12 @@ pub(super) enum Host {
     Claude,
     /// Codex 0.171 (`updatedInput` needs `permissionDecision: "allow"`).
     Codex,
+    /// Gemini CLI 0.61 (`hookSpecificOutput.tool_input` replaces the call's arguments, and its
+    /// policy engine then checks the call as rewritten; see [`gemini_may_rewrite`]).
+    Gemini,
+    /// pi 0.73 and 1.x, through pi-sheepdog's extension (`pi/`): pi's own events in, answers
+    /// in a form of this binary's own (see [`pi`]).
+    Pi,
 }
 
 /// The grace a hooked call's tree gets between SIGTERM and SIGKILL: 2 s, inside Claude Code's
@@ -60,12 +69,17 @@ pub(super) fn hook(dir: Option<PathBuf>, args: Vec<String>) -> i32 {
     if args.first().map(String::as_str) == Some("detached") {
         return detached(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("gemini") && args.get(1).map(String::as_str) == Some("run") {
+        return gemini_run(dir, &args[2..]);
+    }
     let (host, event) = match (args.first().map(String::as_str), args.get(1).map(String::as_str)) {
         (Some("claude"), Some(e)) => (Host::Claude, e.to_string()),
         (Some("codex"), Some(e)) => (Host::Codex, e.to_string()),
+        (Some("gemini"), Some(e)) => (Host::Gemini, e.to_string()),
+        (Some("pi"), Some(e)) => (Host::Pi, e.to_string()),
         _ => {
             eprintln!(
-                "sheepdog: hook: usage: sheepdog hook claude|codex pre-tool-use|post-tool-use|session-start|session-end"
+                "sheepdog: hook: usage: sheepdog hook claude|codex pre-tool-use|post-tool-use|session-start|session-end, sheepdog hook gemini before-tool|after-tool|session-start|session-end, or sheepdog hook pi tool-call|tool-result|session-start"
             );
             return 2;
         }
@@ -76,14 +90,19 @@ pub(super) fn hook(dir: Option<PathBuf>, args: Vec<String>) -> i32 {
         return 0;
     }
     let Ok(input) = serde_json::from_str::<Value>(&raw) else { return 0 };
+    if host == Host::Pi {
+        return pi::hook(dir, &event, &input);
+    }
     let answer = match event.as_str() {
         "pre-tool-use" => pre_tool_use(host, dir.as_deref(), &input),
         "post-tool-use" => post_tool_use(dir, &input),
+        "before-tool" if host == Host::Gemini => before_tool(dir.as_deref(), &input),
+        "after-tool" if host == Host::Gemini => after_tool(dir, &input),
         "session-start" => session_start(host, dir),
         "session-end" => session_end(dir),
         _ => {
             eprintln!(
-                "sheepdog: hook: unknown event '{event}' (pre-tool-use, post-tool-use, session-start, session-end)"
+                "sheepdog: hook: unknown event '{event}' (pre-tool-use, post-tool-use, session-start, session-end; Gemini CLI: before-tool, after-tool)"
             );
             return 2;
         }
@@ -189,6 +208,228 @@ fn pre_tool_use(host: Host, dir: Option<&Path>, input: &Value) -> Option<Value> 
     Some(json!({ "hookSpecificOutput": out }))
 }
 
+/// Gemini CLI's `BeforeTool` on `run_shell_command`: the call's arguments come back with
+/// [`guard_line`] ahead of the command, where [`gemini_may_rewrite`] says the rewrite widens
+/// nothing; every other field is kept (`tool_input` replaces the arguments).
+///
+/// Gemini CLI wraps the command in a subshell of its own shell (`( trap ... EXIT; COMMAND )`,
+/// in `bash -c`), so the line ([`gemini_guard_line`]) `exec`s a supervisor on that subshell and
+/// runs the whole `-c` string again inside. Gemini CLI adds one line to what the model reads of
+/// every call a hook rewrote (`[System] Tool input parameters were modified by a hook before
+/// execution.`); no hook can take it off.
+fn before_tool(dir: Option<&Path>, input: &Value) -> Option<Value> {
+    if input.get("tool_name").and_then(Value::as_str) != Some("run_shell_command") {
+        return None;
+    }
+    let tool_input = input.get("tool_input")?.as_object()?;
+    let command = tool_input.get("command")?.as_str()?;
+    let (agent, session) = agent_session();
+    if command.trim().is_empty() || !gemini_may_rewrite(&sheepdog::agent::argv(agent?), input) {
+        return None;
+    }
+    let exe = std::env::current_exe().ok()?;
+    let state = sheepdog::registry::state_dir(dir.map(Path::to_path_buf)).ok()?;
+    let mut updated = tool_input.clone();
+    let line = gemini_guard_line(&exe, &state, &session);
+    updated.insert("command".into(), Value::String(format!("{line}\n{command}")));
+    Some(json!({ "hookSpecificOutput": { "hookEventName": "BeforeTool", "tool_input": updated } }))
+}
+
+/// [`guard_line`] for Gemini CLI's shell, which runs the command in a subshell of `bash -c`:
+/// the subshell's parent is that bash, not the agent, and `run --owner` takes only its parent.
+/// So the subshell `exec`s `hook gemini run --owner "$PPID" --shell "$$"` ([`gemini_run`]),
+/// whose owner is the agent (`$PPID` and `$$` in a subshell are the top shell's), with the whole
+/// `-c` string run again inside, where the line is skipped.
+pub(super) fn gemini_guard_line(exe: &Path, state: &Path, session: &str) -> String {
+    let exe = quote(&exe.to_string_lossy());
+    let call = quote(session);
+    let run = format!(
+        "{exe} --state-dir {} hook gemini run --owner \"$PPID\" --shell \"$$\" --session {call} --",
+        quote(&state.to_string_lossy())
+    );
+    format!(
+        "if [ \"${{SHEEPDOG_CALL-}}\" != {call} ] && [ -x {exe} ] && [ -n \"${{BASH_EXECUTION_STRING-}}\" ]; then \
+         SHEEPDOG_CALL={call} exec {run} \"${{BASH:-bash}}\" -c \"$BASH_EXECUTION_STRING\"; fi"
+    )
+}
+
+/// `hook gemini run --owner PID --shell PID --session S -- CMD...`: `sheepdog run --owner PID
+/// --leftovers keep --session S --term-grace 2s -- CMD...`, except that the owner is any live
+/// process (identity-checked by its start time, watched by pidfd), not only sheepdog's parent:
+/// in Gemini CLI's shell the agent is the grandparent ([`gemini_guard_line`]). Exits as `run`
+/// does: CMD's status, its signal, 125 for sheepdog's own error with one line.
+///
+/// CMD is the host's shell run again, so a signal that ended it was sent to that shell's `$$`
+/// (`kill -TERM $$`): in the bare host that is the top shell (`--shell`), whose death by the
+/// signal the model is told (`Signal: 15`). So the signal goes on to `--shell` before this
+/// process dies by it; a command's own death by a signal ends the subshell, not the shell, and
+/// is a status here.
+fn gemini_run(dir: Option<PathBuf>, args: &[String]) -> i32 {
+    use sheepdog::supervisor::{self, Exit, Options, Owner, Quiet};
+    let usage = || {
+        eprintln!(
+            "sheepdog: hook: usage: sheepdog hook gemini run --owner PID --shell PID --session ID -- CMD [ARGS...]"
+        );
+        sheepdog::exit::USAGE
+    };
+    let [flag_owner, owner, flag_shell, shell, flag_session, session, dashes, cmd @ ..] = args else { return usage() };
+    let flags = [flag_owner, flag_shell, flag_session, dashes].map(String::as_str);
+    if flags != ["--owner", "--shell", "--session", "--"] || cmd.is_empty() {
+        return usage();
+    }
+    let pid = |raw: &str| raw.parse::<i32>().ok().and_then(Pid::new);
+    let (Some(owner), Some(shell)) = (pid(owner), pid(shell)) else { return usage() };
+    let fail = |e: String| {
+        eprintln!("sheepdog: {e}");
+        sheepdog::exit::USAGE
+    };
+    if let Err(e) = sheepdog::entry::check_session(session) {
+        return fail(e);
+    }
+    let mode = match sheepdog::cgroup::Mode::from_env() {
+        Ok(m) => m,
+        Err(e) => return fail(e),
+    };
+    let reg = match Registry::open(dir) {
+        Ok(r) => r,
+        Err(e) => return fail(e.to_string()),
+    };
+    let tag = sheepdog::registry::new_tag();
+    let argv: Vec<OsString> = cmd.iter().map(OsString::from).collect();
+    let policy = sheepdog::stop::StopPolicy {
+        stdin_grace: std::time::Duration::from_secs(1),
+        term_grace: std::time::Duration::from_secs(2),
+        kill_wait: std::time::Duration::from_millis(1500),
+    };
+    let opts = Options {
+        argv: argv.clone(),
+        owner: Some(Owner::Process(owner)),
+        policy,
+        containment: sheepdog::cgroup::Request { mode, limits: Default::default(), label: "run".into(), name: None },
+        keep_leftovers: true,
+        tag: Some(tag.clone()),
+        ..Options::default()
+    };
+    let mut outcome = match supervisor::supervise(opts, &mut Quiet) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("sheepdog: {e}");
+            return e.exit_code();
+        }
+    };
+    let exit = outcome.exit();
+    if let Some(kept) = outcome.kept.take() {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+        let session_id = Some(session.clone());
+        let h =
+            sheepdog::manager::Handoff { kept, tag, session_id, owner: Some(owner), cwd, policy, provider_argv: argv };
+        if let Err(e) = sheepdog::manager::hand_off(&reg, h) {
+            eprintln!("sheepdog: what CMD left running could not be kept ({e}); it was stopped");
+        }
+    } else if !outcome.tree_gone {
+        eprintln!("sheepdog: the process tree of {} was still alive after SIGKILL; exiting 124", outcome.spawned.pid);
+    }
+    // In the keeper: the work is done; the supervisor in front exits as this process does.
+    sheepdog::keeper::done();
+    match exit {
+        Exit::Code(c) => c,
+        Exit::Signal(s) => {
+            let _ = sheepdog::os::process::kill(shell, s);
+            sheepdog::os::die_by(s)
+        }
+    }
+}
+
+/// Gemini CLI's `AfterTool`: what [`post_tool_use`] tells, as Gemini's `additionalContext`
+/// (appended to the tool's result inside `<hook_context>`).
+fn after_tool(dir: Option<PathBuf>, input: &Value) -> Option<Value> {
+    let mut answer = post_tool_use(dir, input)?;
+    answer["hookSpecificOutput"]["hookEventName"] = json!("AfterTool");
+    Some(answer)
+}
+
+/// Gemini CLI 0.61 runs a `BeforeTool` hook before its policy engine, which then checks the
+/// call as rewritten: each part of a compound command against the rules, and the guard's own
+/// parts (`[`, `exec`) like any command the user has not allowed. So the rewrite is given
+/// only where it widens and narrows nothing:
+///
+/// - approvals off (`--yolo`, `--approval-mode yolo` on the agent's command line:
+///   [`sheepdog::agent::gemini_yolo`]), where no part is asked about; in any other mode the
+///   guard's parts would be asked about (or refused, headless) where the bare call was not;
+/// - no policy file (user, workspace, system, extensions; `--policy`, `--admin-policy`) with an
+///   `argsPattern` or `commandRegex` rule: such a pattern may match a compound command as a
+///   whole, which the rewrite changes. `commandPrefix` rules and `tools.exclude` match each part,
+///   and the model's command keeps its parts, so they still deny it;
+/// - no shell allowlist (`tools.core`, `tools.allowed` or `--allowed-tools` naming
+///   `run_shell_command(...)`): the guard's parts are not on it, so every call would be refused.
+///
+/// Otherwise the call runs as written, unsupervised.
+pub(super) fn gemini_may_rewrite(argv: &[String], input: &Value) -> bool {
+    if !sheepdog::agent::gemini_yolo(argv) {
+        return false;
+    }
+    let flagged = ["--policy", "--admin-policy", "--allowed-tools", "--allowedTools"];
+    if argv.iter().any(|a| flagged.iter().any(|f| a == f || a.starts_with(&format!("{f}=")))) {
+        return false;
+    }
+    let home = std::env::var_os("GEMINI_CLI_HOME").or_else(|| std::env::var_os("HOME")).map(PathBuf::from);
+    let user = home.map(|h| h.join(".gemini"));
+    let workspace = input.get("cwd").and_then(Value::as_str).map(|c| Path::new(c).join(".gemini"));
+    let system = PathBuf::from(if cfg!(target_os = "macos") {
+        "/Library/Application Support/GeminiCli"
+    } else {
+        "/etc/gemini-cli"
+    });
+    let system_settings = std::env::var_os("GEMINI_CLI_SYSTEM_SETTINGS_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| system.join("settings.json"));
+    let system_defaults = std::env::var_os("GEMINI_CLI_SYSTEM_DEFAULTS_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| system.join("system-defaults.json"));
+    // Extensions bring policies too (deny and ask only): an installed one in its copy, a
+    // linked one where its install record points.
+    let extensions: Vec<PathBuf> = user
+        .iter()
+        .filter_map(|u| std::fs::read_dir(u.join("extensions")).ok())
+        .flat_map(|d| d.flatten().map(|e| e.path()))
+        .map(|e| {
+            let record = std::fs::read_to_string(e.join(".gemini-extension-install.json")).ok();
+            let linked = record
+                .and_then(|r| serde_json::from_str::<Value>(&r).ok())
+                .filter(|v| v["type"] == "link")
+                .and_then(|v| v["source"].as_str().map(PathBuf::from));
+            linked.unwrap_or(e)
+        })
+        .collect();
+    let dirs: Vec<PathBuf> = user.into_iter().chain(workspace).chain([system]).collect();
+    let pattern_rules = |dir: &PathBuf| {
+        std::fs::read_dir(dir.join("policies")).is_ok_and(|d| {
+            d.flatten().filter(|f| f.path().extension().is_some_and(|x| x == "toml")).any(|f| {
+                std::fs::read_to_string(f.path()).is_ok_and(|t| t.contains("argsPattern") || t.contains("commandRegex"))
+            })
+        })
+    };
+    if dirs.iter().chain(&extensions).any(pattern_rules) {
+        return false;
+    }
+    let settings = dirs.iter().map(|d| d.join("settings.json")).chain([system_settings, system_defaults]);
+    !settings.filter_map(|f| std::fs::read_to_string(f).ok()).any(|t| gemini_shell_allowlist(&t))
+}
+
+/// True if a Gemini CLI settings file narrows the shell tool to a list (`tools.core` or
+/// `tools.allowed` with a `run_shell_command(...)` entry). A file that is not plain JSON (Gemini
+/// CLI reads comments too) counts if it names `run_shell_command(` anywhere.
+fn gemini_shell_allowlist(text: &str) -> bool {
+    let Ok(v) = serde_json::from_str::<Value>(text) else { return text.contains("run_shell_command(") };
+    ["core", "allowed"].iter().any(|k| {
+        v.pointer(&format!("/tools/{k}")).and_then(Value::as_array).is_some_and(|list| {
+            list.iter()
+                .filter_map(Value::as_str)
+                .any(|e| e.starts_with("run_shell_command(") || e.starts_with("ShellTool("))
+        })
+    })
+}
+
 /// The session's running entries not yet told to the model, each told once (an `announced`
 /// file created exclusively in the entry's directory).
 fn post_tool_use(dir: Option<PathBuf>, _input: &Value) -> Option<Value> {
@@ -277,6 +518,125 @@ fn detached(args: &[String]) -> i32 {
     cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
     let _ = cmd.spawn();
     0
+}
+
+/// `sheepdog hook pi EVENT`: pi-sheepdog's extension (`pi/extensions/bash.ts`) hands pi's own
+/// events to the static binary and applies the answer. pi has no hook config and no
+/// permission decision: its extensions see each tool call in `tool_call`, may change its input
+/// in place or block it, and may change a result in `tool_result`. So the answers here are in a
+/// form of this binary's own, one JSON document or nothing:
+///
+/// - `tool-call` (pi's `tool_call` event, `{"toolName":"bash","input":{"command":C,...}}`):
+///   `{"input":{"command":C2}}`, the input fields to replace: C with [`guard_line`] ahead of it,
+///   as for Codex. pi runs `bash -c` as its own child, so `$PPID` in that shell is pi, the
+///   owner: pi's exit, its `kill -9` and its stop (Esc, the call's timeout: a SIGKILL of the
+///   call's process group, which misses `run`'s keeper) each end the tree, and what the
+///   command leaves running (`&`, `nohup`, `setsid`) becomes an entry of pi's session. Other
+///   tools, and a blank command, get no answer. Never a block: the hook takes nothing away
+///   from, and adds nothing to, what pi and the user's other extensions decide.
+/// - `tool-result` (pi's `tool_result` of a `bash` call): `{"append":[{"type":"text","text":T}]}`,
+///   a content block to add after the tool's own (pi joins a result's text blocks with a line
+///   break; the command's output is not rewritten): which entries of the session, kept from a
+///   `bash` call, are running and not told yet, each told once (the same `announced` file as
+///   `post-tool-use`), with the `process` tool's words to stop them.
+/// - `session-start` (pi's `session_start`, `{"reason":"startup"|"reload"|...}`): on a pi
+///   process's start, a detached `reap` of what earlier pi processes' crashes left (the rest
+///   stopped when their owner, that pi, died). A reload or a session switch keeps the process.
+///
+/// The session is pi's (`pi-<pid>-<start time>`, [`sheepdog::agent::pi_session_of`]): the
+/// hook's parent is pi itself, and the `process` tool's entries are in the same session.
+mod pi {
+    use super::*;
+
+    /// Runs one pi event: 0 (an answer, or none), or 2 for an event it does not know.
+    pub(super) fn hook(dir: Option<PathBuf>, event: &str, input: &Value) -> i32 {
+        let answer = match event {
+            "tool-call" => tool_call(dir.as_deref(), input),
+            "tool-result" => tool_result(dir, input),
+            "session-start" => session_start(dir.as_deref(), input),
+            _ => {
+                eprintln!("sheepdog: hook: unknown pi event '{event}' (tool-call, tool-result, session-start)");
+                return 2;
+            }
+        };
+        if let Some(a) = answer {
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "{a}");
+            let _ = out.flush();
+        }
+        0
+    }
+
+    /// pi's session: the hook's parent is the pi process whose extension ran it.
+    fn session() -> Option<String> {
+        let pi = Pid::new(sheepdog::os::process::getppid()).filter(|p| p.as_raw() > 1)?;
+        Some(sheepdog::agent::pi_session_of(pi))
+    }
+
+    fn bash_call(input: &Value) -> bool {
+        input.get("toolName").and_then(Value::as_str) == Some("bash")
+    }
+
+    fn tool_call(dir: Option<&Path>, input: &Value) -> Option<Value> {
+        if !bash_call(input) {
+            return None;
+        }
+        let command = input.get("input")?.get("command")?.as_str()?;
+        if command.trim().is_empty() {
+            return None;
+        }
+        let exe = std::env::current_exe().ok()?;
+        let state = sheepdog::registry::state_dir(dir.map(Path::to_path_buf)).ok()?;
+        let session = session()?;
+        Some(json!({ "input": { "command": rewrite(command, &exe, &state, &session) } }))
+    }
+
+    /// True if `e` is what a hooked call left running: its supervisor (alive, the same process
+    /// that recorded itself) is `supervise-leftovers`. The `process` tool's entries, in the same
+    /// session, are the model's own starts and are never told as leftovers.
+    fn kept_from_a_call(e: &sheepdog::entry::Entry) -> bool {
+        let Some(sup) = e.supervisor_pid.and_then(Pid::new) else { return false };
+        sheepdog::os::procfs::start_time(sup) == e.supervisor_start_time
+            && sheepdog::os::procfs::cmdline(sup).split(' ').any(|w| w == "supervise-leftovers")
+    }
+
+    fn tool_result(dir: Option<PathBuf>, input: &Value) -> Option<Value> {
+        if !bash_call(input) {
+            return None;
+        }
+        let session = session()?;
+        let reg = Registry::open(dir).ok()?;
+        let (entries, _) = reg.list();
+        let mut lines = Vec::new();
+        for e in entries.iter().filter(|e| e.session_id.as_deref() == Some(&session) && !e.is_finished()) {
+            if reg.file(&e.id, "announced").exists() || !kept_from_a_call(e) {
+                continue;
+            }
+            let told = std::fs::OpenOptions::new().write(true).create_new(true).open(reg.file(&e.id, "announced"));
+            if told.is_err() {
+                continue;
+            }
+            lines.push(format!(
+                "sheepdog: `{}` (pid {}) is still running from that command, kept as process {} of this pi session; it is stopped when pi exits. Stop it earlier with the process tool (action stop, id {}); read its output with action output, id {}.",
+                e.command_preview,
+                e.pid.unwrap_or(0),
+                e.label(),
+                e.id,
+                e.id
+            ));
+        }
+        if lines.is_empty() {
+            return None;
+        }
+        Some(json!({ "append": [{ "type": "text", "text": lines.join("\n") }] }))
+    }
+
+    fn session_start(dir: Option<&Path>, input: &Value) -> Option<Value> {
+        if matches!(input.get("reason").and_then(Value::as_str), None | Some("startup")) {
+            spawn_detached(dir, &["reap"]);
+        }
+        None
+    }
 }
 
 #[cfg(test)]

@@ -56,7 +56,8 @@ pub(super) fn send(a: SendArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         CliError::new(code, err.to_string())
     })?;
     if json {
-        outln!("{}", serde_json::json!({"id": e.id, "bytes": n, "eof": a.eof}));
+        let doc = view::SendDoc { v: view::Version, id: e.id.clone(), bytes: n, eof: a.eof };
+        outln!("{}", super::common::to_json(&doc));
     } else {
         outln!("Sent {n} bytes to {}{}.", e.label(), if a.eof { " and closed its stdin" } else { "" });
     }

@@ -1,7 +1,8 @@
 // The official TypeScript MCP SDK and strict ajv drive the real `sheepdog mcp` (issue 20):
 // every schema compiles in strict mode with no warning, every structuredContent validates
-// against its outputSchema, the 3 MB-line reply stays within its bound, process_write answers a
-// `read -p` prompt, and a client SIGKILL still stops everything.
+// against its outputSchema, the 3 MB-line reply stays within its bound, a 20 000-line log is
+// walked whole from the start, process_write answers a `read -p` prompt, and a client SIGKILL
+// still stops everything.
 //
 // Run by .ci/run: `SHEEPDOG_BIN=target/debug/sheepdog npm test` in this directory. Each test has
 // its own state dir; what a test started is stopped by the server (or killed by recorded pid).
@@ -149,6 +150,27 @@ withState("after a 3 MB line, replies stay within 16 KiB", async (client) => {
   assert.fail("the news never came");
 });
 
+withState("process_logs walks a 20 000-line log from the start, each line once (issue 31)", async (client) => {
+  const v = await outputValidators(client);
+  const p = await call(client, v, "process_start", { command: "seq 1 20000" });
+  await call(client, v, "process_wait", { ids: [p.id], timeoutMs: 20000 });
+  const last = await call(client, v, "process_logs", { id: p.id });
+  assert.equal(last.truncated, true);
+  assert.ok(last.next.includes(JSON.stringify({ id: p.id, from: "start" })), last.next);
+  const seen = [];
+  let args = { id: p.id, from: "start" };
+  for (let calls = 1; ; calls++) {
+    assert.ok(calls < 100, "no end");
+    const l = await call(client, v, "process_logs", args);
+    assert.ok(Buffer.byteLength(l.text) <= REPLY_MAX, `${Buffer.byteLength(l.text)} bytes`);
+    for (const line of l.text.split("\n")) if (line.startsWith("[out] ")) seen.push(Number(line.slice(6)));
+    if (l.eof) break;
+    args = { id: p.id, cursor: l.cursor };
+  }
+  assert.equal(seen.length, 20000);
+  assert.ok(seen.every((n, i) => n === i + 1), "lines lost or repeated");
+});
+
 withState("process_write answers a read -p prompt", async (client, dir) => {
   const v = await outputValidators(client);
   const p = await call(client, v, "process_start", {
@@ -184,6 +206,7 @@ test("a client SIGKILL still stops everything", async () => {
   let out = "";
   child.stdout.on("data", (d) => (out += d));
   const pids = [];
+  let supervisor = null;
   const alive = (pid) => {
     try {
       return !/\) [ZX] /.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
@@ -195,6 +218,7 @@ test("a client SIGKILL still stops everything", async () => {
     for (let i = 0; i < 400 && !out.includes("\n"); i++) await sleep(25);
     const started = JSON.parse(out.split("\n")[0]);
     const entry = JSON.parse(readFileSync(join(dir, "procs", started.id, "entry.json"), "utf8"));
+    supervisor = entry.supervisorPid;
     pids.push(started.pid, ...(entry.members ?? []).map((m) => m.pid));
     // Every live process of the tree: the recorded ones, and the provider's children.
     for (const line of readFileSync(`/proc/${started.pid}/task/${started.pid}/children`, "utf8").split(" ")) {
@@ -213,6 +237,9 @@ test("a client SIGKILL still stops everything", async () => {
         process.kill(pid, "SIGKILL");
       } catch {}
     }
+    // The supervisor records the result after the tree is gone: the state dir is removed once
+    // it has exited (removed while it wrote, rmdir failed with ENOTEMPTY).
+    for (let i = 0; i < 500 && supervisor && alive(supervisor); i++) await sleep(20);
     rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -118,6 +118,56 @@ fn argv_of(pid: Pid) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The command line of `pid` (`/proc/PID/cmdline`, one string per argument); empty when the
+/// process is gone or unreadable. The hooks read the agent's own flags with it
+/// ([`gemini_yolo`]).
+pub fn argv(pid: Pid) -> Vec<String> {
+    argv_of(pid)
+}
+
+/// True if a Gemini CLI command line turns its approvals off: `--yolo` (`-y`, alone or in a
+/// cluster of its boolean short flags such as `-dy`) or `--approval-mode yolo`
+/// (`--approval-mode=yolo`, yargs' `--approvalMode`). The last of them wins, as in yargs; a
+/// `--no-yolo` or `--yolo=false` clears it; nothing after `--` counts, nor the text of a
+/// prompt (`-p`, `--prompt`, `-i`, `--prompt-interactive`). Gemini CLI 0.61 takes YOLO only
+/// from its command line (`general.defaultApprovalMode` has no `yolo`).
+pub fn gemini_yolo(argv: &[String]) -> bool {
+    const PROMPTS: &[&str] = &["-p", "--prompt", "-i", "--prompt-interactive"];
+    const MODES: &[&str] = &["--approval-mode", "--approvalMode"];
+    // Gemini CLI's boolean short flags that can share a cluster with `-y`.
+    const SHORT_BOOLS: &str = "dsy";
+    let mut yolo = false;
+    let mut args = argv.iter().skip(1);
+    while let Some(a) = args.next() {
+        let (name, value) = match a.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(v)),
+            _ => (a.as_str(), None),
+        };
+        match name {
+            "--" => break,
+            n if PROMPTS.contains(&n) && value.is_none() => {
+                args.next();
+            }
+            n if MODES.contains(&n) => {
+                let mode = value.map(str::to_string).or_else(|| args.next().cloned());
+                yolo = mode.as_deref() == Some("yolo");
+            }
+            "--yolo" => yolo = value.is_none_or(|v| v == "true"),
+            "--no-yolo" => yolo = false,
+            n if n.len() > 1
+                && n.starts_with('-')
+                && !n.starts_with("--")
+                && n[1..].chars().all(|c| SHORT_BOOLS.contains(c))
+                && n.contains('y') =>
+            {
+                yolo = true
+            }
+            _ => {}
+        }
+    }
+    yolo
+}
+
 /// The agent: this process's parent, or the first ancestor above it that is not a launcher.
 /// `None` when the parent is init (the server was orphaned: nothing to be owned by).
 pub fn detect() -> Option<Pid> {
@@ -152,12 +202,37 @@ pub fn session_of(owner: Option<Pid>) -> String {
     }
 }
 
+/// The session of a pi process (pi-sheepdog, `pi/`): `pi-<pid>-<start time in clock ticks>`,
+/// the one sheepdog session of everything that pi process starts, through its `process` tool
+/// and its `bash` tool (`sheepdog hook pi`). pi-sheepdog's `pi/extensions/state.ts` derives the
+/// same name from inside pi, so both tools' entries are one list. pi is not found by a walk:
+/// its extension runs the hook as its own child, so pi is the hook's parent.
+pub fn pi_session_of(pi: Pid) -> String {
+    format!("pi-{}-{}", pi, procfs::start_time(pi).unwrap_or(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_launcher;
 
     fn v(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn gemini_yolo_from_its_command_line() {
+        assert!(gemini_yolo(&v("node /x/gemini.js -p go --yolo")));
+        assert!(gemini_yolo(&v("node --max-old-space-size=8192 /x/bundle/gemini.js -y")));
+        assert!(gemini_yolo(&v("gemini -dy")));
+        assert!(gemini_yolo(&v("gemini --approval-mode=yolo")));
+        assert!(gemini_yolo(&v("gemini --approval-mode yolo -p go")));
+        assert!(!gemini_yolo(&v("gemini -p go")));
+        assert!(!gemini_yolo(&v("gemini --approval-mode auto_edit")));
+        assert!(!gemini_yolo(&v("gemini --yolo --approval-mode default")));
+        assert!(!gemini_yolo(&v("gemini --yolo=false")));
+        assert!(!gemini_yolo(&v("gemini -p --yolo")), "a prompt's text");
+        assert!(!gemini_yolo(&v("gemini -- --yolo")));
+        assert!(!gemini_yolo(&v("gemini -my")), "-m takes a value");
     }
 
     #[test]

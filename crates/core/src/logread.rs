@@ -90,6 +90,11 @@ pub struct Cursor {
 }
 
 impl Cursor {
+    /// The start of the log: before the first byte of its oldest file (`.1` when it has one),
+    /// printed `0:0` (no file has inode 0). A read from it keeps the first lines, as every cursor
+    /// read does, so a caller walks the whole log by passing each read's `cursor` on.
+    pub const START: Cursor = Cursor { ino: 0, fp: None, offset: 0 };
+
     /// Reads `INODE:OFFSET`. Errors: a one-line message naming the text.
     pub fn parse(s: &str) -> Result<Cursor, String> {
         let bad = || format!("invalid cursor '{s}': expected the 'cursor' of a previous 'logs --json' read");
@@ -321,8 +326,8 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
             segs.extend(cur_seg(0));
         }
         Some(c) => {
-            // The cursor's file rotated away (or a fresh log): what is left, whole.
-            gap = c != Cursor::default();
+            // The cursor's file rotated away (or a fresh log, or `START`): what is left, whole.
+            gap = c != Cursor::START;
             segs.extend(old_seg(0));
             segs.extend(cur_seg(0));
         }

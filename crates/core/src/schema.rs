@@ -62,6 +62,7 @@ pub fn documents() -> Vec<(&'static str, Schema)> {
         ("clear.json", schema_for::<view::ClearDoc>()),
         ("reap.json", schema_for::<view::ReapDoc>()),
         ("logs.json", schema_for::<view::LogsDoc>()),
+        ("send.json", schema_for::<view::SendDoc>()),
         ("doctor.json", schema_for::<view::DoctorDoc>()),
         ("events-fd.json", schema_for::<crate::events::EventLine>()),
         ("events.json", schema_for::<crate::journal::Record>()),

@@ -534,6 +534,20 @@ pub struct ClearDoc {
     pub cleared: Vec<EntryView>,
 }
 
+/// `send --json`: what one send did, `{"v": 1, "id", "bytes", "eof"}`.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SendDoc {
+    pub v: Version,
+    /// The entry's id (`proc_N`).
+    pub id: String,
+    /// Bytes written to its stdin (all of the input: a send that cannot write it all fails).
+    #[schemars(range(min = 0))]
+    pub bytes: usize,
+    /// Its stdin was closed after the write (`--eof`): the command reads end of input.
+    pub eof: bool,
+}
+
 /// One thing `reap` did (or, with `--dry-run`, would do).
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -563,8 +563,9 @@ impl Sheepdog {
         self.call(args, tools::list::list, false).await
     }
 
-    /// Read a process's output: the last lines, lines matching a pattern, or with `cursor` only
-    /// what came since the previous call. At most `maxBytes` per call.
+    /// Read a process's output: the last lines, lines matching a pattern, the whole log from the
+    /// start page by page (`from: "start"`, then each `cursor`), or with `cursor` only what came
+    /// since the previous call. At most `maxBytes` per call.
     #[tool(
         name = "process_logs",
         input_schema = input::<tools::logs::LogsArgs>(),

@@ -12,12 +12,14 @@ import type {
   LogsResult,
   ReapResult,
   RestartView,
+  SendResult,
   SpawnFailedEvent,
   SpawnedEvent,
   StartResult,
   StopView,
   StoppingEvent,
   SupervisorEvent,
+  UpdateResult,
   WaitResult,
 } from "./types";
 
@@ -206,7 +208,8 @@ export interface UpdateOptions extends CommonOptions {
   name?: string;
 }
 
-export function update(idOrName: string, options: UpdateOptions): Promise<EntryView>;
+/** Changes an entry's cleanup or name; resolves to its view after the change (with `v`). */
+export function update(idOrName: string, options: UpdateOptions): Promise<UpdateResult>;
 
 export interface WaitOptions extends CommonOptions {
   any?: boolean;
@@ -214,7 +217,10 @@ export interface WaitOptions extends CommonOptions {
   session?: string;
 }
 
-/** Waits until the processes have exited (and their triggered cleanups finished). */
+/**
+ * Waits until the processes have exited (and their triggered cleanups finished); resolves to
+ * `{v, waited, exitStatus}`, also when a process failed (its status is the result).
+ */
 export function wait(idOrName: string | readonly string[], options?: WaitOptions): Promise<WaitResult>;
 export function wait(selector: { session: string } & WaitOptions): Promise<WaitResult>;
 
@@ -237,14 +243,20 @@ export interface SendOptions extends CommonOptions {
   eof?: boolean;
 }
 
-/** Writes `input` to the stdin of a process started with `stdin: "pipe"` (`sheepdog send`). */
-export function send(idOrName: string, input: string | Uint8Array, options?: SendOptions): Promise<unknown>;
+/**
+ * Writes `input` to the stdin of a process started with `stdin: "pipe"` (`sheepdog send`);
+ * resolves to `{v, id, bytes, eof}` once all of it is written.
+ */
+export function send(idOrName: string, input: string | Uint8Array, options?: SendOptions): Promise<SendResult>;
 
 export interface EventsOptions extends CommonOptions {
   session?: string;
   id?: string;
-  /** A cursor from a previous event: resume after it. */
-  since?: string;
+  /**
+   * The `seq` of an event seen before: resume after it (`0`: every kept event). Its decimal
+   * text (`"42"`) is taken too, as callers before `seq` was typed passed it.
+   */
+  since?: number | string;
 }
 
 /** `sheepdog events --json` as an async iterator; leaving the loop ends the reader. */

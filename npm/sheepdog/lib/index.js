@@ -9,7 +9,7 @@ const { binaryPath } = require("./binary.js");
 
 /**
  * The one error of this package: a sheepdog command that failed. `document` is the error
- * document sheepdog printed (`{error: {message, exitCode}}`), or null when it printed none;
+ * document sheepdog printed (`{v, error: {message, exitStatus}}`), or null when it printed none;
  * `exitStatus` is the command's exit status (null if it died by `signal`); `stderr` what it said.
  */
 class SheepdogError extends Error {
@@ -330,7 +330,7 @@ function update(idOrName, options = {}) {
   return call(a, opts);
 }
 
-/** `sheepdog wait`: `{waited, exitCode}`, also when a process failed (its code is the result). */
+/** `sheepdog wait`: `{v, waited, exitStatus}`, also when a process failed (its status is the result). */
 function wait(idOrName, options) {
   const opts = selectorOpts(idOrName, options);
   return call(["wait", ...targets(idOrName, options), ...flags(opts, [["any", "--any", "bool"], ["timeout", "--timeout", "dur"]])], opts);
@@ -358,7 +358,10 @@ async function clear(idOrName, options) {
   return doc.cleared;
 }
 
-/** `sheepdog send ID -`: writes `input` to the stdin of a process started with `stdin: "pipe"`. */
+/**
+ * `sheepdog send ID -`: writes `input` to the stdin of a process started with `stdin: "pipe"`;
+ * resolves to `{v, id, bytes, eof}`.
+ */
 function send(idOrName, input, options = {}) {
   const opts = options || {};
   return call(["send", String(idOrName), ...flags(opts, [["eof", "--eof", "bool"]]), "-"], opts, input ?? "");

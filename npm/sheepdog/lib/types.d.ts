@@ -76,9 +76,15 @@ export type EntryView = {
   supervisorStartTimeTicks: number | null;
   /** Identity: the uid it runs as. */
   uid: number;
-  /** Deprecated, schema v1 only: `startTimeTicks` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `startTimeTicks` under its old name (gone in v2).
+   * @deprecated
+   */
   startTime: number | null;
-  /** Deprecated, schema v1 only: `supervisorStartTimeTicks` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `supervisorStartTimeTicks` under its old name (gone in v2).
+   * @deprecated
+   */
   supervisorStartTime: number | null;
   /** The tier that keeps the tree: `cgroup`, `subreaper` or `group` (null in entries from before the tiers existed). */
   containment: string | null;
@@ -218,7 +224,10 @@ export type ErrorBody = {
   message: string;
   /** sheepdog's own exit status (125 bad input, 1, 74, 124, ...; README's tables). */
   exitStatus: number;
-  /** Deprecated, schema v1 only: `exitStatus` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `exitStatus` under its old name (gone in v2).
+   * @deprecated
+   */
   exitCode: number;
 };
 
@@ -233,6 +242,7 @@ export type ExitValue = number | string;
 
 /** One `--events-fd` line as written: `{"v": 1, "event": ..., ...}`. */
 export type EventLine = {
+  v: Version;
   event: "spawned";
   pid: number;
   pgid: number;
@@ -242,14 +252,17 @@ export type EventLine = {
   cgroup: string | null;
   cgroupInode: number | null;
 } | {
+  v: Version;
   event: "stopping";
   trigger: string;
   signal?: string | null;
 } | {
+  v: Version;
   event: "escalated";
   signal: string;
   remaining: number;
 } | {
+  v: Version;
   event: "spawnFailed";
   /** The command as given (`argv[0]`). */
   command: string;
@@ -262,6 +275,7 @@ export type EventLine = {
   /** The sentence sheepdog prints after `sheepdog: ` on stderr. */
   message: string;
 } | {
+  v: Version;
   event: "exited";
   /** The provider's exit code, when it exited by itself. */
   exitCode: number | null;
@@ -277,20 +291,54 @@ export type EventLine = {
   trigger: string | null;
   /** What the supervisor exits with: a number, or the name of the signal it dies by. */
   exitStatus: ExitValue;
-  /** Deprecated, schema v1 only: `exitCode` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `exitCode` under its old name (gone in v2).
+   * @deprecated
+   */
   code: number | null;
-  /** Deprecated, schema v1 only: `exitStatus` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `exitStatus` under its old name (gone in v2).
+   * @deprecated
+   */
   status: ExitValue;
 };
 
+export type EventLineSpawned = Extract<EventLine, { event: "spawned" }>;
+export type EventLineStopping = Extract<EventLine, { event: "stopping" }>;
+export type EventLineEscalated = Extract<EventLine, { event: "escalated" }>;
+export type EventLineSpawnFailed = Extract<EventLine, { event: "spawnFailed" }>;
+export type EventLineExited = Extract<EventLine, { event: "exited" }>;
+
 /** One line of the journal, as `sheepdog events --json` prints it. */
-export type Record = {
+export type JournalRecord = {
+  v: Version;
+  /** The cursor: one more than the line before (`--since SEQ` resumes after it). */
+  seq: number;
+  /** When it was recorded, unix ms. */
+  atMs: number;
+  /** The entry's id. */
+  id: string;
+  /** Its display name (the given name, else the program's basename). */
+  name: string;
+  /** Its session, if it has one. */
+  sessionId: string | null;
   event: "started";
   /** The command's pid. */
   pid: number;
   /** Its process group. */
   pgid: number | null;
 } | {
+  v: Version;
+  /** The cursor: one more than the line before (`--since SEQ` resumes after it). */
+  seq: number;
+  /** When it was recorded, unix ms. */
+  atMs: number;
+  /** The entry's id. */
+  id: string;
+  /** Its display name (the given name, else the program's basename). */
+  name: string;
+  /** Its session, if it has one. */
+  sessionId: string | null;
   event: "ready";
   /** Ms from the start of the wait. */
   afterMs: number;
@@ -299,6 +347,17 @@ export type Record = {
   /** The port that made it ready. */
   port: number | null;
 } | {
+  v: Version;
+  /** The cursor: one more than the line before (`--since SEQ` resumes after it). */
+  seq: number;
+  /** When it was recorded, unix ms. */
+  atMs: number;
+  /** The entry's id. */
+  id: string;
+  /** Its display name (the given name, else the program's basename). */
+  name: string;
+  /** Its session, if it has one. */
+  sessionId: string | null;
   event: "exited";
   /** The entry's status now. */
   status: Status;
@@ -315,6 +374,17 @@ export type Record = {
   /** Whether the whole tree was confirmed gone. */
   treeGone: boolean | null;
 } | {
+  v: Version;
+  /** The cursor: one more than the line before (`--since SEQ` resumes after it). */
+  seq: number;
+  /** When it was recorded, unix ms. */
+  atMs: number;
+  /** The entry's id. */
+  id: string;
+  /** Its display name (the given name, else the program's basename). */
+  name: string;
+  /** Its session, if it has one. */
+  sessionId: string | null;
   event: "stopped";
   /** It had ended before this stop. */
   alreadyFinished: boolean;
@@ -325,6 +395,17 @@ export type Record = {
   /** The cleanup's failure line, else null. */
   cleanupError: string | null;
 } | {
+  v: Version;
+  /** The cursor: one more than the line before (`--since SEQ` resumes after it). */
+  seq: number;
+  /** When it was recorded, unix ms. */
+  atMs: number;
+  /** The entry's id. */
+  id: string;
+  /** Its display name (the given name, else the program's basename). */
+  name: string;
+  /** Its session, if it has one. */
+  sessionId: string | null;
   event: "cleanupFinished";
   /** The cleanup's exit code (null if it was killed or timed out). */
   exitCode: number | null;
@@ -337,14 +418,44 @@ export type Record = {
   /** Who ran it: `supervisor`, `stop` or `reap`. */
   ranBy: CleanupRunner;
 } | {
+  v: Version;
+  /** The cursor: one more than the line before (`--since SEQ` resumes after it). */
+  seq: number;
+  /** When it was recorded, unix ms. */
+  atMs: number;
+  /** The entry's id. */
+  id: string;
+  /** Its display name (the given name, else the program's basename). */
+  name: string;
+  /** Its session, if it has one. */
+  sessionId: string | null;
   event: "cleared";
 } | {
+  v: Version;
+  /** The cursor: one more than the line before (`--since SEQ` resumes after it). */
+  seq: number;
+  /** When it was recorded, unix ms. */
+  atMs: number;
+  /** The entry's id. */
+  id: string;
+  /** Its display name (the given name, else the program's basename). */
+  name: string;
+  /** Its session, if it has one. */
+  sessionId: string | null;
   event: "setAside";
   /** Why it could not be read. */
   reason: string;
   /** Where it went (null if the move failed). */
   movedTo: string | null;
 };
+
+export type JournalRecordStarted = Extract<JournalRecord, { event: "started" }>;
+export type JournalRecordReady = Extract<JournalRecord, { event: "ready" }>;
+export type JournalRecordExited = Extract<JournalRecord, { event: "exited" }>;
+export type JournalRecordStopped = Extract<JournalRecord, { event: "stopped" }>;
+export type JournalRecordCleanupFinished = Extract<JournalRecord, { event: "cleanupFinished" }>;
+export type JournalRecordCleared = Extract<JournalRecord, { event: "cleared" }>;
+export type JournalRecordSetAside = Extract<JournalRecord, { event: "setAside" }>;
 
 /** Which log. */
 export type LogStream = "out" | "err" | "all";
@@ -493,9 +604,15 @@ export type StartView = {
   supervisorStartTimeTicks: number | null;
   /** Identity: the uid it runs as. */
   uid: number;
-  /** Deprecated, schema v1 only: `startTimeTicks` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `startTimeTicks` under its old name (gone in v2).
+   * @deprecated
+   */
   startTime: number | null;
-  /** Deprecated, schema v1 only: `supervisorStartTimeTicks` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `supervisorStartTimeTicks` under its old name (gone in v2).
+   * @deprecated
+   */
   supervisorStartTime: number | null;
   /** The tier that keeps the tree: `cgroup`, `subreaper` or `group` (null in entries from before the tiers existed). */
   containment: string | null;
@@ -553,6 +670,17 @@ export type RestartDoc = {
   v: Version;
   /** The new entries. */
   restarted: StartView[];
+};
+
+/** `send --json`: what one send did, `{"v": 1, "id", "bytes", "eof"}`. */
+export type SendDoc = {
+  v: Version;
+  /** The entry's id (`proc_N`). */
+  id: string;
+  /** Bytes written to its stdin (all of the input: a send that cannot write it all fails). */
+  bytes: number;
+  /** Its stdin was closed after the write (`--eof`): the command reads end of input. */
+  eof: boolean;
 };
 
 /** `start --json`: the new entry's [`StartView`]. */
@@ -628,9 +756,15 @@ export type StartDoc = {
   supervisorStartTimeTicks: number | null;
   /** Identity: the uid it runs as. */
   uid: number;
-  /** Deprecated, schema v1 only: `startTimeTicks` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `startTimeTicks` under its old name (gone in v2).
+   * @deprecated
+   */
   startTime: number | null;
-  /** Deprecated, schema v1 only: `supervisorStartTimeTicks` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `supervisorStartTimeTicks` under its old name (gone in v2).
+   * @deprecated
+   */
   supervisorStartTime: number | null;
   /** The tier that keeps the tree: `cgroup`, `subreaper` or `group` (null in entries from before the tiers existed). */
   containment: string | null;
@@ -726,9 +860,15 @@ export type StopView = {
   supervisorStartTimeTicks: number | null;
   /** Identity: the uid it runs as. */
   uid: number;
-  /** Deprecated, schema v1 only: `startTimeTicks` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `startTimeTicks` under its old name (gone in v2).
+   * @deprecated
+   */
   startTime: number | null;
-  /** Deprecated, schema v1 only: `supervisorStartTimeTicks` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `supervisorStartTimeTicks` under its old name (gone in v2).
+   * @deprecated
+   */
   supervisorStartTime: number | null;
   /** The tier that keeps the tree: `cgroup`, `subreaper` or `group` (null in entries from before the tiers existed). */
   containment: string | null;
@@ -837,9 +977,15 @@ export type EntryDoc = {
   supervisorStartTimeTicks: number | null;
   /** Identity: the uid it runs as. */
   uid: number;
-  /** Deprecated, schema v1 only: `startTimeTicks` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `startTimeTicks` under its old name (gone in v2).
+   * @deprecated
+   */
   startTime: number | null;
-  /** Deprecated, schema v1 only: `supervisorStartTimeTicks` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `supervisorStartTimeTicks` under its old name (gone in v2).
+   * @deprecated
+   */
   supervisorStartTime: number | null;
   /** The tier that keeps the tree: `cgroup`, `subreaper` or `group` (null in entries from before the tiers existed). */
   containment: string | null;
@@ -931,9 +1077,15 @@ export type WaitView = {
   supervisorStartTimeTicks: number | null;
   /** Identity: the uid it runs as. */
   uid: number;
-  /** Deprecated, schema v1 only: `startTimeTicks` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `startTimeTicks` under its old name (gone in v2).
+   * @deprecated
+   */
   startTime: number | null;
-  /** Deprecated, schema v1 only: `supervisorStartTimeTicks` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `supervisorStartTimeTicks` under its old name (gone in v2).
+   * @deprecated
+   */
   supervisorStartTime: number | null;
   /** The tier that keeps the tree: `cgroup`, `subreaper` or `group` (null in entries from before the tiers existed). */
   containment: string | null;
@@ -965,11 +1117,16 @@ export type WaitDoc = {
   waited: WaitView[];
   /** What `sheepdog wait` exits with: the (last, or with `--any` first) process's code, 128 + N for a signal, 124 for a timeout, 125 when unknown. */
   exitStatus: number;
-  /** Deprecated, schema v1 only: `exitStatus` under its old name (gone in v2). */
+  /**
+   * Deprecated, schema v1 only: `exitStatus` under its old name (gone in v2).
+   * @deprecated
+   */
   exitCode: number;
 };
 
-export type StartResult = StartView;
+export type StartResult = StartDoc;
+export type UpdateResult = EntryDoc;
+export type SendResult = SendDoc;
 export type RestartView = StartView;
 export type WaitResult = WaitDoc;
 export type LogsResult = LogsDoc;
@@ -981,4 +1138,4 @@ export type EscalatedEvent = Extract<EventLine, { event: "escalated" }>;
 export type ExitedEvent = Extract<EventLine, { event: "exited" }>;
 export type SpawnFailedEvent = Extract<EventLine, { event: "spawnFailed" }>;
 export type SupervisorEvent = EventLine;
-export type EntryEvent = Record;
+export type EntryEvent = JournalRecord;

@@ -28,17 +28,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
     let census = OnceCell::new();
     let mut actions = Vec::new();
     let mut cgroups_left = Vec::new();
-    // Cgroups a supervisor could not remove once its tree was gone, and those of supervisors
-    // killed by SIGKILL (empty, their pid gone), `run`'s included.
     if !dry_run {
-        for (path, pids) in cgroup::sweep_leftovers().not_emptied {
-            let members: Vec<_> = pids.iter().map(|p| Member { pid: *p, start_time: procfs::start_time(*p) }).collect();
-            cgroups_left.push(CgroupLeft {
-                path: path.display().to_string(),
-                pids: pids.iter().map(|p| p.as_raw()).collect(),
-                left: crate::tree::left_line(&members),
-            });
-        }
         for e in entries.iter().filter(|e| e.cgroup_leftover == Some(true) && e.is_finished() && !e.supervisor_alive())
         {
             settle_cgroup(reg, e.clone());
@@ -161,6 +151,21 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
         a.not_recorded = recorded.err().map(|err| err.to_string());
         a.left = (!report.gone).then(|| crate::tree::left_line(&still));
         actions.push(a);
+    }
+    // Cgroups a supervisor could not remove once its tree was gone, and those of supervisors
+    // killed by SIGKILL (empty, their pid gone), `run`'s included. After the entries: a kept
+    // tree (`run --leftovers keep`) lives in the cgroup of the `run` that made it, and its
+    // entry's own pass above stops it with its grace and records it as reaped; the sweep
+    // (SIGKILL, no record) is for what no entry of this registry names.
+    if !dry_run {
+        for (path, pids) in cgroup::sweep_leftovers().not_emptied {
+            let members: Vec<_> = pids.iter().map(|p| Member { pid: *p, start_time: procfs::start_time(*p) }).collect();
+            cgroups_left.push(CgroupLeft {
+                path: path.display().to_string(),
+                pids: pids.iter().map(|p| p.as_raw()).collect(),
+                left: crate::tree::left_line(&members),
+            });
+        }
     }
     // Finished entries whose cleanup is still pending and due: their owner died or their turn
     // timeout passed while no supervisor was watching (it was killed while it waited).

@@ -1,4 +1,8 @@
 //! `process_logs`: a process's output: the last lines, a pattern, or what came since a cursor.
+//!
+//! A model walks a whole log in bounded replies: `from: "start"` gives the first page (at most
+//! `maxBytes`), and each reply's `cursor` the next, until `eof` (issue 31). A read of the last
+//! lines that left earlier ones out says so in `next`, with the call that reads from the start.
 
 use std::cell::OnceCell;
 
@@ -21,6 +25,10 @@ pub struct LogsArgs {
     pub stream: Option<String>,
     /// Only the last N lines.
     pub tail: Option<usize>,
+    /// `start`: from the beginning of the log, one page of at most `maxBytes`; pass each reply's
+    /// `cursor` on to read the rest, page by page, until `eof`. `end` (the default): the last
+    /// lines.
+    pub from: Option<String>,
     /// Only lines matching this regular expression.
     pub grep: Option<String>,
     /// Continue after the previous call's `cursor`: only new output, none twice, none lost
@@ -43,7 +51,9 @@ pub struct LogsResult {
     pub text: String,
     /// Pass as `cursor` to get only what comes after.
     pub cursor: String,
-    /// More was available than `maxBytes` (or `tail`) allowed: call again with `cursor`.
+    /// Lines were left out of this reply: `maxBytes` or `tail` cut it, or a log rotation
+    /// dropped them. `next` says how to read what is left out: with `cursor` after a page cut
+    /// by `maxBytes`, with `from: "start"` after the last lines.
     pub truncated: bool,
     /// Nothing more will come: the process and its cleanup are done and everything was read.
     pub eof: bool,
@@ -72,6 +82,20 @@ pub(crate) fn logs(ctx: &Ctx, a: LogsArgs) -> Result<Done<LogsResult>, ToolError
         })?),
         None => None,
     };
+    let from_start = match a.from.as_deref() {
+        None | Some("end") => false,
+        Some("start") => true,
+        Some(f) => return Err(format!("Unknown `from` '{f}': use start or end.")),
+    };
+    if from_start && cursor.is_some() {
+        return Err("`from` and `cursor` do not go together: `from: \"start\"` reads the first page, then pass each reply's `cursor` alone.".into());
+    }
+    if from_start && a.tail.is_some() {
+        return Err("`tail` reads the last lines and `from: \"start\"` the first: give one of them.".into());
+    }
+    // A read from the start is a cursor read from before the first byte: it keeps the first
+    // lines and its cursor is where the next page begins.
+    let cursor = if from_start { Some(Cursor::START) } else { cursor };
     if a.max_bytes == Some(0) {
         return Err("`maxBytes` must be more than 0.".into());
     }
@@ -91,12 +115,18 @@ pub(crate) fn logs(ctx: &Ctx, a: LogsArgs) -> Result<Done<LogsResult>, ToolError
     let status = inspect::live_status(&ctx.reg.read(&e.id).unwrap_or(e.clone()), &OnceCell::new());
     let text = String::from_utf8_lossy(&chunk.bytes).into_owned();
     let mut summary = if text.is_empty() {
-        format!("No {}output from {}.", if cursor.is_some() { "new " } else { "" }, e.label())
+        format!("No {}output from {}.", if a.cursor.is_some() { "new " } else { "" }, e.label())
     } else {
         text.trim_end_matches('\n').to_string()
     };
-    if chunk.truncated {
-        summary.push_str("\n[more output: call again with this cursor, or use tail/grep]");
+    // A cursor read cut by `maxBytes` is a page: the rest follows its cursor. Any other read that
+    // left lines out kept the last ones: the earlier ones are read from the start.
+    let paged = cursor.is_some() && chunk.skipped_lines > 0;
+    let earlier = cursor.is_none() && chunk.truncated;
+    if paged {
+        summary.push_str("\n[more output: call again with this cursor]");
+    } else if earlier {
+        summary.push_str("\n[earlier output left out: read it with from: \"start\", then each cursor]");
     }
     summary.push_str(&format!(
         "\n[cursor {}; {} is {}{}]",
@@ -105,20 +135,41 @@ pub(crate) fn logs(ctx: &Ctx, a: LogsArgs) -> Result<Done<LogsResult>, ToolError
         status,
         if chunk.eof { "; end of log" } else { "" }
     ));
-    let mut next_args = json!({"id": e.id, "cursor": chunk.cursor});
+    // The next call keeps this one's stream, pattern and page size.
+    let mut same = json!({"id": e.id});
     if a.stream.is_some() {
-        next_args["stream"] = json!(stream.as_str());
+        same["stream"] = json!(stream.as_str());
     }
-    let next = (!chunk.eof).then(|| {
-        let why = if chunk.truncated { "for the rest" } else { "for what comes next" };
-        format!("{} {why}", call_hint("process_logs", next_args))
-    });
+    if let Some(g) = &a.grep {
+        same["grep"] = json!(g);
+    }
+    if let Some(m) = a.max_bytes {
+        same["maxBytes"] = json!(m);
+    }
+    let with = |k: &str, v: &str| {
+        let mut args = same.clone();
+        args[k] = json!(v);
+        call_hint("process_logs", args)
+    };
+    let onward = with("cursor", &chunk.cursor);
+    let next = if paged {
+        Some(format!("{onward} for the rest"))
+    } else if earlier {
+        let start = with("from", "start");
+        Some(if chunk.eof {
+            format!("{start} to read it from the start, then each reply's cursor")
+        } else {
+            format!("{start} to read it from the start, then each reply's cursor; {onward} for what comes next")
+        })
+    } else {
+        (!chunk.eof).then(|| format!("{onward} for what comes next"))
+    };
     let result = LogsResult {
         id: e.id.clone(),
         stream: stream.as_str().into(),
         text,
         cursor: chunk.cursor,
-        truncated: chunk.truncated,
+        truncated: chunk.truncated || paged,
         eof: chunk.eof,
         status: status.as_str().into(),
     };
