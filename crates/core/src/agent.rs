@@ -213,7 +213,7 @@ pub fn pi_session_of(pi: Pid) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::is_launcher;
+    use super::{gemini_yolo, is_launcher};
 
     fn v(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
