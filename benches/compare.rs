@@ -714,7 +714,7 @@ fn forge_entries(dir: &Path, n: usize, running: bool) {
             start_time: Some(1),
             supervisor_start_time: Some(1),
             uid: sysproc::getuid(),
-            tag: sheepdog::registry::new_tag(),
+            tag: sheepdog::registry::new_tag().expect("random bytes"),
             stop: StopTimings { stdin_grace_ms: 0, term_grace_ms: 3000, kill_wait_ms: 1500, max_stop_ms: 4500 },
             status: if running { sheepdog::status::Status::Running } else { sheepdog::status::Status::Exited },
             status_text: (!running).then(|| "exited (0)".into()),
@@ -860,7 +860,7 @@ signal.pause()
 fn fork_storm(sheepdog: &str, tier: &str) -> (f64, String, usize) {
     let storm = "$SIG{TERM}='IGNORE'; $end=time+10; for (1..31) { last if fork == 0 } \
                  while (time < $end) { my $p = fork; exit 0 if defined $p && $p > 0; }";
-    let mark = sheepdog::registry::new_tag();
+    let mark = sheepdog::registry::new_tag().expect("random bytes");
     let t0 = Instant::now();
     let status = Command::new(sheepdog)
         .args(["run", "--containment", tier, "--term-grace", "200ms", "--kill-wait", "1.5s", "--", "perl", "-e", storm])

@@ -2,6 +2,8 @@
 //! outside the library: it only parses and renders; what it does is `sheepdog::manager` and
 //! `sheepdog::supervisor`.
 
+#![forbid(unsafe_code)]
+
 mod cli;
 
 /// The static (musl) build's allocator. musl's own (mallocng) maps and unmaps small groups of

@@ -97,7 +97,11 @@ struct TestCgroup {
 
 impl TestCgroup {
     fn new(own: &Path) -> TestCgroup {
-        let path = own.join(format!("sheepdog-test-{}-{}", std::process::id(), &sheepdog::registry::new_tag()[..8]));
+        let path = own.join(format!(
+            "sheepdog-test-{}-{}",
+            std::process::id(),
+            &sheepdog::registry::new_tag().expect("random bytes")[..8]
+        ));
         std::fs::create_dir(&path).expect("mkdir a test cgroup");
         TestCgroup { path }
     }
@@ -146,7 +150,7 @@ struct Sweep(String);
 
 impl Sweep {
     fn new() -> Sweep {
-        Sweep(sheepdog::registry::new_tag())
+        Sweep(sheepdog::registry::new_tag().expect("random bytes"))
     }
 }
 

@@ -680,12 +680,12 @@ fn reference_lists_every_exit_status() {
         .collect();
     use sheepdog::exit::*;
     for s in [OK, REFUSED, NOT_RECORDED, TIMED_OUT, USAGE, NOT_EXECUTABLE, NOT_FOUND] {
-        assert!(table.contains(&s), "docs/reference.md's exit-status table lacks {s} (src/exit.rs)");
+        assert!(table.contains(&s), "docs/reference.md's exit-status table lacks {s} (crates/core/src/exit.rs)");
     }
     for s in &table {
         assert!(
             [OK, REFUSED, NOT_RECORDED, TIMED_OUT, USAGE, NOT_EXECUTABLE, NOT_FOUND].contains(s),
-            "docs/reference.md lists exit status {s}, which src/exit.rs does not define"
+            "docs/reference.md lists exit status {s}, which crates/core/src/exit.rs does not define"
         );
     }
 }

@@ -236,7 +236,7 @@ fn a_keeper_killed_right_after_the_spawn_still_leaves_the_supervisor_in_charge_o
         let guard = Guard::new();
         // Every process of this round carries the mark: what is left of it is found (and
         // killed) by it, never by name.
-        let mark = sheepdog::registry::new_tag();
+        let mark = sheepdog::registry::new_tag().expect("random bytes");
         let mut cmd = if pin {
             let mut c = std::process::Command::new("taskset");
             c.args(["-c", "0", bin()]);
@@ -678,7 +678,7 @@ fn clear_force_always_works_even_while_an_abandoned_cleanup_runs() {
 /// that started before the claim (not the cleanup's) and the cleanup's own two, one of them in
 /// a session of its own.
 fn cleanup_without_a_pid(st: &State, guard: &Guard, timeout_ms: u64) -> (String, i32, Vec<i32>) {
-    let tag = sheepdog::registry::new_tag();
+    let tag = sheepdog::registry::new_tag().expect("random bytes");
     // Reaped by the guard, which tracks each (spawn_lines).
     let tagged = |script: &str| {
         let mut cmd = std::process::Command::new("sh");

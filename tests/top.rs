@@ -1,6 +1,6 @@
 //! `sheepdog top` in a real terminal: each test runs it inside its own tmux server (a private
 //! socket, killed at the end), starts entries in its own state dir, and reads the screen with
-//! `tmux capture-pane`. The rendering itself is unit-tested in `src/top/draw.rs`.
+//! `tmux capture-pane`. The rendering itself is unit-tested in `crates/top/src/draw.rs`.
 
 mod common;
 

@@ -52,7 +52,7 @@ fn issue18_a_relative_state_dir_is_made_absolute_for_every_process_sheepdog_star
     let guard = Guard::new();
     let cwd = tempfile::tempdir().unwrap();
     // A name no earlier run can have left at the root, so its absence there says something.
-    let rel = format!("rel-{}", sheepdog::registry::new_tag());
+    let rel = format!("rel-{}", sheepdog::registry::new_tag().expect("random bytes"));
     for flag in [true, false] {
         let mut c = sheepdog();
         c.current_dir(cwd.path()).env_remove("SHEEPDOG_STATE_DIR");
@@ -510,7 +510,7 @@ fn issue18_tops_stop_dialog_says_whether_the_tree_was_confirmed_gone() {
     guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
     let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
     let e = reg.read(&id_of(&v)).unwrap();
-    let lines = sheepdog::top::stop_lines(&reg, &e);
+    let lines = sheepdog_top::stop_lines(&reg, &e);
     assert_eq!(lines[0], format!("Stopped sleep ({}).", id_of(&v)));
     assert!(lines.iter().any(|l| l == "The process tree is confirmed gone."), "{lines:?}");
     assert!(lines.iter().any(|l| l == "No cleanup command."), "{lines:?}");

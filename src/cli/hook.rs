@@ -309,7 +309,10 @@ fn gemini_run(dir: Option<PathBuf>, args: &[String]) -> i32 {
         Ok(r) => r,
         Err(e) => return fail(e.to_string()),
     };
-    let tag = sheepdog::registry::new_tag();
+    let tag = match sheepdog::registry::new_tag() {
+        Ok(t) => t,
+        Err(e) => return fail(format!("unable to read random bytes for the tag: {e}")),
+    };
     let argv: Vec<OsString> = cmd.iter().map(OsString::from).collect();
     let policy = sheepdog::stop::StopPolicy {
         stdin_grace: std::time::Duration::from_secs(1),
@@ -647,7 +650,14 @@ fn detached(args: &[String]) -> i32 {
 /// The session is pi's (`pi-<pid>-<start time>`, [`sheepdog::agent::pi_session_of`]): the
 /// hook's parent is pi itself, and the `process` tool's entries are in the same session.
 mod pi {
-    use super::*;
+    use std::io::Write;
+    use std::path::{Path, PathBuf};
+
+    use serde_json::{Value, json};
+    use sheepdog::os::Pid;
+    use sheepdog::registry::Registry;
+
+    use super::{rewrite, spawn_detached};
 
     /// Runs one pi event: 0 (an answer, or none), or 2 for an event it does not know.
     pub(super) fn hook(dir: Option<PathBuf>, event: &str, input: &Value) -> i32 {
@@ -742,7 +752,9 @@ mod pi {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::path::Path;
+
+    use super::rewrite;
 
     #[test]
     fn the_rewrite_keeps_the_command_and_quotes_every_value() {

@@ -29,7 +29,10 @@ pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> R
         sheepdog::entry::check_session(s).map_err(CliError::usage)?;
     }
     let registry = if keep { Some(super::common::open(dir)?) } else { None };
-    let tag = keep.then(sheepdog::registry::new_tag);
+    let tag = match keep.then(sheepdog::registry::new_tag).transpose() {
+        Ok(t) => t,
+        Err(e) => return Err(CliError::usage(format!("unable to read random bytes for the tag: {e}"))),
+    };
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let owner_pid = a.owner.and_then(sheepdog::os::Pid::new);
     let argv = a.command.clone();

@@ -370,7 +370,7 @@ pub fn forge_entry(st: &State, age_ms: u64, f: impl FnOnce(&mut sheepdog::entry:
             cwd: "/".into(),
             boot_id: procfs::boot_id(),
             uid: process::getuid(),
-            tag: sheepdog::registry::new_tag(),
+            tag: sheepdog::registry::new_tag().expect("random bytes"),
             started_at: sheepdog::files::now_ms() - age_ms,
             ..Default::default()
         })

@@ -1,0 +1,732 @@
+//! What an entry *is*: the record of one managed process as `procs/<id>/entry.json` stores it
+//! ([`Entry`]), the data it carries (byte-exact text, stop timings, the cleanup and readiness
+//! specs, a cleanup's result, recorded members) and the transitions a writer makes on it
+//! (`record_spawned`, `record_result`, `finish_from_outside`, ...). Data only: nothing here
+//! reads the disk or the kernel. Storage is `registry` (above, with what the kernel says of an
+//! entry's recorded processes: `supervisor_alive`, `owner_gone`, ...); the vocabularies
+//! (statuses, stop reasons, who ran a cleanup) are `status`.
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use crate::files::now_ms;
+use crate::status::{Status, StopReason};
+
+/// An argument, a path or an environment entry exactly as the OS gave it: bytes, usually UTF-8.
+/// On disk it is a JSON string when the bytes are UTF-8 (every entry written so far), else an
+/// object `{"hex": "fffe41"}`: it round-trips byte for byte, and an older sheepdog, which
+/// expects a string, refuses such an entry (as corrupt) instead of running other bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct OsText(std::ffi::OsString);
+
+impl OsText {
+    /// The bytes, for a command line, a `current_dir` or an environment.
+    pub fn as_os_str(&self) -> &std::ffi::OsStr {
+        &self.0
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        std::os::unix::ffi::OsStrExt::as_bytes(self.0.as_os_str())
+    }
+
+    /// The text when it is UTF-8.
+    pub fn to_str(&self) -> Option<&str> {
+        self.0.to_str()
+    }
+
+    /// For people and JSON views: the text, with every byte that is not UTF-8 written `\xFF`
+    /// (escaped, never replaced by U+FFFD).
+    pub fn escaped(&self) -> String {
+        escape_bytes(self.as_bytes())
+    }
+}
+
+/// `bytes` as text: valid UTF-8 kept (a backslash too), each other byte written `\xFF`.
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+impl OsText {
+    /// An environment entry `K=V` split at its first `=` (no `=`: the whole is the key).
+    pub fn split_env(&self) -> (std::ffi::OsString, std::ffi::OsString) {
+        use std::os::unix::ffi::OsStrExt;
+        let b = self.as_bytes();
+        match b.iter().position(|&c| c == b'=') {
+            Some(at) => (
+                std::ffi::OsStr::from_bytes(&b[..at]).to_os_string(),
+                std::ffi::OsStr::from_bytes(&b[at + 1..]).to_os_string(),
+            ),
+            None => (self.0.clone(), std::ffi::OsString::new()),
+        }
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for OsText {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        &self.0
+    }
+}
+
+impl From<std::ffi::OsString> for OsText {
+    fn from(s: std::ffi::OsString) -> Self {
+        OsText(s)
+    }
+}
+
+impl From<&std::ffi::OsStr> for OsText {
+    fn from(s: &std::ffi::OsStr) -> Self {
+        OsText(s.to_os_string())
+    }
+}
+
+impl From<&str> for OsText {
+    fn from(s: &str) -> Self {
+        OsText(s.into())
+    }
+}
+
+impl From<String> for OsText {
+    fn from(s: String) -> Self {
+        OsText(s.into())
+    }
+}
+
+impl PartialEq<str> for OsText {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for OsText {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl Serialize for OsText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.to_str() {
+            Some(t) => s.serialize_str(t),
+            None => {
+                use serde::ser::SerializeMap;
+                let hex: String = self.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("hex", &hex)?;
+                m.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for OsText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Text(String),
+            Hex { hex: String },
+        }
+        match Form::deserialize(d)? {
+            Form::Text(t) => Ok(OsText(t.into())),
+            Form::Hex { hex } => {
+                let bad = || serde::de::Error::custom(format!("invalid hex bytes {hex:?}"));
+                if hex.len() % 2 != 0 || !hex.is_ascii() {
+                    return Err(bad());
+                }
+                let bytes = (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+                    .collect::<Result<Vec<u8>, _>>()
+                    .map_err(|_| bad())?;
+                Ok(OsText(std::os::unix::ffi::OsStringExt::from_vec(bytes)))
+            }
+        }
+    }
+}
+
+/// The stop timings recorded in an entry, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StopTimings {
+    pub stdin_grace_ms: u64,
+    pub term_grace_ms: u64,
+    pub kill_wait_ms: u64,
+    /// The longest the supervisor's stop can take; `stop` waits this plus a margin before it
+    /// acts past the supervisor.
+    pub max_stop_ms: u64,
+}
+
+/// A cleanup command attached to an entry (issue: cleanup hooks).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Cleanup {
+    /// Run with `sh -c`.
+    pub command: String,
+    pub timeout_ms: u64,
+}
+
+/// How a cleanup command ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CleanupResult {
+    pub command: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    /// The last 20 lines of its output (stdout and stderr together).
+    pub output: Vec<String>,
+    /// Who ran it: `supervisor`, `stop` or `reap`.
+    pub ran_by: crate::status::CleanupRunner,
+}
+
+impl CleanupResult {
+    /// Exit code 0, not timed out.
+    pub fn succeeded(&self) -> bool {
+        !self.timed_out && self.exit_code == Some(0)
+    }
+}
+
+/// A process the supervisor saw in an entry's tree: pid and start time (clock ticks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedMember {
+    pub pid: i32,
+    pub start_time: u64,
+}
+
+/// What a supervisor records when its tree is done ([`Entry::record_result`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SupervisorResult {
+    pub status: Status,
+    /// The human line (`exited (0)`, `stopped (owner exited)`, `timed out after 2s`).
+    pub text: String,
+    /// The command's own exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that killed the command (`SIGTERM`), when one did.
+    pub signal: Option<String>,
+    /// The kernel wrote a core dump when that signal killed it (`WCOREDUMP`).
+    pub core_dumped: bool,
+    /// What began the stop; `None` when the command exited on its own.
+    pub stop_reason: Option<StopReason>,
+    pub tree_gone: bool,
+    /// The tree's cgroup could not be removed (`reap` removes it later).
+    pub cgroup_left: bool,
+}
+
+/// One managed process, as stored in `procs/<id>/entry.json`. Field names are camelCase for
+/// hosts written in TypeScript.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub id: String,
+    pub name: Option<String>,
+    pub session_id: Option<String>,
+    /// Provider pid, once spawned.
+    pub pid: Option<i32>,
+    pub pgid: Option<i32>,
+    /// Unix ms.
+    pub started_at: u64,
+    /// The command as one short line for listings.
+    pub command_preview: String,
+    /// Byte-exact (see [`OsText`]).
+    pub argv: Vec<OsText>,
+    pub cwd: OsText,
+    pub owner_pid: Option<i32>,
+    /// The owner's start time (clock ticks) when the entry was made: with the pid, its identity,
+    /// so `reap` can tell that the owner died even after its pid was reused.
+    #[serde(default)]
+    pub owner_start_time: Option<u64>,
+    /// The `sheepdog start` process that created the entry, while the entry is `starting`:
+    /// never signalled, only checked for life, so a `start` in progress is not mistaken for a
+    /// crash.
+    pub starter_pid: Option<i32>,
+    pub starter_start_time: Option<u64>,
+    pub supervisor_pid: Option<i32>,
+    /// The supervisor's keeper (`crate::keeper`): the forked copy that spawned the provider and
+    /// runs the supervision loop, with its start time (clock ticks). While either it or the
+    /// supervisor lives, the entry is supervised: the survivor of the other's SIGKILL stops
+    /// the tree and records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keeper_pid: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keeper_start_time: Option<u64>,
+    /// Identity: boot id, provider start time (clock ticks), supervisor start time, uid.
+    pub boot_id: String,
+    pub start_time: Option<u64>,
+    pub supervisor_start_time: Option<u64>,
+    pub uid: u32,
+    /// The provider's session id (for a managed entry, the supervisor's own session). A process
+    /// in the recorded group *and* session, of the same uid, started no earlier than the
+    /// provider, is the entry's even after the provider is gone: the group and session numbers
+    /// could only have been reused if every one of their members had died first.
+    #[serde(default)]
+    pub sid: Option<i32>,
+    /// Descendants the supervisor saw while it ran (subreaper tier), by identity: `reap` and
+    /// `stop` find them without a tag, so members that cleared their environment (`env -i`,
+    /// `su -`, `sudo`) are still caught. Dead ones are pruned on each write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<RecordedMember>,
+    /// The random token in the provider's `SHEEPDOG_TAG`, by which `reap` recognises its
+    /// descendants after the supervisor is gone.
+    pub tag: String,
+    pub cleanup: Option<Cleanup>,
+    /// Unix ms when a cleanup run was claimed: the claim makes "at most once" hold even if the
+    /// runner is killed midway.
+    pub cleanup_started_at: Option<u64>,
+    /// Who claimed the cleanup run (pid and start time): while it lives, others wait for its
+    /// result instead of reporting the cleanup as unfinished.
+    pub cleanup_runner_pid: Option<i32>,
+    pub cleanup_runner_start_time: Option<u64>,
+    /// The cleanup command's own process (`sh -c`, its group leader), once spawned: a cleanup
+    /// whose runner was killed may still run, and counts as running while it does.
+    #[serde(default)]
+    pub cleanup_pid: Option<i32>,
+    #[serde(default)]
+    pub cleanup_start_time: Option<u64>,
+    /// How the cleanup ended, once it has.
+    pub cleanup_result: Option<CleanupResult>,
+    /// The extra environment given with `--env`, as `K=V`, byte-exact (the cleanup gets it too).
+    pub env: Vec<OsText>,
+    pub stop: StopTimings,
+    pub timeout_ms: Option<u64>,
+    /// Per-file log cap in bytes; `None`: the default (64 MiB).
+    pub log_max_bytes: Option<u64>,
+    /// `starting`, `running`, `exited`, `killed`, `stopped`, `timedOut`, `reaped`, `lost`
+    /// (older entries stored `timed out`; read the same). `ps` derives `orphaned` (and `lost`)
+    /// from the kernel for entries still marked running.
+    pub status: Status,
+    /// The human form: `exited (0)`, `killed (SIGKILL)`, `timed out after 2s`, ...
+    pub status_text: Option<String>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    /// True when the signal that killed the command dumped core (`WCOREDUMP`, as the shell's
+    /// `(core dumped)`); absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub core_dumped: bool,
+    /// What began the stop: `signal` (sheepdog stop), `owner`, `timeout`, `reap`, ...
+    pub stop_reason: Option<crate::status::StopReason>,
+    pub tree_gone: Option<bool>,
+    /// Unix ms.
+    pub ended_at: Option<u64>,
+    /// The tier that keeps the tree: `cgroup`, `subreaper` or `group` (recorded before the
+    /// spawn; `None` in entries written before the tiers existed: treated as `subreaper`).
+    pub containment: Option<String>,
+    /// Why a stronger tier was not used (the cgroup probe's refusal); `None` in the cgroup tier.
+    pub containment_reason: Option<String>,
+    /// The tree's cgroup directory (absolute path), in the cgroup tier.
+    pub cgroup: Option<String>,
+    /// The inode of that directory: nothing acts on the path unless it still matches.
+    pub cgroup_inode: Option<u64>,
+    /// True when the cgroup could not be removed after the tree was gone; `reap` removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_leftover: Option<bool>,
+    /// What `start` asked for (`--containment`, `--memory-max` in bytes, `--pids-max`), kept
+    /// for `restart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containment_asked: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_max: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_max: Option<u64>,
+    /// Unix ms when a reply of `sheepdog mcp` told the agent that this entry finished: each
+    /// finished entry is reported once, also across server restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_reported_at: Option<u64>,
+    /// A name derived from what the command runs (`npm run dev` -> `npm-run-dev`), shown when
+    /// none was given; not unique, never looked up (see [`derived_name`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_name: Option<String>,
+    /// Started with `--stdin pipe`: its stdin is the FIFO `procs/<id>/stdin` its supervisor
+    /// holds open (see `manager::send`); false: `/dev/null`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stdin_pipe: bool,
+    /// The readiness options it was started with (`--ready-port`, `--ready-log`,
+    /// `--ready-listen`, `--ready-timeout`), kept for `restart`.
+    pub ready: Option<ReadySpec>,
+    /// The entry this one replaced (`restart`, `start --replace`).
+    pub restart_of: Option<String>,
+    /// Fields this version does not know, carried through every rewrite.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Entry {
+    /// True once a result is recorded.
+    pub fn is_finished(&self) -> bool {
+        self.status.is_finished()
+    }
+
+    /// `NAME (ID)` for messages. Without a name, the command's program name stands in
+    /// (`sleep (proc_3)`), so every message keeps one shape.
+    pub fn label(&self) -> String {
+        format!("{} ({})", self.display_name(), self.id)
+    }
+
+    /// The name, else the basename of the program (`argv[0]`), else the id.
+    pub fn display_name(&self) -> String {
+        if let Some(n) = self.name.as_ref().or(self.auto_name.as_ref()) {
+            return n.clone();
+        }
+        self.argv
+            .first()
+            .map(|a| {
+                let a = a.escaped();
+                a.rsplit('/').next().unwrap_or(&a).to_string()
+            })
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| self.id.clone())
+    }
+
+    /// Transition to a final result recorded from outside the supervisor: `lost` with `text`
+    /// (`lost (...)`), `stopped` by `sheepdog stop` or `reaped`, with whether the tree is gone.
+    /// Guard: an entry that already has a result keeps it (the supervisor may have written it a
+    /// moment earlier); returns false then.
+    pub fn finish_from_outside(&mut self, result: OutsideResult, tree_gone: bool) -> bool {
+        if self.is_finished() {
+            return false;
+        }
+        let (status, text, reason) = match result {
+            OutsideResult::Lost(text) => (Status::Lost, text, None),
+            OutsideResult::StoppedPast(why) => (
+                Status::Stopped,
+                if tree_gone {
+                    format!("stopped (by sheepdog stop; {why})")
+                } else {
+                    "stopped (the tree was not confirmed gone)".into()
+                },
+                Some(StopReason::Stop),
+            ),
+            OutsideResult::Reaped => (Status::Reaped, "reaped".into(), Some(StopReason::Reap)),
+        };
+        self.status = status;
+        self.status_text = Some(text);
+        if reason.is_some() {
+            self.stop_reason = reason;
+            self.tree_gone = Some(tree_gone);
+        }
+        self.ended_at = Some(now_ms());
+        true
+    }
+
+    /// Transition the supervisor makes once the command runs: its pid, group, start time
+    /// (clock ticks) and session, and `starting` → `running`. Guard: a result recorded
+    /// meanwhile (a stop or reap while the command was being spawned) is kept, and the
+    /// returned `true` tells the supervisor to honour it by stopping the tree at once.
+    pub fn record_spawned(&mut self, pid: i32, pgid: i32, start_time: Option<u64>, sid: Option<i32>) -> bool {
+        self.pid = Some(pid);
+        self.pgid = Some(pgid);
+        self.start_time = start_time;
+        self.sid = sid;
+        if self.status == Status::Starting {
+            self.status = Status::Running;
+        }
+        self.is_finished()
+    }
+
+    /// Transition the supervisor makes when its tree is done: the result (status and its
+    /// text, the command's code or signal, what stopped it, whether the tree is gone, a
+    /// cgroup left behind) and the end time. The supervisor knows best, so no guard: its result
+    /// replaces one written from outside a moment earlier.
+    pub fn record_result(&mut self, r: SupervisorResult) {
+        self.status = r.status;
+        self.status_text = Some(r.text);
+        if let Some(c) = r.exit_code {
+            self.exit_code = Some(c);
+        }
+        if let Some(s) = r.signal {
+            self.signal = Some(s);
+        }
+        self.core_dumped |= r.core_dumped;
+        self.stop_reason = r.stop_reason;
+        self.tree_gone = Some(r.tree_gone);
+        self.ended_at = Some(now_ms());
+        if r.cgroup_left {
+            self.cgroup_leftover = Some(true);
+        }
+    }
+
+    /// Transition the supervisor makes when new members appeared: who of the tree is alive now
+    /// (oldest first, at most `max`), so that `reap` finds members that cleared their
+    /// environment after the supervisor is gone.
+    pub fn record_members(&mut self, mut members: Vec<RecordedMember>, max: usize) {
+        members.sort_by_key(|m| (m.start_time, m.pid));
+        members.truncate(max);
+        self.members = members;
+    }
+
+    /// Unix ms at which the turn timeout (`--timeout`) expires, if one is set. For display; a
+    /// deadline is [`Entry::timeout_left`], which a wall-clock step does not move.
+    pub fn timeout_at_ms(&self) -> Option<u64> {
+        self.timeout_ms.map(|t| self.started_at.saturating_add(t))
+    }
+
+    /// Ms since `started_at` by the wall clock: what `Entry::timeout_left` falls back to
+    /// outside the boot the entry was made in.
+    pub(crate) fn wall_elapsed_ms(&self) -> u64 {
+        now_ms().saturating_sub(self.started_at)
+    }
+}
+
+/// A result recorded by someone other than the entry's supervisor (see
+/// [`Entry::finish_from_outside`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutsideResult {
+    /// Nothing can be known: the text says why (`lost (recorded during a previous boot; ...)`).
+    Lost(String),
+    /// `sheepdog stop` stopped the recorded tree itself; the text says why it had to.
+    StoppedPast(&'static str),
+    /// `reap` stopped the recorded tree of an entry whose supervisor was gone.
+    Reaped,
+}
+
+/// The longest name (and session id) an entry may carry: 128 bytes. Names are echoed in every
+/// later reply and listing; a longer one is a mistake (or an attack on the replies' size).
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// Names are free text, except the shape of ids (`proc_12`): a name equal to another entry's id
+/// would make `stop proc_12` ambiguous. Also not blank, without control characters, and at most
+/// [`MAX_NAME_BYTES`]. The error is one sentence naming the problem (a long name is not echoed).
+pub fn check_name(s: &str) -> Result<(), String> {
+    check_label("name", s)?;
+    let id_like = s.strip_prefix("proc_").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if id_like {
+        return Err(format!("invalid name '{s}': names of the form proc_N are reserved for ids"));
+    }
+    Ok(())
+}
+
+/// A session id: not blank, no control characters, at most [`MAX_NAME_BYTES`] (as a name).
+/// Errors: one sentence.
+pub fn check_session(s: &str) -> Result<(), String> {
+    check_label("session id", s)
+}
+
+fn check_label(what: &str, s: &str) -> Result<(), String> {
+    if s.len() > MAX_NAME_BYTES {
+        return Err(format!("invalid {what}: {} bytes long, at most {MAX_NAME_BYTES}", s.len()));
+    }
+    if s.trim().is_empty() {
+        return Err(format!("invalid {what} {s:?}: empty or blank"));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(format!("invalid {what} {s:?}: it has control characters"));
+    }
+    Ok(())
+}
+
+/// A key of `--env K=V`: not empty, and without `=`, a newline or NUL (the environment could
+/// not hold it, or would read it back as another variable). Errors: one sentence.
+pub fn check_env_key(k: &str) -> Result<(), String> {
+    if k.is_empty() {
+        return Err("invalid environment variable: the key is empty".into());
+    }
+    if k.contains(['=', '\n', '\0']) {
+        return Err(format!("invalid environment variable {k:?}: a key cannot hold '=', a newline or NUL"));
+    }
+    Ok(())
+}
+
+/// What "ready" means for one entry; stored in the entry so `restart` repeats it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadySpec {
+    /// `--ready-port`.
+    pub port: Option<u16>,
+    /// `--ready-log` (a regex).
+    pub log: Option<String>,
+    /// `--ready-listen`.
+    #[serde(default)]
+    pub listen: bool,
+    /// `--ready-timeout`, ms.
+    pub timeout_ms: u64,
+}
+
+impl ReadySpec {
+    /// True if any condition is set.
+    pub fn is_set(&self) -> bool {
+        self.port.is_some() || self.log.is_some() || self.listen
+    }
+
+    /// Checks a log pattern (a regex, as `log` holds it).
+    ///
+    /// Errors: why it is not a valid regular expression, as one line; the front end names the
+    /// option it came from (the CLI's `--ready-log`, the MCP tool's `ready.logPattern`).
+    pub fn check_pattern(pattern: &str) -> Result<(), String> {
+        Regex::new(pattern).map(|_| ()).map_err(|e| one_line(&e.to_string()))
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Programs whose first words say what runs (`npm run dev`, `cargo test`, `docker compose up`):
+/// the name joins them with `-`.
+const SUBCOMMAND_PROGRAMS: &[&str] = &[
+    "npm", "pnpm", "yarn", "bun", "deno", "cargo", "go", "make", "just", "docker", "podman", "kubectl", "uv", "poetry",
+    "mvn", "gradle", "gradlew", "dotnet", "mix", "rails", "bundle", "npx", "pnpx", "bunx", "uvx",
+];
+/// Interpreters whose script or module is the name (`python3 -m http.server` -> `http.server`).
+const INTERPRETERS: &[&str] = &["python", "python3", "node", "ruby", "perl", "php", "bash", "sh", "zsh", "dash"];
+
+/// A name for a command that was given none, from what it runs: `sh -c CMD` is read as CMD's
+/// words; leading `VAR=value` words, `env`, `exec`, `nohup` and `sudo` are skipped; a package
+/// manager or build tool gives its first three plain words joined with `-` (`npm run dev` ->
+/// `npm-run-dev`); an interpreter gives its module (`python3 -m http.server 8000` ->
+/// `http.server`) or script's file name (`node server.js` -> `server.js`); anything else the
+/// program's file name. At most 40 bytes; `None` when nothing usable is found (the entry then
+/// shows its program's name).
+pub fn derived_name(argv: &[String]) -> Option<String> {
+    let shell_words: Vec<String>;
+    let mut words: &[String] = argv;
+    if argv.len() >= 3 && matches!(base(&argv[0]), "sh" | "bash" | "dash" | "zsh") && argv[1] == "-c" {
+        // The shell string's first simple command, split on blanks (no quoting: a name only).
+        let first = argv[2].split(['\n', ';', '&', '|']).map(str::trim).find(|c| !c.is_empty())?;
+        shell_words = first.split_whitespace().map(|w| w.trim_matches(['\'', '"']).to_string()).collect();
+        words = &shell_words;
+    }
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i].as_str();
+        let assignment = w.split_once('=').is_some_and(|(k, _)| !k.is_empty() && !k.starts_with('-'));
+        if assignment || matches!(base(w), "env" | "exec" | "nohup" | "sudo" | "time" | "nice") {
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    let words = &words[i..];
+    let program = base(words.first()?);
+    let name = if SUBCOMMAND_PROGRAMS.contains(&program) {
+        let plain: Vec<&str> = std::iter::once(program)
+            .chain(words[1..].iter().map(|w| w.as_str()).take_while(|w| !w.starts_with('-')).map(base))
+            .take(3)
+            .collect();
+        plain.join("-")
+    } else if INTERPRETERS.contains(&program.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.')) {
+        let mut rest = words[1..].iter();
+        let mut found = None;
+        while let Some(w) = rest.next() {
+            if w == "-m" {
+                found = rest.next().map(|m| m.to_string());
+                break;
+            }
+            if w == "-c" || w == "-e" {
+                break;
+            }
+            if !w.starts_with('-') {
+                found = Some(base(w).to_string());
+                break;
+            }
+        }
+        found.unwrap_or_else(|| program.to_string())
+    } else {
+        program.to_string()
+    };
+    let mut name: String =
+        name.chars().map(|c| if c.is_alphanumeric() || "._-".contains(c) { c } else { '-' }).collect();
+    while name.len() > 40 {
+        name.pop();
+    }
+    let name = name.trim_matches('-').to_string();
+    (!name.is_empty()).then_some(name)
+}
+
+fn base(w: &str) -> &str {
+    w.rsplit('/').next().unwrap_or(w)
+}
+
+#[cfg(test)]
+mod transition_tests {
+    use crate::status::{Status, StopReason};
+
+    use super::{Entry, OutsideResult, RecordedMember, SupervisorResult};
+
+    #[test]
+    fn a_result_from_outside_never_overwrites_the_supervisors() {
+        let mut e = Entry { status: Status::Running, ..Entry::default() };
+        assert!(e.finish_from_outside(OutsideResult::StoppedPast("the supervisor was gone"), false));
+        assert_eq!(e.status, Status::Stopped);
+        assert_eq!(e.status_text.as_deref(), Some("stopped (the tree was not confirmed gone)"));
+        assert_eq!((e.stop_reason.clone(), e.tree_gone), (Some(StopReason::Stop), Some(false)));
+        // A second writer (reap, racing) keeps the first result.
+        assert!(!e.finish_from_outside(OutsideResult::Reaped, true));
+        assert_eq!(e.status, Status::Stopped);
+        let mut lost = Entry { status: Status::Running, ..Entry::default() };
+        assert!(lost.finish_from_outside(OutsideResult::Lost("lost (a previous boot)".into()), true));
+        assert_eq!((lost.status, lost.tree_gone, lost.stop_reason), (Status::Lost, None, None));
+    }
+
+    #[test]
+    fn spawned_moves_starting_to_running_and_keeps_a_result_recorded_meanwhile() {
+        let mut e = Entry::default();
+        assert!(!e.record_spawned(4242, 4242, Some(77), Some(4000)));
+        assert_eq!(
+            (e.status, e.pid, e.pgid, e.start_time, e.sid),
+            (Status::Running, Some(4242), Some(4242), Some(77), Some(4000))
+        );
+        let mut stopped = Entry { status: Status::Stopped, ..Entry::default() };
+        assert!(stopped.record_spawned(4243, 4243, None, None), "the supervisor must honour the stop");
+        assert_eq!(stopped.status, Status::Stopped);
+        assert_eq!(stopped.pid, Some(4243), "the pid is recorded all the same, for the stop to find");
+    }
+
+    #[test]
+    fn the_supervisors_result_replaces_one_from_outside_and_keeps_what_it_does_not_know() {
+        let mut e = Entry { status: Status::Running, exit_code: None, ..Entry::default() };
+        e.finish_from_outside(OutsideResult::StoppedPast("the supervisor was stuck"), false);
+        e.record_result(SupervisorResult {
+            status: Status::Killed,
+            text: "killed (SIGKILL)".into(),
+            exit_code: None,
+            signal: Some("SIGKILL".into()),
+            core_dumped: false,
+            stop_reason: Some(StopReason::Signal),
+            tree_gone: true,
+            cgroup_left: true,
+        });
+        assert_eq!(e.status, Status::Killed);
+        assert_eq!(e.status_text.as_deref(), Some("killed (SIGKILL)"));
+        assert_eq!((e.signal.as_deref(), e.exit_code), (Some("SIGKILL"), None));
+        assert_eq!((e.stop_reason, e.tree_gone, e.cgroup_leftover), (Some(StopReason::Signal), Some(true), Some(true)));
+        assert!(e.ended_at.is_some());
+    }
+
+    #[test]
+    fn members_are_kept_oldest_first_up_to_the_bound() {
+        let mut e = Entry::default();
+        let m = |pid, start_time| RecordedMember { pid, start_time };
+        e.record_members(vec![m(30, 300), m(10, 100), m(20, 200), m(5, 100)], 3);
+        assert_eq!(e.members, vec![m(5, 100), m(10, 100), m(20, 200)]);
+    }
+}
+
+#[cfg(test)]
+mod derived_name_tests {
+    use super::derived_name;
+
+    fn name(argv: &[&str]) -> Option<String> {
+        derived_name(&argv.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_command_is_named_after_what_it_runs() {
+        assert_eq!(name(&["sh", "-c", "npm run dev"]).as_deref(), Some("npm-run-dev"));
+        assert_eq!(name(&["python3", "-m", "http.server", "8000"]).as_deref(), Some("http.server"));
+        assert_eq!(name(&["sh", "-c", "python3 -u -m http.server 8000"]).as_deref(), Some("http.server"));
+        assert_eq!(name(&["sh", "-c", "PORT=3000 node server.js"]).as_deref(), Some("server.js"));
+        assert_eq!(name(&["sh", "-c", "cargo test --release; echo done"]).as_deref(), Some("cargo-test"));
+        assert_eq!(name(&["sh", "-c", "sleep 100"]).as_deref(), Some("sleep"));
+        assert_eq!(name(&["/usr/bin/tail", "-f", "x"]).as_deref(), Some("tail"));
+        assert_eq!(name(&["sh", "-c", "   "]), None);
+    }
+}

@@ -1,0 +1,216 @@
+//! `reap`: recovery after a crash of anything; stops what is provably an entry's and records it.
+
+use std::cell::OnceCell;
+
+use crate::cgroup;
+use crate::entry::{Entry, OutsideResult};
+use crate::files;
+use crate::inspect::{recorded_alive, recorded_tree};
+use crate::logs;
+use crate::registry::{self, Registry};
+use crate::status::{CleanupRunner, ReapKind};
+use crate::stop::{self, StopPolicy};
+use crate::sys::procfs;
+use crate::tree::Member;
+use crate::view::{CgroupLeft, ReapAction};
+
+use super::{ManagerError, STARTING_LEEWAY_MS, record_lost};
+
+/// Recovery after a crash of anything: entries from a previous boot are dead and never
+/// signalled; an entry whose supervisor is alive is left to it; one whose supervisor is gone
+/// but whose tree is alive (identity verified) gets the one stop and is recorded as `reaped`;
+/// nothing alive and no result: recorded as `lost`.
+///
+/// Returns what was done, the entries set aside as unreadable, and the leftover cgroups that
+/// could not be emptied.
+pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::SetAside>, Vec<CgroupLeft>) {
+    let (entries, aside) = if dry_run { reg.list() } else { reg.list_sweeping() };
+    let census = OnceCell::new();
+    let mut actions = Vec::new();
+    let mut cgroups_left = Vec::new();
+    if !dry_run {
+        for e in entries.iter().filter(|e| e.cgroup_leftover == Some(true) && e.is_finished() && !e.supervisor_alive())
+        {
+            settle_cgroup(reg, e.clone());
+        }
+    }
+    // Cleanups whose runner was killed: past their deadline they are stopped here.
+    for e in entries.iter().filter(|e| e.cleanup_started_at.is_some() && e.cleanup_result.is_none()) {
+        if dry_run || !e.this_boot() || crate::identity::alive(e.cleanup_runner_pid, e.cleanup_runner_start_time) {
+            continue;
+        }
+        if crate::cleanup::settle_abandoned(reg, &e.id, CleanupRunner::Reap, false)
+            && let Ok(x) = reg.read(&e.id)
+            && x.cleanup_result.as_ref().is_some_and(|r| r.timed_out)
+        {
+            actions.push(ReapAction {
+                id: x.id.clone(),
+                name: Some(x.display_name()),
+                action: ReapKind::Cleanup,
+                signalled: 0,
+                tree_gone: true,
+                reason: "its runner was killed; stopped past its bound".into(),
+                cleanup_error: crate::cleanup::failure_line(&x),
+                not_recorded: None,
+                left: None,
+            });
+        }
+    }
+    for e in entries.iter().filter(|e| !e.is_finished()) {
+        let action = |what: ReapKind, signalled, tree_gone, reason: &str| ReapAction {
+            id: e.id.clone(),
+            name: Some(e.display_name()),
+            action: what,
+            signalled,
+            tree_gone,
+            reason: reason.into(),
+            cleanup_error: None,
+            not_recorded: None,
+            left: None,
+        };
+        let unrecorded = |r: Result<Entry, ManagerError>| r.err().map(|err| err.to_string());
+        if !e.this_boot() {
+            let mut a = action(ReapKind::Lost, 0, true, "previous boot");
+            if !dry_run {
+                a.not_recorded = unrecorded(record_lost(
+                    reg,
+                    &e.id,
+                    "lost (recorded during a previous boot; nothing was signalled)",
+                ));
+            }
+            actions.push(a);
+            continue;
+        }
+        if e.supervisor_alive() || e.starter_alive() {
+            continue;
+        }
+        // The supervisor may have finished between the listing and now: re-read.
+        let Ok(e) = reg.read(&e.id) else { continue };
+        if e.is_finished() {
+            continue;
+        }
+        let tree = recorded_tree(&e).filter(|_| recorded_alive(&e, &census));
+        // A populated cgroup is never "nothing alive", even when no member can be listed.
+        let live = tree.as_ref().map(|t| t.live().len().max(usize::from(!t.is_gone()))).unwrap_or(0);
+        let Some(tree) = tree.filter(|_| live > 0) else {
+            if e.pid.is_none() && files::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
+                if !dry_run && e.supervisor_pid.is_some() {
+                    // Its supervisor died before the spawn: a cgroup it made is empty.
+                    settle_cgroup(reg, e.clone());
+                }
+                continue;
+            }
+            let mut a = action(ReapKind::Lost, 0, true, "supervisor gone, nothing alive");
+            if !dry_run {
+                match record_lost(reg, &e.id, &crate::view::lost_text(&e)) {
+                    Ok(x) => {
+                        settle_cgroup(reg, x);
+                    }
+                    Err(err) => a.not_recorded = Some(err.to_string()),
+                }
+                crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
+            }
+            actions.push(a);
+            continue;
+        };
+        if dry_run {
+            actions.push(action(
+                ReapKind::Reaped,
+                0,
+                false,
+                &format!("supervisor gone, {}", plural(live, "process", "processes")),
+            ));
+            continue;
+        }
+        let report = stop::stop_blocking(&tree, StopPolicy::from_timings(&e.stop));
+        logs::append_marker(
+            &reg.dir(&e.id),
+            &format!(
+                "reaped (the supervisor was gone): {} signalled, tree {}",
+                report.signalled,
+                if report.gone { "gone" } else { "NOT confirmed gone" }
+            ),
+        );
+        let still = if report.gone { Vec::new() } else { tree.live() };
+        let recorded = reg.update(&e.id, |x| {
+            if x.finish_from_outside(OutsideResult::Reaped, report.gone) && !report.gone {
+                x.status_text = Some(crate::tree::unfinished_text("reaped", &still));
+            }
+        });
+        drop(tree);
+        if let Ok(x) = reg.read(&e.id) {
+            settle_cgroup(reg, x);
+        }
+        crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
+        let mut a = action(
+            ReapKind::Reaped,
+            report.signalled,
+            report.gone,
+            &format!("supervisor gone, {}", plural(live, "process", "processes")),
+        );
+        a.not_recorded = recorded.err().map(|err| err.to_string());
+        a.left = (!report.gone).then(|| crate::tree::left_line(&still));
+        actions.push(a);
+    }
+    // Cgroups a supervisor could not remove once its tree was gone, and those of supervisors
+    // killed by SIGKILL (empty, their pid gone), `run`'s included. After the entries: a kept
+    // tree (`run --leftovers keep`) lives in the cgroup of the `run` that made it, and its
+    // entry's own pass above stops it with its grace and records it as reaped; the sweep
+    // (SIGKILL, no record) is for what no entry of this registry names.
+    if !dry_run {
+        for (path, pids) in cgroup::sweep_leftovers().not_emptied {
+            let members: Vec<_> = pids.iter().map(|p| Member { pid: *p, start_time: procfs::start_time(*p) }).collect();
+            cgroups_left.push(CgroupLeft {
+                path: path.display().to_string(),
+                pids: pids.iter().map(|p| p.as_raw()).collect(),
+                left: crate::tree::left_line(&members),
+            });
+        }
+    }
+    // Finished entries whose cleanup is still pending and due: their owner died or their turn
+    // timeout passed while no supervisor was watching (it was killed while it waited).
+    for e in entries.iter().filter(|e| e.is_finished() && e.cleanup_pending() && !e.supervisor_alive()) {
+        let reason = if e.owner_gone() {
+            "the owner exited"
+        } else if e.timeout_passed() {
+            "the turn timeout passed"
+        } else {
+            continue;
+        };
+        let mut cleanup_error = None;
+        if !dry_run {
+            crate::cleanup::run_once(reg, &e.id, CleanupRunner::Reap);
+            cleanup_error = reg.read(&e.id).ok().and_then(|x| crate::cleanup::failure_line(&x));
+        }
+        actions.push(ReapAction {
+            id: e.id.clone(),
+            name: Some(e.display_name()),
+            action: ReapKind::Cleanup,
+            signalled: 0,
+            tree_gone: true,
+            reason: reason.into(),
+            cleanup_error,
+            not_recorded: None,
+            left: None,
+        });
+    }
+    (actions, aside, cgroups_left)
+}
+
+/// In the cgroup tier, once an entry's tree is gone: removes its recorded cgroup (inode
+/// checked) and records whether a leftover remains (`cgroupLeftover`, for the next `reap`).
+/// Returns the entry as it is then.
+pub(super) fn settle_cgroup(reg: &Registry, e: Entry) -> Entry {
+    if e.cgroup.is_none() {
+        return e;
+    }
+    let left = !cgroup::remove_recorded(&e);
+    if e.cgroup_leftover.unwrap_or(false) == left {
+        return e;
+    }
+    reg.update(&e.id, |x| x.cgroup_leftover = left.then_some(true)).unwrap_or(e)
+}
+
+pub(super) fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {} alive", if n == 1 { one } else { many })
+}

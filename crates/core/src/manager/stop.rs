@@ -1,0 +1,371 @@
+//! `stop`: through the entry's supervisor while it lives (SIGTERM to it, then a bounded wait), past
+//! it when it is gone or stuck (the recorded tree, by identity), then the cleanup.
+
+use std::time::{Duration, Instant};
+
+use crate::entry::{self, Entry, OutsideResult};
+use crate::inspect::recorded_tree;
+use crate::logs;
+use crate::registry::{self, Registry, RegistryError};
+use crate::status::{CleanupRunner, Status};
+use crate::stop::{self, StopPolicy};
+use crate::sys::process;
+use crate::sys::{Pid, Signal, procfs};
+use crate::tree::denied_line;
+
+use super::reap::settle_cgroup;
+use super::start::settle_start;
+use super::{
+    ManagerError, STOP_MARGIN, notify_supervisor, record_lost, verified_keeper, verified_supervisor, wait_pidfd,
+};
+
+/// True if a stop of a selection (`--session`, `--all`) takes this entry: it still runs, or its
+/// cleanup is pending or running (a cleanup belongs to its entry, and every stop runs it).
+pub fn stoppable(e: &Entry) -> bool {
+    !e.is_finished() || e.cleanup_pending() || e.cleanup_running() || left_running(e)
+}
+
+/// True for a finished entry whose stop did not end its tree (`treeGone: false`, this boot):
+/// the next `stop` tries again.
+pub(super) fn left_running(e: &Entry) -> bool {
+    e.is_finished() && e.tree_gone == Some(false) && e.this_boot()
+}
+
+/// The entries a stop of a selection takes ([`stoppable`]): those of `session`, or every entry
+/// with `None`, oldest first; and the entries the listing set aside as unreadable (for the
+/// caller to report). The CLI's `stop --session`/`--all` and the MCP `stop` tool select here.
+///
+/// An unreadable entry whose supervisor lives is taken too with `None` (every entry), as a
+/// stand-in ([`Registry::stand_in`]): its supervisor still holds a tree.
+pub fn stop_selection(reg: &Registry, session: Option<&str>) -> (Vec<Entry>, Vec<registry::SetAside>) {
+    let (entries, aside) = reg.list_sweeping();
+    let mut targets: Vec<Entry> = entries
+        .into_iter()
+        .filter(|e| session.is_none_or(|s| e.session_id.as_deref() == Some(s)) && stoppable(e))
+        .collect();
+    if session.is_none() {
+        let ids = aside
+            .iter()
+            .filter(|a| a.supervisor_alive && a.moved_to.is_none())
+            .filter_map(|a| a.path.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned()));
+        targets.extend(ids.filter_map(|id| reg.stand_in(&id)));
+    }
+    (targets, aside)
+}
+
+/// The entry `key` (an id or a name) names, for a stop: [`Registry::find`], except that an
+/// entry that cannot be read (corrupt, or its entry.json deleted) but whose supervisor lives
+/// (`supervisor.json`, identity checked) gives its stand-in ([`Registry::stand_in`]), so its
+/// tree can still be stopped. Errors: `find`'s.
+pub fn find_for_stop(reg: &Registry, key: &str) -> Result<Entry, RegistryError> {
+    match reg.find(key) {
+        Err(err @ RegistryError::Corrupt { .. }) => reg.stand_in(key).ok_or(err),
+        // A name cannot be looked up without its entry; an id still names its directory.
+        Err(err @ RegistryError::NotFound(_)) if !key.contains('/') && !key.starts_with('.') => {
+            reg.stand_in(key).ok_or(err)
+        }
+        other => other,
+    }
+}
+
+/// Stops each of `targets` with [`stop()`], each on its own thread, so a whole turn stops within
+/// one grace instead of one per entry. Results come in the order of `targets`.
+pub fn stop_many(
+    reg: &Registry,
+    targets: &[Entry],
+    term_grace: Option<Duration>,
+) -> Vec<Result<StopOutcome, ManagerError>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = targets.iter().map(|e| s.spawn(|| stop(reg, e, term_grace))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(ManagerError::Refused("stop panicked".into()))))
+            .collect()
+    })
+}
+
+/// How one `stop` ended.
+#[derive(Debug)]
+pub struct StopOutcome {
+    pub entry: Entry,
+    /// The entry had already finished before this stop.
+    pub already_finished: bool,
+    /// Nothing of the tree is alive.
+    pub tree_gone: bool,
+    /// Why the tree is not gone, when processes of it could not be signalled: `1 process of
+    /// uid 0 could not be signalled: permission denied` ([`crate::tree::denied_line`]).
+    pub not_signalled: Option<String>,
+    /// Who is still alive when the tree is not gone for another reason (a member frozen, or in
+    /// D state): `pid 4242 (sleep) is still alive` ([`crate::tree::left_line`]).
+    pub left: Option<String>,
+}
+
+impl StopOutcome {
+    /// The first line every front end shows for this stop: `Stopped NAME (ID).` for a real
+    /// stop; `The tree of NAME (ID) was not confirmed gone: pid 4242 (sleep) is still alive.`
+    /// for one that did not finish; for an entry that had already ended, what happened instead
+    /// (`web (proc_5) had already exited (3).`), never `Stopped`.
+    pub fn headline(&self) -> String {
+        let e = &self.entry;
+        if self.not_signalled.is_some() {
+            return format!("Could not stop {}.", e.label());
+        }
+        if let (false, Some(left)) = (self.tree_gone, &self.left) {
+            return format!("The tree of {} was not confirmed gone: {left}.", e.label());
+        }
+        if !self.already_finished {
+            return format!("Stopped {}.", e.label());
+        }
+        let text = crate::view::status_text(e, e.status);
+        let what = match e.status {
+            Status::Exited | Status::TimedOut => text,
+            Status::Killed | Status::Stopped | Status::Reaped => format!("been {text}"),
+            _ => format!("ended: {text}"),
+        };
+        format!("{} had already {what}.", e.label())
+    }
+}
+
+impl StopOutcome {
+    /// Every line a front end shows for this stop, as `sheepdog stop` prints them: the
+    /// [`headline`](StopOutcome::headline), then why processes could not be signalled, then the
+    /// cleanup's failure line (`cleanup_error`, from [`crate::cleanup::failure_line`]).
+    pub fn lines(&self, cleanup_error: Option<&str>) -> Vec<String> {
+        let mut lines = vec![self.headline()];
+        lines.extend(self.not_signalled.clone());
+        lines.extend(cleanup_error.map(str::to_string));
+        lines
+    }
+}
+
+/// Stops one entry: asks its supervisor (SIGTERM through a pidfd, after its identity is
+/// verified), waits up to the entry's `maxStopMs` plus [`STOP_MARGIN`], and if the supervisor is
+/// gone or does not finish, stops the recorded tree itself with the same sequence.
+///
+/// Every stop that ends records a `stopped` event in the journal ([`crate::journal`]).
+pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<StopOutcome, ManagerError> {
+    let o = stop_entry(reg, entry, term_grace)?;
+    let cleanup_error = crate::cleanup::failure_line(&o.entry);
+    let kind = crate::journal::Kind::Stopped {
+        already_finished: o.already_finished,
+        tree_gone: o.tree_gone,
+        ok: o.tree_gone && cleanup_error.is_none(),
+        cleanup_error,
+    };
+    let _ = crate::journal::append(reg.root(), &o.entry, kind);
+    Ok(o)
+}
+
+pub(super) fn stop_entry(
+    reg: &Registry,
+    entry: &Entry,
+    term_grace: Option<Duration>,
+) -> Result<StopOutcome, ManagerError> {
+    let settled = settle_start(reg, entry)?;
+    match stop_settled(reg, &settled, term_grace) {
+        // Cleared meanwhile (`clear --finished` in another caller): `clear` removes only entries
+        // that nothing of runs any more, so the entry is finished, and this stop is not an error.
+        Err(ManagerError::Registry(RegistryError::NotFound(_))) => Ok(cleared_meanwhile(settled)),
+        other => other,
+    }
+}
+
+/// The outcome of a stop whose entry was cleared while the stop ran: finished, the tree gone.
+pub(super) fn cleared_meanwhile(mut e: Entry) -> StopOutcome {
+    let already_finished = e.is_finished();
+    if !already_finished {
+        e.status = Status::Stopped;
+        e.status_text = Some("stopped (its entry was cleared meanwhile)".into());
+        e.tree_gone = Some(true);
+    }
+    StopOutcome { entry: e, already_finished, tree_gone: true, not_signalled: None, left: None }
+}
+
+/// Why a stop that did not end the tree (`gone` false) did not, from what of `e`'s recorded tree
+/// lives now: the refused signals ([`denied_line`]) as the first, or else who is left
+/// ([`crate::tree::left_line`]) as the second.
+fn unfinished(e: &Entry, gone: bool) -> (Option<String>, Option<String>) {
+    if gone {
+        return (None, None);
+    }
+    let live = recorded_tree(e).map(|t| t.live()).unwrap_or_default();
+    match denied_line(&live) {
+        Some(line) => (Some(line), None),
+        None => (None, Some(crate::tree::left_line(&live))),
+    }
+}
+
+/// [`stop`] of an entry past `starting`.
+pub(super) fn stop_settled(
+    reg: &Registry,
+    entry: &Entry,
+    term_grace: Option<Duration>,
+) -> Result<StopOutcome, ManagerError> {
+    let id = entry.id.clone();
+    if left_running(entry) && !entry.supervisor_alive() {
+        return stop_again(reg, entry);
+    }
+    if entry.is_finished() {
+        // The wrapper may have exited while its work goes on: the cleanup is still due. A
+        // supervisor that stayed to watch for it is told to re-read its entry and leave.
+        if entry.this_boot() {
+            crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
+            notify_supervisor(entry);
+        }
+        let e = reg.read(&id)?;
+        return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true, not_signalled: None, left: None });
+    }
+    if !entry.this_boot() {
+        let e = record_lost(reg, &id, "lost (recorded during a previous boot; nothing was signalled)")?;
+        return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true, not_signalled: None, left: None });
+    }
+    let mut entry = entry.clone();
+    // A supervisor already stopping keeps the grace it started with: wait for the longer.
+    let before = Duration::from_millis(entry.stop.max_stop_ms);
+    if let Some(g) = term_grace {
+        let set = |e: &mut Entry| {
+            e.stop = StopPolicy { term_grace: g, ..StopPolicy::from_timings(&e.stop) }.timings();
+        };
+        // A registry that cannot be written (a full disk) must not keep the tree from stopping.
+        match reg.update(&id, set) {
+            Ok(e) => entry = e,
+            Err(_) => set(&mut entry),
+        }
+    }
+    let mut past_a_stuck_supervisor = false;
+    if let Some(sup) = verified_supervisor(&entry) {
+        let _ = sup.send(Signal::TERM);
+        let bound = before.max(Duration::from_millis(entry.stop.max_stop_ms)) + cleanup_bound(&entry) + STOP_MARGIN;
+        let deadline = Instant::now() + bound;
+        let exited = wait_pidfd(&sup, Some(bound));
+        let mut now = reg.read(&id)?;
+        // The supervisor was killed from outside while it stopped (it exited with nothing
+        // recorded): its keeper has taken the stop over (`supervisorKilled`). Let it finish
+        // within the same bound; killing it would cut the grace short and record a false cause.
+        if exited
+            && !now.is_finished()
+            && let Some(keeper) = verified_keeper(&now)
+        {
+            wait_pidfd(&keeper, Some(deadline.saturating_duration_since(Instant::now())));
+            now = reg.read(&id)?;
+        }
+        if now.is_finished() {
+            // The supervisor ran the cleanup; if it died before doing so, run it here.
+            crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
+            let now = reg.read(&id)?;
+            let tree_gone = now.tree_gone.unwrap_or(true);
+            let (not_signalled, left) = unfinished(&now, tree_gone);
+            return Ok(StopOutcome { tree_gone, entry: now, already_finished: false, not_signalled, left });
+        }
+        // The tree is gone but nothing says so: the supervisor could not record its result (a
+        // full disk) and waits to retry, holding the real outcome. Record ours first; if that
+        // cannot be written either, leave the supervisor alive: its next write tells the truth.
+        if recorded_tree(&now).is_none_or(|t| t.is_gone()) {
+            let why = "the supervisor did not finish in time and was killed";
+            let mut known = now.clone();
+            known.finish_from_outside(OutsideResult::StoppedPast(why), true);
+            if let Err(source) = reg.update(&id, |e| {
+                e.finish_from_outside(OutsideResult::StoppedPast(why), true);
+            }) && source.is_not_written()
+            {
+                return Err(ManagerError::NotRecorded { label: now.label(), entry: Box::new(known), source });
+            }
+        }
+        // The supervisor did not finish: it is stuck or died mid-stop. Act past it. Orphans were
+        // re-parented to it (it is their subreaper) and it may not have recorded them yet: take
+        // its descendants as members while they are still its own, before it is killed.
+        let adopted: Vec<entry::RecordedMember> = Pid::new(now.supervisor_pid.unwrap_or(0))
+            .map(procfs::descendants)
+            .unwrap_or_default()
+            .iter()
+            .filter(|s| !s.is_zombie() && Some(s.pid.as_raw()) != now.keeper_pid)
+            .map(|s| entry::RecordedMember { pid: s.pid.as_raw(), start_time: s.start_time })
+            .collect();
+        past_a_stuck_supervisor = sup.send(Signal::KILL).is_ok_and(|s| s == process::Sent::Delivered);
+        // A stuck chain may be stuck in either process: the keeper goes too, or it would stay
+        // stopped forever (a SIGSTOPped keeper cannot take over).
+        if let Some(keeper) = verified_keeper(&now) {
+            let _ = keeper.send(Signal::KILL);
+        }
+        entry = now;
+        entry.members.extend(adopted);
+    }
+    let report = match recorded_tree(&entry) {
+        Some(tree) => stop::stop_blocking(&tree, StopPolicy::from_timings(&entry.stop)),
+        None => stop::StopReport { gone: true, escalated: false, signalled: 0 },
+    };
+    let why = if past_a_stuck_supervisor {
+        "the supervisor did not finish in time and was killed"
+    } else {
+        "the supervisor was gone"
+    };
+    logs::append_marker(
+        &reg.dir(&id),
+        &format!(
+            "stopped by sheepdog stop ({why}): {} signalled, tree {}",
+            report.signalled,
+            if report.gone { "gone" } else { "NOT confirmed gone" }
+        ),
+    );
+    let live = if report.gone { Vec::new() } else { recorded_tree(&entry).map(|t| t.live()).unwrap_or_default() };
+    let recorded = reg.update(&id, |e| {
+        if e.finish_from_outside(OutsideResult::StoppedPast(why), report.gone) && !report.gone {
+            e.status_text = Some(crate::tree::unfinished_text(&format!("stopped (by sheepdog stop; {why})"), &live));
+        }
+    });
+    let e = match recorded {
+        Ok(e) => e,
+        Err(source) if report.gone && source.is_not_written() => {
+            let mut known = entry.clone();
+            known.finish_from_outside(OutsideResult::StoppedPast(why), true);
+            return Err(ManagerError::NotRecorded { label: entry.label(), entry: Box::new(known), source });
+        }
+        Err(source) => return Err(source.into()),
+    };
+    let e = settle_cgroup(reg, e);
+    let e = match crate::cleanup::run_once(reg, &id, CleanupRunner::Stop) {
+        Some(_) => reg.read(&id)?,
+        None => e,
+    };
+    let (not_signalled, left) = unfinished(&e, report.gone);
+    Ok(StopOutcome { entry: e, already_finished: false, tree_gone: report.gone, not_signalled, left })
+}
+
+/// The stop of a finished entry whose tree was not gone when it was stopped (a member could not
+/// be signalled): the one stop once more over what is recorded of it, and the result written
+/// back (`treeGone`, and a status text that says what is still left).
+pub(super) fn stop_again(reg: &Registry, entry: &Entry) -> Result<StopOutcome, ManagerError> {
+    let id = &entry.id;
+    let report = match recorded_tree(entry) {
+        Some(tree) => stop::stop_blocking(&tree, StopPolicy::from_timings(&entry.stop)),
+        None => stop::StopReport { gone: true, escalated: false, signalled: 0 },
+    };
+    let live = if report.gone { Vec::new() } else { recorded_tree(entry).map(|t| t.live()).unwrap_or_default() };
+    logs::append_marker(
+        &reg.dir(id),
+        &format!(
+            "stopped again by sheepdog stop: {} signalled, tree {}",
+            report.signalled,
+            if report.gone { "gone" } else { "NOT confirmed gone" }
+        ),
+    );
+    let e = reg.update(id, |e| {
+        e.tree_gone = Some(report.gone);
+        e.status_text = Some(if report.gone {
+            "stopped (by sheepdog stop, again)".into()
+        } else {
+            crate::tree::unfinished_text("stopped (by sheepdog stop, again)", &live)
+        });
+    })?;
+    let e = settle_cgroup(reg, e);
+    let (not_signalled, left) = unfinished(&e, report.gone);
+    Ok(StopOutcome { entry: e, already_finished: false, tree_gone: report.gone, not_signalled, left })
+}
+
+/// The longest a cleanup can take: its timeout plus the stop of its own tree.
+pub(super) fn cleanup_bound(e: &Entry) -> Duration {
+    match &e.cleanup {
+        Some(c) => StopPolicy::from_timings(&e.stop).cleanup_bound(Duration::from_millis(c.timeout_ms)),
+        None => Duration::ZERO,
+    }
+}

@@ -1,0 +1,621 @@
+//! The detached supervisor's side of a managed entry: what runs in the `sheepdog supervise-entry`
+//! process that `start` launches (a new session, like Podman's conmon). It spawns the command
+//! under the one stop, drains its output into the capped logs, writes every transition to the
+//! registry, runs the cleanup a stop triggered, and stays idle while a cleanup is pending and
+//! an owner or turn timeout is still to be watched.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::entry;
+use crate::entry::Entry;
+use crate::logs::{LogSet, Stream};
+use crate::registry::{Registry, RegistryError};
+use crate::spawn::{SpawnOptions, Spawned};
+use crate::status::{CleanupRunner, Status, StopReason};
+use crate::stop::{StopPolicy, Trigger};
+use crate::supervisor::{Observer, OnStdinEof, Options, Outcome, Owner};
+use crate::sys::process::{POLL_IN, PollFd};
+use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
+use crate::sys::{Pid, Signal, WaitStatus, process, procfs};
+use crate::tree::{ID_ENV, Member, TAG_ENV};
+use crate::{cgroup, duration, exit, logs, supervisor};
+
+use super::DRAIN_AFTER_EXIT;
+
+/// What a detached supervisor tells the `start` that launched it, as one JSON line on the pipe
+/// that is its stdout until then: `{"handshake":"spawned"}` once the command runs (and the
+/// entry says so), or `{"handshake":"failed","code":127,"message":"..."}` when it could not
+/// start (the entry is removed). No line at all: it died first.
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "handshake", rename_all = "camelCase")]
+pub(super) enum Handshake {
+    Spawned,
+    /// `code`: 126/127 (the command), 125 (the supervisor's own failure).
+    Failed {
+        code: i32,
+        message: String,
+    },
+}
+
+impl Handshake {
+    /// Writes the line to stdout (best effort: a `start` that went away is not an error).
+    pub(super) fn send(&self) {
+        if let Ok(line) = serde_json::to_string(self) {
+            let mut out = io::stdout();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+    }
+}
+
+/// In a supervisor that re-executed itself after its keeper's SIGKILL: if the keeper had already
+/// stopped the tree and recorded it, and was running the entry's cleanup, that cleanup is left to
+/// run (it is this process's child now, re-parented to a subreaper) until its `sh` ends (then
+/// what it left is stopped and its status recorded, `cleanup::record_reaped`) or its bound
+/// passes (then it is stopped and recorded timed out, `cleanup::settle_abandoned`). Stopping it
+/// as if it were the tree would cut its work short. Returns false (nothing done) in any other
+/// state.
+fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
+    let Some(e) = reg.read(id).ok().filter(|e| {
+        e.is_finished()
+            && e.cleanup_started_at.is_some()
+            && e.cleanup_result.is_none()
+            && e.cleanup_runner_pid == e.keeper_pid
+    }) else {
+        return false;
+    };
+    logs::append_marker(&reg.dir(id), "the keeper was killed while it ran the cleanup; the supervisor bounds it");
+    // The cleanup's `sh` and whatever it orphaned are reaped as they exit (a subreaper's duty);
+    // the `sh`'s status is the cleanup's result. A keeper killed before it recorded the `sh`'s
+    // pid left it known as this process's child that leads its own group (the tree is stopped:
+    // the cleanup is all that is below).
+    let sh = e.cleanup_pid.or_else(|| {
+        let me = process::getpid();
+        procfs::children(me)
+            .into_iter()
+            .find(|c| procfs::stat(*c).is_ok_and(|s| s.pgrp == c.as_raw()))
+            .map(|c| c.as_raw())
+    });
+    let mut status = None;
+    let reap = |status: &mut Option<WaitStatus>| {
+        while let Some((pid, st)) = process::reap_any() {
+            if Some(pid.as_raw()) == sh {
+                *status = Some(st);
+            }
+        }
+    };
+    loop {
+        reap(&mut status);
+        // The `sh` ended: what it left is stopped at once below (`record_reaped`), as its
+        // runner would have; else, past its bound, `settle_abandoned` stops it all.
+        if status.is_some() || crate::cleanup::settle_abandoned(reg, id, CleanupRunner::Supervisor, false) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    reap(&mut status);
+    // Ended within its bound: what is known is recorded (its output went with the keeper).
+    if let Some(st) = status {
+        crate::cleanup::record_reaped(reg, id, st, CleanupRunner::Supervisor);
+    }
+    true
+}
+
+/// The body of the detached supervisor (`sheepdog supervise-entry`): runs the entry's command
+/// to the end and records the result. `name` names the settings in a containment refusal as the
+/// front end that started it does. Reports the spawn to `start` with a `Handshake` line on
+/// stdout, then points stdout at /dev/null. Returns the supervisor's exit status.
+pub fn run_supervisor(
+    reg: &Registry,
+    id: &str,
+    cwd: PathBuf,
+    argv: Vec<OsString>,
+    containment: cgroup::Request,
+    name: &dyn Fn(cgroup::Setting) -> String,
+) -> i32 {
+    let fail = |code: i32, message: String| {
+        let _ = reg.remove(id);
+        Handshake::Failed { code, message }.send();
+        code
+    };
+    if crate::keeper::adoption().is_some() && settle_the_keepers_cleanup(reg, id) {
+        return 0;
+    }
+    let me = process::getpid();
+    let mut cgroup_name = None;
+    if let Ok(e) = reg.read(id) {
+        // Apart from the entry: a corrupt entry.json does not hide who supervises it.
+        let _ = reg.record_supervisor(id, e.stop.max_stop_ms);
+    }
+    let entry = match reg.update(id, |e| {
+        e.supervisor_pid = Some(me.as_raw());
+        e.supervisor_start_time = procfs::start_time(me);
+        // The tree's cgroup path, recorded before it is made: a SIGKILL between the `mkdir`
+        // and the recording of its inode leaves a cgroup `reap` can still find and remove.
+        if containment.mode != cgroup::Mode::Subreaper {
+            let name = cgroup::entry_cgroup_name(id, me, &e.tag);
+            e.cgroup = cgroup::planned_path(&name);
+            cgroup_name = Some(name);
+        }
+    }) {
+        Ok(e) => e,
+        Err(e) => return fail(exit::USAGE, e.to_string()),
+    };
+    let pipes = (|| -> io::Result<_> {
+        let (out_r, out_w) = pipe_cloexec()?;
+        let (err_r, err_w) = pipe_cloexec()?;
+        set_nonblocking(out_r.as_raw_fd())?;
+        set_nonblocking(err_r.as_raw_fd())?;
+        Ok((out_r, out_w, err_r, err_w))
+    })();
+    let (mut out_r, out_w, mut err_r, err_w) = match pipes {
+        Ok(p) => p,
+        Err(e) => return fail(exit::USAGE, format!("unable to create log pipes: {e}")),
+    };
+    // A supervisor adopting its tree reads the pipes the provider already writes to, which its
+    // relay left open across `execve` (crate::keeper::Adoption); the new ones go unused.
+    if let Some(a) = crate::keeper::adoption()
+        && let Ok([out, err]) = <[OwnedFd; 2]>::try_from(a.take_inherited())
+    {
+        (out_r, err_r) = (out, err);
+    }
+    let logs = match LogSet::open(&reg.dir(id), entry.log_max_bytes.unwrap_or(logs::DEFAULT_LOG_MAX)) {
+        Ok(l) => l,
+        Err(e) => return fail(exit::USAGE, format!("unable to open logs in {}: {e}", reg.dir(id).display())),
+    };
+    // `--stdin pipe`: the command reads a FIFO this supervisor holds open (stdin.rs).
+    // A supervisor adopting its tree (crate::keeper::adoption) spawns nothing: the FIFOs are the
+    // dead keeper's, and the command has its stdin.
+    let adopting = crate::keeper::adoption().is_some();
+    let (stdin_pipe, stdin) = if entry.stdin_pipe && !adopting {
+        match super::stdin::StdinPipe::open(&reg.dir(id)) {
+            Ok((pipe, reader)) => (Some(pipe), OwnedFd::from(reader)),
+            Err(e) => return fail(exit::USAGE, format!("unable to make the stdin pipe: {e}")),
+        }
+    } else {
+        match File::open("/dev/null") {
+            Ok(null) => (None, OwnedFd::from(null)),
+            Err(e) => return fail(exit::USAGE, format!("unable to open /dev/null: {e}")),
+        }
+    };
+    let opts = Options {
+        argv,
+        spawn: SpawnOptions {
+            cwd: Some(cwd),
+            // `start --env` reaches the command here, not through this process's own
+            // environment: `--env SHEEPDOG_KEEPER=off` or `LD_PRELOAD=...` is the command's
+            // business, not the supervisor's. The id and tag win over anything given.
+            env: entry
+                .env
+                .iter()
+                .map(|kv| kv.split_env())
+                .filter(|(k, _)| !k.is_empty())
+                .chain([(ID_ENV.into(), id.into()), (TAG_ENV.into(), entry.tag.clone().into())])
+                .collect(),
+            stdio: Some([stdin, out_w, err_w]),
+            ..SpawnOptions::default()
+        },
+        owner: entry.owner_pid.and_then(Pid::new).map(Owner::Process),
+        on_stdin_eof: OnStdinEof::Ignore,
+        policy: StopPolicy::from_timings(&entry.stop),
+        timeout: entry.timeout_ms.map(Duration::from_millis),
+        containment: cgroup::Request { label: id.to_string(), name: cgroup_name, ..containment },
+        ..Options::default()
+    };
+    let mut managed = Managed {
+        reg,
+        id: id.to_string(),
+        known: entry.clone(),
+        logs,
+        pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
+        seen: Default::default(),
+        stdin: stdin_pipe,
+    };
+    // The handlers outlive the tree: a stop that arrives while a cleanup is pending is heard.
+    let signals = match supervisor::install_signals() {
+        Ok(s) => s,
+        Err(e) => return fail(e.exit_code(), e.to_string()),
+    };
+    let outcome = match supervisor::supervise_with(&signals, opts, &mut managed) {
+        Ok(o) => o,
+        Err(supervisor::Error::Containment(r)) => return fail(exit::USAGE, r.render(name)),
+        Err(e) => return fail(e.exit_code(), e.to_string()),
+    };
+    managed.drain(DRAIN_AFTER_EXIT);
+    managed.logs.flush_partials();
+    managed.finish(&outcome);
+    // The FIFOs go once the result is recorded: a sender that finds them gone reads the entry
+    // to tell "exited" from "input already closed" (stdin.rs).
+    managed.stdin = None;
+    if outcome.trigger.is_none() {
+        managed.linger(&signals);
+    }
+    crate::keeper::done();
+    0
+}
+
+/// The observer of a managed supervisor: logs and registry writes.
+struct Managed<'a> {
+    reg: &'a Registry,
+    id: String,
+    /// The entry as this supervisor last wrote or read it: what it rewrites the entry from if
+    /// it finds it corrupt, so `stop` and `reap` keep working.
+    known: Entry,
+    logs: LogSet,
+    /// Open read ends of the provider's stdout and stderr.
+    pipes: Vec<(File, Stream)>,
+    /// Descendants last recorded in the entry: (pid, start time).
+    seen: std::collections::HashSet<(i32, u64)>,
+    /// `--stdin pipe`, until the input is ended or the tree is gone.
+    stdin: Option<super::stdin::StdinPipe>,
+}
+
+/// At most this many descendants are recorded in an entry: 4096 (the oldest first). A tree
+/// larger than that is still stopped whole by its supervisor; only `reap` after a supervisor
+/// SIGKILL relies on the record, and then also on the tag and the group.
+pub const MAX_RECORDED_MEMBERS: usize = 4096;
+
+/// How long a supervisor whose result could not be written waits before the next try: from
+/// 100 ms, doubling, to at most 2 s. A full or read-only state dir may be fixed at any time; the
+/// supervisor holds the only true account of the outcome until then, so it stays and retries
+/// (idle, its tree gone) until the write goes in, the entry is removed, or
+/// [`RESULT_RETRY_FOR`] has passed.
+const RESULT_RETRY_FIRST: Duration = Duration::from_millis(100);
+const RESULT_RETRY_MAX: Duration = Duration::from_secs(2);
+/// How long a supervisor keeps retrying a result it could not write: 10 minutes. Long enough
+/// for a person to free space or remount; bounded, so a state dir that stays full does not keep
+/// an idle process forever (the entry then reads `lost`).
+const RESULT_RETRY_FOR: Duration = Duration::from_secs(600);
+
+impl Managed<'_> {
+    /// One locked change of the entry ([`Registry::update`]); an entry found corrupt is
+    /// rewritten from [`Managed::known`] with the change. Returns the entry as written.
+    /// Records the provider in the entry (pid, group, start time, session; in a keeper, the
+    /// keeper's own identity too). Returns the entry as written and whether a stop was recorded
+    /// while the command was being spawned (`Entry::record_spawned`).
+    fn record_spawn(&mut self, spawned: &Spawned) -> (Option<Entry>, bool) {
+        let stat = procfs::stat(spawned.pid).ok();
+        let start_time = stat.as_ref().map(|s| s.start_time);
+        let sid = stat.as_ref().map(|s| s.session);
+        let mut stopped_meanwhile = false;
+        let entry = self
+            .write(&mut |e| {
+                stopped_meanwhile = e.record_spawned(spawned.pid.as_raw(), spawned.pgid.as_raw(), start_time, sid);
+                if crate::keeper::is_keeper() {
+                    let me = process::getpid();
+                    e.keeper_pid = Some(me.as_raw());
+                    e.keeper_start_time = procfs::start_time(me);
+                }
+            })
+            .ok();
+        (entry, stopped_meanwhile)
+    }
+
+    fn write(&mut self, f: &mut dyn FnMut(&mut Entry)) -> Result<Entry, RegistryError> {
+        // Corrupt, or entry.json deleted while its directory stays (`ps` promised a rewrite);
+        // a cleared entry has no directory, and `rewrite` refuses it.
+        let written = match self.reg.update(&self.id, |e| f(e)) {
+            Err(RegistryError::Corrupt { .. } | RegistryError::NotFound(_)) => self.repair(f),
+            other => other,
+        }?;
+        self.known = written.clone();
+        Ok(written)
+    }
+
+    /// Rewrites the corrupt entry from what this supervisor holds, with `f` applied.
+    fn repair(&mut self, f: &mut dyn FnMut(&mut Entry)) -> Result<Entry, RegistryError> {
+        let mut e = self.known.clone();
+        f(&mut e);
+        let missing = !self.reg.file(&self.id, "entry.json").exists();
+        self.reg.rewrite(&e)?;
+        self.logs.marker(if missing {
+            "entry.json was missing; rewritten from the supervisor's own record"
+        } else {
+            "entry.json was corrupt; rewritten from the supervisor's own record"
+        });
+        Ok(e)
+    }
+
+    /// Rewrites entry.json if it was deleted while this supervisor runs (issue 34, item 6): one
+    /// `stat` per look at the members, so within [`crate::supervisor::MEMBER_SCAN_MAX`].
+    fn restore_if_missing(&mut self) {
+        if self.reg.file(&self.id, "entry.json").exists() || !self.reg.dir(&self.id).is_dir() {
+            return;
+        }
+        let _ = self.repair(&mut |_| {});
+    }
+
+    /// Reads what is available on `fd`; closes it at EOF.
+    fn read_fd(&mut self, fd: RawFd) {
+        let Some(i) = self.pipes.iter().position(|(p, _)| p.as_raw_fd() == fd) else { return };
+        let stream = self.pipes[i].1;
+        let mut buf = [0u8; 65536];
+        // At most 1 MiB per wake, so one flooding stream cannot starve the loop.
+        for _ in 0..16 {
+            let n = (&self.pipes[i].0).read(&mut buf);
+            match n {
+                Ok(0) => {
+                    self.pipes.remove(i);
+                    return;
+                }
+                Ok(n) => self.logs.write(stream, &buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.pipes.remove(i);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Drains the pipes for at most `bound` after the tree is gone.
+    fn drain(&mut self, bound: Duration) {
+        let end = Instant::now() + bound;
+        while !self.pipes.is_empty() {
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            let mut fds: Vec<PollFd> = self.pipes.iter().map(|(p, _)| PollFd::new(p.as_raw_fd(), POLL_IN)).collect();
+            if process::poll(&mut fds, Some(end - now)).unwrap_or(0) == 0 {
+                break;
+            }
+            for p in fds.iter().filter(|p| p.ready()) {
+                self.read_fd(p.fd);
+            }
+        }
+    }
+
+    fn finish(&mut self, outcome: &Outcome) {
+        let mut text = String::new();
+        let mut claimed = false;
+        // An unfinished stop: who is left, by identity (a later stop or reap looks for them), and
+        // in the status text who it is, or the reason when it is a refused signal.
+        let mut apply =
+            |e: &mut Entry| {
+                if e.is_finished() && outcome.trigger == Some(Trigger::SupervisorKilled) {
+                    // The keeper recorded the result and was killed afterwards (during the cleanup
+                    // or while it waited for a trigger): its death is a stop, so only a cleanup
+                    // that is still pending is left to do.
+                    text = e.status_text.clone().unwrap_or_default();
+                    claimed = crate::cleanup::claim(e);
+                    return;
+                }
+                let (status, t) = result_status(outcome, e.timeout_ms);
+                text = if outcome.tree_gone { t } else { crate::tree::unfinished_text(&t, &outcome.left) };
+                if !outcome.left.is_empty() {
+                    let mut list = e.members.clone();
+                    list.extend(outcome.left.iter().filter_map(|m| {
+                        Some(entry::RecordedMember { pid: m.pid.as_raw(), start_time: m.start_time? })
+                    }));
+                    list.sort_by_key(|m| (m.pid, m.start_time));
+                    list.dedup();
+                    e.record_members(list, MAX_RECORDED_MEMBERS);
+                }
+                e.record_result(entry::SupervisorResult {
+                    status,
+                    text: text.clone(),
+                    exit_code: match outcome.provider {
+                        Some(WaitStatus::Exited(c)) => Some(c),
+                        _ => None,
+                    },
+                    signal: match outcome.provider {
+                        Some(WaitStatus::Signaled(s, _)) => Some(s.name()),
+                        _ => None,
+                    },
+                    core_dumped: matches!(outcome.provider, Some(WaitStatus::Signaled(_, true))),
+                    stop_reason: outcome.trigger.map(StopReason::from),
+                    tree_gone: outcome.tree_gone,
+                    cgroup_left: outcome.cgroup_left,
+                });
+                // A stop (not the command's own exit) is two steps: the tree, then the cleanup. The
+                // claim goes in the same write as the result, so nobody who reads a stopped entry
+                // (`wait`, `clear`) can see its cleanup as not yet triggered.
+                if outcome.trigger.is_some() {
+                    claimed = crate::cleanup::claim(e);
+                }
+            };
+        let mut recorded = self.write(&mut apply);
+        let mut pause = RESULT_RETRY_FIRST;
+        let give_up = Instant::now() + RESULT_RETRY_FOR;
+        while let Err(err) = &recorded
+            && err.is_not_written()
+            && Instant::now() < give_up
+        {
+            if pause == RESULT_RETRY_FIRST {
+                self.logs.marker(&format!("unable to record the result yet ({err}); retrying"));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(RESULT_RETRY_MAX);
+            recorded = self.write(&mut apply);
+        }
+        self.logs.marker(&format!("exited: {text}"));
+        if let (true, Ok(entry)) = (claimed, recorded) {
+            crate::cleanup::run_claimed(self.reg, &entry, CleanupRunner::Supervisor);
+        }
+    }
+
+    /// The command exited on its own, but its cleanup is still pending (a `docker run -d`
+    /// wrapper exits at once; its container runs on). While an owner or a turn timeout is set,
+    /// stay, idle, watching them, and run the cleanup when either fires or when asked to stop
+    /// (SIGTERM); leave as soon as nothing is pending any more (it ran elsewhere, was removed by
+    /// `update`, or the entry was cleared: `sheepdog` sends SIGUSR1 after such changes).
+    fn linger(&mut self, signals: &SignalPipe) {
+        let Ok(e) = self.reg.read(&self.id) else { return };
+        if !e.cleanup_pending() || (e.owner_pid.is_none() && e.timeout_ms.is_none()) {
+            return;
+        }
+        let owner = e.owner_pid.and_then(Pid::new).map(|p| (p, e.owner_start_time));
+        let until = e.timeout_left().map(|left| Instant::now() + left);
+        self.logs.marker("waiting: the cleanup is pending; it runs on stop, owner exit or the turn timeout");
+        let (reg, id) = (self.reg, self.id.clone());
+        let mut still_needed = || reg.read(&id).is_ok_and(|e| e.cleanup_pending());
+        let Some(trigger) = supervisor::await_trigger(signals, owner, until, &mut still_needed) else { return };
+        let why = match trigger {
+            Trigger::Signal(s) => format!("{s} (stop requested)"),
+            Trigger::SupervisorKilled => "the supervisor was killed".into(),
+            Trigger::OwnerDied => "the owner exited".into(),
+            Trigger::Timeout => "the turn timeout expired".into(),
+            t => t.name().into(),
+        };
+        self.logs.marker(&format!("cleanup triggered: {why}"));
+        crate::cleanup::run_once(self.reg, &self.id, CleanupRunner::Supervisor);
+    }
+}
+
+/// The recorded status and its human form for a supervisor's outcome.
+fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (Status, String) {
+    match (outcome.trigger, outcome.provider) {
+        (Some(Trigger::Timeout), _) => {
+            let after = timeout_ms.map(|ms| duration::format(Duration::from_millis(ms)));
+            (Status::TimedOut, format!("timed out after {}", after.unwrap_or_default()))
+        }
+        (Some(Trigger::OwnerDied), _) => (Status::Stopped, "stopped (owner exited)".into()),
+        (Some(Trigger::SupervisorKilled), _) => (Status::Stopped, "stopped (the supervisor was killed)".into()),
+        (Some(_), _) => (Status::Stopped, "stopped".into()),
+        (_, Some(WaitStatus::Exited(c))) => (Status::Exited, format!("exited ({c})")),
+        (_, Some(WaitStatus::Signaled(s, false))) => (Status::Killed, format!("killed ({s})")),
+        (_, Some(WaitStatus::Signaled(s, true))) => (Status::Killed, format!("killed ({s}, core dumped)")),
+        // Not reaped: the tree was not confirmed gone, which `finish` adds, with who is left.
+        (_, None) => (Status::Stopped, "stopped".into()),
+    }
+}
+
+impl Observer for Managed<'_> {
+    fn contained(&mut self, record: &cgroup::Record) {
+        let _ = self.write(&mut |e| record_containment(e, record));
+    }
+
+    fn spawned(&mut self, spawned: &Spawned, _policy: &StopPolicy) {
+        let (entry, stopped_meanwhile) = self.record_spawn(spawned);
+        if stopped_meanwhile {
+            // A stop (or reap) recorded a result while the command was being spawned: honour
+            // it through the one stop, by the same signal `sheepdog stop` would send.
+            let _ = process::kill(process::getpid(), Signal::TERM);
+        }
+        let preview = entry.as_ref().map(|e| e.command_preview.clone()).unwrap_or_default();
+        self.logs.marker(&format!("started pid {}: {preview}", spawned.pid));
+        Handshake::Spawned.send();
+        let _ = process::redirect_to_null(1);
+    }
+
+    fn adopted(&mut self, spawned: &Spawned) {
+        // The keeper was killed between the spawn and its record: the entry says the command
+        // runs (so `start`, which got no handshake, reports it started; and the stop after
+        // this adoption is recorded against it). No handshake here: `start` reads the entry.
+        // A stop recorded meanwhile needs nothing more: the keeper's death stops the tree.
+        if self.reg.read(&self.id).is_ok_and(|e| e.pid.is_none()) {
+            let (entry, _) = self.record_spawn(spawned);
+            let preview = entry.as_ref().map(|e| e.command_preview.clone()).unwrap_or_default();
+            self.logs.marker(&format!(
+                "started pid {}: {preview} (recorded by the supervisor after its keeper's SIGKILL)",
+                spawned.pid
+            ));
+        }
+    }
+
+    fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
+        match self.reg.read(&self.id) {
+            Ok(e) => Some(StopPolicy::from_timings(&e.stop)),
+            // Found corrupt as the stop begins: rewritten now, so the stop's result (and the
+            // next `stop` or `reap`) can be recorded.
+            Err(RegistryError::Corrupt { .. }) => {
+                self.repair(&mut |_| {}).ok().map(|e| StopPolicy::from_timings(&e.stop))
+            }
+            Err(_) => None,
+        }
+    }
+
+    fn stopping(&mut self, trigger: Trigger) {
+        if trigger != Trigger::ProviderExited {
+            // Recorded before the first signal: a supervisor and keeper both killed in the
+            // middle of the stop leave an entry that says a stop began, and why.
+            let reason = StopReason::from(trigger);
+            let _ = self.write(&mut |e| {
+                if !e.is_finished() && e.stop_reason.is_none() {
+                    e.stop_reason = Some(reason.clone());
+                }
+            });
+        }
+        let what = match trigger {
+            Trigger::Signal(s) => format!("stopping: {s} (stop requested)"),
+            Trigger::ProviderExited => "stopping: the command exited; stopping what it left running".into(),
+            t => format!("stopping: {}", t.name()),
+        };
+        self.logs.marker(&what);
+    }
+
+    fn escalated(&mut self, remaining: usize) {
+        self.logs.marker(&format!("escalated: SIGKILL to {remaining} processes still alive after the term grace"));
+    }
+
+    fn wants_members(&self) -> bool {
+        true
+    }
+
+    fn members(&mut self, members: &[Member]) -> bool {
+        self.restore_if_missing();
+        let now: std::collections::HashSet<(i32, u64)> =
+            members.iter().filter_map(|m| Some((m.pid.as_raw(), m.start_time?))).collect();
+        if now.is_subset(&self.seen) {
+            return false;
+        }
+        // Write only when someone new appeared; the list then holds who is alive now.
+        self.seen = now;
+        let list: Vec<entry::RecordedMember> = self
+            .seen
+            .iter()
+            .map(|(pid, start_time)| entry::RecordedMember { pid: *pid, start_time: *start_time })
+            .collect();
+        let _ = self.write(&mut |e| e.record_members(list.clone(), MAX_RECORDED_MEMBERS));
+        true
+    }
+
+    fn adoptable_fds(&self) -> Vec<RawFd> {
+        // Out, then err: run_supervisor takes them back in that order.
+        self.pipes.iter().map(|(p, _)| p.as_raw_fd()).collect()
+    }
+
+    fn keeper_only_fds(&self) -> Vec<RawFd> {
+        // The data FIFO's write end: the command reads EOF once the keeper closes it.
+        self.stdin.as_ref().map(|p| p.fds().to_vec()).unwrap_or_default()
+    }
+
+    fn handed_to_keeper(&mut self) {
+        // The keeper holds the stdin pipe; the FIFOs stay for it (forget, do not remove).
+        if let Some(pipe) = self.stdin.take() {
+            pipe.forget();
+        }
+    }
+
+    fn fds(&self) -> Vec<RawFd> {
+        self.pipes.iter().map(|(p, _)| p.as_raw_fd()).chain(self.stdin.as_ref().map(|s| s.ctl_fd())).collect()
+    }
+
+    fn ready(&mut self, fd: RawFd) {
+        if let Some(pipe) = self.stdin.as_mut()
+            && pipe.ctl_fd() == fd
+        {
+            if pipe.end_requested() {
+                self.stdin = None;
+                self.logs.marker("stdin closed (end of input sent)");
+            }
+            return;
+        }
+        self.read_fd(fd);
+    }
+}
+
+/// Writes a containment record into an entry.
+fn record_containment(e: &mut Entry, r: &cgroup::Record) {
+    e.containment = Some(r.containment.to_string());
+    e.containment_reason = r.containment_reason.clone();
+    e.cgroup = r.cgroup.clone();
+    e.cgroup_inode = r.cgroup_inode;
+}

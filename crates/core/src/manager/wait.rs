@@ -1,0 +1,216 @@
+//! `wait`: block until entries finish (by pidfd on the supervisor, else a bounded look), and the
+//! exit status a finished entry stands for.
+
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use crate::entry::Entry;
+use crate::exit;
+use crate::inspect::recorded_tree;
+use crate::registry::{Registry, RegistryError};
+use crate::status::Status;
+use crate::sys::Signal;
+use crate::sys::process::{self, POLL_IN, PollFd};
+
+use super::start::settle_start;
+use super::{ManagerError, stop, verified_supervisor, wait_pidfd};
+
+/// The result of `wait`.
+#[derive(Clone, Debug)]
+pub enum Waited {
+    /// Finished: the entry with its result.
+    Finished(Entry),
+    /// Still running when the timeout passed.
+    TimedOut,
+    /// The supervisor is gone and no result was recorded.
+    NoResult(Entry),
+}
+
+/// How often `wait` re-reads an entry while its supervisor lives: 50 ms. A supervisor whose
+/// command exited may stay on (its cleanup pending), so its exit alone does not say "done".
+pub(super) const WAIT_TICK: Duration = Duration::from_millis(50);
+
+/// Blocks until the entry's process has exited and any cleanup that has been triggered has
+/// finished (a pending cleanup that nothing triggered does not hold it), then returns the
+/// entry with its result. Wakes on the supervisor's pidfd, re-reading the entry every
+/// `WAIT_TICK`; if the supervisor was killed, waits on what is left of the recorded tree.
+pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<Waited, ManagerError> {
+    let entry = &settle_start(reg, entry)?;
+    let end = timeout.map(|t| Instant::now() + t);
+    let left = || end.map(|x| x.saturating_duration_since(Instant::now()));
+    loop {
+        let e = reg.read(&entry.id)?;
+        if e.is_finished() {
+            // A cleanup that is running, or that a supervisor still watching is about to run
+            // (its owner is gone or its turn timeout passed), holds the wait.
+            let due = e.cleanup_pending() && (e.owner_gone() || e.timeout_passed()) && e.supervisor_alive();
+            if e.cleanup_running() || due {
+                if left() == Some(Duration::ZERO) {
+                    return Ok(Waited::TimedOut);
+                }
+                std::thread::sleep(left().unwrap_or(WAIT_TICK).min(Duration::from_millis(20)));
+                continue;
+            }
+            // A stop that did not end the tree (a member frozen, or in D state) has not
+            // finished the entry: wait for what is left, and record when it is gone.
+            if stop::left_running(&e)
+                && let Some(tree) = recorded_tree(&e)
+            {
+                while !tree.is_gone() {
+                    let l = left();
+                    if l == Some(Duration::ZERO) {
+                        return Ok(Waited::TimedOut);
+                    }
+                    tree.wait_any_exit(l.unwrap_or(Duration::from_secs(1)).min(Duration::from_millis(100)));
+                }
+                return Ok(Waited::Finished(record_gone_later(reg, e)));
+            }
+            return Ok(Waited::Finished(e));
+        }
+        if left() == Some(Duration::ZERO) {
+            return Ok(Waited::TimedOut);
+        }
+        if let Some(sup) = verified_supervisor(&e) {
+            wait_pidfd(&sup, Some(left().unwrap_or(WAIT_TICK).min(WAIT_TICK)));
+            continue;
+        }
+        // The supervisor is gone without a result (it was killed, maybe while we waited): wait
+        // for what is left of the tree itself.
+        if let Some(tree) = recorded_tree(&e).filter(|_| e.this_boot()) {
+            while !tree.is_gone() {
+                let l = left();
+                if l == Some(Duration::ZERO) {
+                    return Ok(Waited::TimedOut);
+                }
+                tree.wait_any_exit(l.unwrap_or(Duration::from_secs(1)).min(Duration::from_millis(100)));
+            }
+        }
+        let e = reg.read(&entry.id)?;
+        return Ok(if e.is_finished() { Waited::Finished(e) } else { Waited::NoResult(e) });
+    }
+}
+
+/// Records that the tree a stop left running (`treeGone: false`) is gone now: `treeGone: true`,
+/// and a status text that says it ended only after the stop. Returns the entry as recorded, or
+/// as known when it cannot be written (the next `stop` or `reap` records it then).
+fn record_gone_later(reg: &Registry, mut e: Entry) -> Entry {
+    let id = e.id.clone();
+    let mark = |e: &mut Entry| {
+        if !stop::left_running(e) {
+            return;
+        }
+        e.tree_gone = Some(true);
+        let text = e.status_text.take().unwrap_or_else(|| e.status.as_str().to_string());
+        let base = text.split("; the tree was not confirmed gone").next().unwrap_or(&text).to_string();
+        e.status_text = Some(format!("{base}; the tree was gone only after the stop"));
+    };
+    match reg.update(&id, mark) {
+        Ok(now) => now,
+        Err(_) => {
+            mark(&mut e);
+            e
+        }
+    }
+}
+
+/// The exit status `wait` reports for a finished entry: the process's code, or 128 + the signal
+/// that ended it; `None` when neither is known (the supervisor was killed, and the entry was
+/// then stopped, reaped or recorded lost from outside: nobody saw the process's own status).
+///
+/// An entry stopped by its turn timeout reports 124, as GNU `timeout` does, whatever the process
+/// itself exited with (one that traps SIGTERM and exits 0 still timed out). A stop is not a
+/// success either: an entry stopped (`sheepdog stop`, a session's cancel, its owner's death, a
+/// signal to its supervisor) reports 128 + the signal that ended it, and one that trapped
+/// SIGTERM and exited on its own within the stop reports 143, as `run` under a SIGTERM does
+/// (issue 34, item 5). Its own exit code stays recorded (`exitCode`) as data. A stop from
+/// outside that saw no status (its supervisor was killed) stays unknown.
+pub fn exit_status_of(e: &Entry) -> Option<i32> {
+    if e.status == Status::TimedOut {
+        return Some(exit::TIMED_OUT);
+    }
+    if e.status == Status::Stopped && e.exit_code.is_some() && e.signal.is_none() {
+        return Some(exit::by_signal(Signal::TERM.as_raw()));
+    }
+    if let Some(c) = e.exit_code {
+        return Some(c);
+    }
+    e.signal.as_deref().and_then(Signal::parse).map(|s| exit::by_signal(s.as_raw()))
+}
+
+/// What `wait` on several entries returns.
+#[derive(Debug)]
+pub struct WaitedMany {
+    /// One result per entry, in the order given; `TimedOut` for one still running when the
+    /// wait returned (the timeout passed, or with `any` another finished first).
+    pub results: Vec<Waited>,
+    /// The index of the entry that decides the exit status: with `any` the first that finished,
+    /// else the last to finish (by its recorded end). `None` if none finished.
+    pub decisive: Option<usize>,
+}
+
+/// True when `wait` on this entry would return at once: it is final and its cleanup is not
+/// running and its tree is gone (or not known to be alive), or its supervisor is gone.
+pub(super) fn wait_would_return(e: &Entry) -> bool {
+    (e.is_finished() && !e.cleanup_running() && !stop::left_running(e))
+        || (!stop::left_running(e) && !e.supervisor_alive() && !e.starter_alive())
+}
+
+/// `wait` on several entries: all of them, or with `any` until the first finishes; bounded by
+/// `timeout`. Each finished entry's result is [`wait`]'s.
+pub fn wait_many(
+    reg: &Registry,
+    entries: &[Entry],
+    any: bool,
+    timeout: Option<Duration>,
+) -> Result<WaitedMany, ManagerError> {
+    let end = timeout.map(|t| Instant::now() + t);
+    let left = || end.map(|e| e.saturating_duration_since(Instant::now()));
+    let mut results: Vec<Option<Waited>> = vec![None; entries.len()];
+    if !any {
+        for (i, e) in entries.iter().enumerate() {
+            results[i] = Some(wait(reg, e, left())?);
+        }
+        let decisive = results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| match w {
+                Some(Waited::Finished(e)) => Some((e.ended_at.unwrap_or(0), i)),
+                _ => None,
+            })
+            .max()
+            .map(|(_, i)| i);
+        return Ok(WaitedMany {
+            results: results.into_iter().map(|w| w.unwrap_or(Waited::TimedOut)).collect(),
+            decisive,
+        });
+    }
+    let mut decisive = None;
+    'outer: loop {
+        let mut sups = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            let cur = match reg.read(&e.id) {
+                Ok(c) => c,
+                Err(RegistryError::NotFound(_)) => continue,
+                Err(err) => return Err(err.into()),
+            };
+            if cur.status != Status::Starting && wait_would_return(&cur) {
+                results[i] = Some(wait(reg, &cur, Some(left().unwrap_or(Duration::from_secs(10))))?);
+                decisive = Some(i);
+                break 'outer;
+            }
+            sups.extend(verified_supervisor(&cur));
+        }
+        let tick = Duration::from_millis(100);
+        let wait_for = left().map_or(tick, |l| l.min(tick));
+        if left() == Some(Duration::ZERO) {
+            break;
+        }
+        let mut fds: Vec<PollFd> = sups.iter().map(|s| PollFd::new(s.as_raw_fd(), POLL_IN)).collect();
+        if fds.is_empty() {
+            std::thread::sleep(wait_for);
+        } else {
+            let _ = process::poll(&mut fds, Some(wait_for));
+        }
+    }
+    Ok(WaitedMany { results: results.into_iter().map(|w| w.unwrap_or(Waited::TimedOut)).collect(), decisive })
+}

@@ -1,0 +1,1203 @@
+//! The event loop of one supervisor: spawn the provider, wait on events, run the one stop, and
+//! report how it ended. Single-threaded, no async runtime; it reads top to bottom like tini.
+//!
+//! The loop blocks in one `poll` on: the signal self-pipe (SIGCHLD; SIGTERM, SIGINT, SIGHUP,
+//! which stop; and the signals in [`Signal::FORWARDED`], passed on to the provider's group), the
+//! owner's pidfd, stdin's hang-up (only with `--on-stdin-eof stop`) and whatever fds the
+//! [`Observer`] adds (a managed process's log pipes). After every wake it reaps every child it
+//! has (the provider and any orphan re-parented to it) and re-checks "all gone", so it exits
+//! within a millisecond of the last descendant's death.
+//!
+//! Longer than the ~700 lines a file here usually keeps to (about 690 of code, the rest unit
+//! tests), on purpose: the loop, its wake-ups and its one exit path are read as one piece, as
+//! tini's `main` is; split, a reader would follow a stop across files.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use crate::cgroup;
+use crate::keeper::{Message, Role};
+use crate::relay::{OutputRelay, Seen, StdinRelay};
+use crate::spawn::{self, SpawnError, SpawnOptions, Spawned};
+use crate::stop::{AfterProviderExit, Phase, Step, StopMachine, StopPolicy, Trigger};
+use crate::sys::process::{self, FdKind, POLL_HUP_ONLY, POLL_IN, POLL_PRI, PidFd, PollFd};
+use crate::sys::signal::SignalPipe;
+use crate::sys::{Pgid, Pid, Signal, WaitStatus, procfs};
+use crate::tree::{Member, Tree};
+
+/// Without pidfds (non-Linux, or Linux before 5.3) the owner is checked this often: 100 ms.
+/// Everywhere pidfds exist, owner death is an event and this is unused.
+pub const OWNER_POLL: Duration = Duration::from_millis(100);
+
+/// How soon after the spawn (and after each reaped child) the descendants are first handed to
+/// [`Observer::members`]: 10 ms; each later look waits twice as long, up to [`MEMBER_SCAN_MAX`].
+/// Forks send no event, so only looking finds them; most are made right after a start.
+pub const MEMBER_SCAN_MIN: Duration = Duration::from_millis(10);
+/// The longest wait between two looks at the descendants for [`Observer::members`]: 250 ms.
+/// It bounds the window in which a descendant that is orphaned and then loses its supervisor to
+/// a SIGKILL goes unrecorded (only the cgroup tier closes it); a look costs one read of
+/// `/proc/<pid>/task/*/children` per member.
+pub const MEMBER_SCAN_MAX: Duration = Duration::from_millis(250);
+
+/// At most this many children are reaped per wake: 1024. The supervisor is a subreaper, so in
+/// a fork storm (each member forks and exits) every exit is reparented to it as a zombie, and
+/// a loop that reaps "until none is left" can chase the storm past every deadline. After a full
+/// batch the next `poll` does not block, so the rest are reaped after the deadlines are seen.
+pub const REAP_BATCH: usize = 1024;
+
+/// And for at most this long per wake: 5 ms, and never past the stop's next deadline. Each
+/// reap costs the kernel microseconds (it frees the zombie's task and its `/proc` entries), and
+/// in a storm pinned to the supervisor's CPU the supervisor gets a thirtieth of it: a full
+/// batch then took up to a second of wall time, past the term grace it is there to keep.
+pub const REAP_SLICE: Duration = Duration::from_millis(5);
+
+/// After the provider's own exit, how long a leftover that is draining its output (its stdin
+/// a pipe no live member writes to any more: bash's `exec > >(reader)`) may take to finish
+/// before the leftovers get the stop: 1000 ms, Orca's bound for the same
+/// (`PROVIDER_OUTPUT_DRAIN_TIMEOUT_MS`). Without it the reader got SIGTERM at once and the host
+/// lost what it had not yet written (codex#7846).
+pub const OUTPUT_DRAIN: Duration = Duration::from_millis(1000);
+
+/// How long after the provider's own exit the drainers are looked for again before a look that
+/// finds none is believed: 50 ms. bash forks a `>(reader)` before it runs the command and the
+/// subshell moves the pipe to its stdin only when it is first scheduled, which on a loaded
+/// machine can be after the provider has exited; until then it looks like nothing is draining.
+pub const DRAIN_SETTLE: Duration = Duration::from_millis(50);
+
+/// A tree with more live processes than this when the provider exits is not looked at for
+/// drainers: 256. The look reads every member's fds, and a fork storm's thousands would make
+/// the stop wait for it.
+pub const DRAIN_MAX_MEMBERS: usize = 256;
+
+/// A wake that reaped more children than this with the provider is a fork storm's: 32. No
+/// drainer is looked for then (a look reads this process's children list, which with
+/// thousands of zombies is quadratic).
+pub const DRAIN_MAX_REAPED: usize = 32;
+
+/// The drain window after the provider's own exit: the drainers found, and when to look again.
+#[derive(Debug)]
+struct Drain {
+    /// When the look that found nothing is believed ([`DRAIN_SETTLE`]); `None` once it was.
+    settle: Option<Instant>,
+    until: Instant,
+    found: Vec<Member>,
+}
+
+impl Drain {
+    /// The window that opens at the provider's exit; none (nothing waited for) in a storm,
+    /// when this wake reaped more than [`DRAIN_MAX_REAPED`] children: a look then costs what the
+    /// stop needs its CPU for.
+    fn new(now: Instant, tree: &Tree, reaped: usize) -> Drain {
+        if reaped > DRAIN_MAX_REAPED {
+            return Drain { settle: None, until: now, found: Vec::new() };
+        }
+        let found = look_for_drainers(tree);
+        Drain { settle: Some(now + DRAIN_SETTLE), until: now + OUTPUT_DRAIN, found }
+    }
+
+    /// True while the leftovers' stop must wait: a drainer found is alive, or the settle has not
+    /// passed. Looks again (once) at the settle's deadline.
+    fn waiting(&mut self, now: Instant, tree: &Tree) -> bool {
+        if now >= self.until || tree.is_gone() {
+            return false;
+        }
+        self.found.retain(|m| procfs::is_alive(m.pid) && procfs::start_time(m.pid) == m.start_time);
+        match self.settle {
+            Some(t) if now < t => true,
+            Some(_) => {
+                self.settle = None;
+                if self.found.is_empty() {
+                    self.found = look_for_drainers(tree);
+                }
+                !self.found.is_empty()
+            }
+            None => !self.found.is_empty(),
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        self.settle.unwrap_or(self.until).min(self.until)
+    }
+}
+
+fn look_for_drainers(tree: &Tree) -> Vec<Member> {
+    if !cfg!(target_os = "linux") || !tree.at_most(DRAIN_MAX_MEMBERS) {
+        return Vec::new();
+    }
+    tree.draining()
+}
+
+/// Whom the supervisor answers to: when the owner dies, the tree is stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// Must be the supervisor's parent (`sheepdog run --owner`); checked before spawning.
+    Parent(Pid),
+    /// Any process, identified by its pid and start time at setup (`sheepdog start --owner`).
+    Process(Pid),
+}
+
+/// What stdin reaching EOF means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnStdinEof {
+    /// Nothing: the provider decides.
+    #[default]
+    Ignore,
+    /// Stop: the provider gets the stdin grace to exit on its own, then the one stop. Only pipes,
+    /// sockets and terminals can hang up; any other stdin (a file, `/dev/null`, closed) is
+    /// already at EOF, so the grace starts at once.
+    Stop,
+}
+
+/// What the provider's stdin is (`run --stdin`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StdinMode {
+    /// The supervisor's own stdin, zero-copy: the default, which costs nothing.
+    #[default]
+    Inherit,
+    /// A pipe the supervisor holds and feeds from its own stdin ([`crate::relay`]), which it
+    /// closes when a stop begins or the owner dies (Orca's supervisor relays the same way).
+    Relay,
+}
+
+/// What the owner's death does (`run --on-owner-death`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnOwnerDeath {
+    /// The one stop at once: SIGTERM, the term grace, SIGKILL (the default).
+    #[default]
+    Stop,
+    /// Close the provider's stdin first (it needs [`StdinMode::Relay`]), give it the stdin grace
+    /// to flush and exit on its own, then the one stop: Orca's `closeRequest: 'stdin-end'`.
+    CloseStdin,
+}
+
+/// Everything one supervisor needs.
+#[derive(Debug, Default)]
+pub struct Options {
+    /// The provider's argv; must not be empty.
+    pub argv: Vec<OsString>,
+    pub spawn: SpawnOptions,
+    /// The provider's stdin: inherited, or the relay (then `spawn.stdin` is set here).
+    pub stdin: StdinMode,
+    pub owner: Option<Owner>,
+    pub on_owner_death: OnOwnerDeath,
+    /// What the tree gets once the provider has exited: the grace, or SIGKILL at once.
+    pub after_provider_exit: AfterProviderExit,
+    pub on_stdin_eof: OnStdinEof,
+    pub policy: StopPolicy,
+    /// The turn timeout: the one stop runs this long after the spawn.
+    pub timeout: Option<Duration>,
+    /// The containment tier asked for, and limits (see [`crate::cgroup::probe`]).
+    pub containment: cgroup::Request,
+    /// What the provider leaves running when it exits on its own with a status (not by a
+    /// signal, not within a stop): `false` (the default, `run`'s promise) stops it; `true`
+    /// leaves it alive and returns it in [`Outcome::kept`], for the caller to hand to a
+    /// supervisor of its own (`run --leftovers keep`, under an agent's shell tool: the server
+    /// a `nohup ... &` meant to keep).
+    pub keep_leftovers: bool,
+    // With `keep_leftovers`, the provider's stdout and stderr go through the output relay
+    // (crate::relay::OutputRelay), so that a kept leftover never holds the host's pipes.
+    /// A tag the provider carries in `SHEEPDOG_TAG` (inherited by all it starts): how what it
+    /// leaves is found again once this supervisor is gone ([`Options::keep_leftovers`]).
+    pub tag: Option<String>,
+}
+
+/// Hooks for a front end: events to report and extra fds to service. All default to nothing.
+pub trait Observer {
+    /// The probe chose the tier, before the spawn: in the cgroup tier the cgroup exists and the
+    /// command will join it before `exec`. Called again (subreaper tier, with the reason) if
+    /// the child could not join and the tier was not demanded.
+    fn contained(&mut self, _record: &cgroup::Record) {}
+    /// The provider is running.
+    fn spawned(&mut self, _spawned: &Spawned, _policy: &StopPolicy) {}
+    /// The provider could not be started (`argv[0]` is `program`): nothing runs, and the
+    /// supervisor returns `e` next.
+    fn spawn_failed(&mut self, _program: &std::ffi::OsStr, _e: &SpawnError) {}
+    /// A stop is about to begin: the timings to use, if they changed since the spawn (a managed
+    /// supervisor re-reads its entry here, so `stop --term-grace` applies).
+    fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
+        None
+    }
+    /// This process adopted the tree after its keeper's SIGKILL (crate::keeper): the provider
+    /// is `spawned`. The keeper may have died before it recorded that (a managed entry's
+    /// record, its `started` marker): the observer records what is missing. Nothing is sent
+    /// again (no second `spawned` event).
+    fn adopted(&mut self, _spawned: &Spawned) {}
+    /// A stop began (or, with `ProviderExited`, cleanup of what an exited provider left).
+    fn stopping(&mut self, _trigger: Trigger) {}
+    /// The term grace ran out; SIGKILL went to `remaining` processes.
+    fn escalated(&mut self, _remaining: usize) {}
+    /// A child that is not the provider was reaped (an inherited orphan, or a helper the
+    /// observer spawned itself).
+    fn reaped(&mut self, _pid: Pid, _status: WaitStatus) {}
+    /// True if the observer wants [`Observer::members`] calls (a managed supervisor does).
+    fn wants_members(&self) -> bool {
+        false
+    }
+    /// The live descendants of the provider, now and then while it runs: soon after the spawn
+    /// and after each reaped child, then less often (see [`MEMBER_SCAN_MIN`]). A managed
+    /// supervisor records them, so `reap` finds members that cleared their environment.
+    /// Returns true if someone new was among them (the next look then comes soon again).
+    fn members(&mut self, _members: &[Member]) -> bool {
+        false
+    }
+    /// Fds only the keeper may hold (closed in a supervisor that shares the keeper's memory):
+    /// those whose last close someone waits for, such as the write end of a stdin FIFO.
+    fn keeper_only_fds(&self) -> Vec<RawFd> {
+        Vec::new()
+    }
+    /// Fds a supervisor that adopts the tree after its keeper's SIGKILL takes over, in an order
+    /// the front end knows (a managed entry's log pipe read ends: the provider must not meet a
+    /// pipe without a reader during its stop). See `crate::keeper::Adoption::take_inherited`.
+    fn adoptable_fds(&self) -> Vec<RawFd> {
+        Vec::new()
+    }
+    /// This process handed the tree to its keeper (crate::keeper) and only relays from now on:
+    /// drop what only the process running the loop may hold (a managed entry's stdin pipe, whose
+    /// copy here would keep the command from ever reading EOF).
+    fn handed_to_keeper(&mut self) {}
+    /// Extra fds to poll for readability.
+    fn fds(&self) -> Vec<RawFd> {
+        Vec::new()
+    }
+    /// One of [`Observer::fds`] is readable or hung up.
+    fn ready(&mut self, _fd: RawFd) {}
+}
+
+/// The observer that observes nothing.
+pub struct Quiet;
+impl Observer for Quiet {}
+
+/// How a supervised provider and its tree ended.
+#[derive(Debug)]
+pub struct Outcome {
+    pub spawned: Spawned,
+    /// The provider's own wait status; `None` only if it could not be killed in time.
+    pub provider: Option<WaitStatus>,
+    /// What asked for the stop; `None` when the provider exited on its own.
+    pub trigger: Option<Trigger>,
+    /// The kernel confirmed nothing of the tree is alive (zombies count as dead).
+    pub tree_gone: bool,
+    /// SIGKILL was needed.
+    pub escalated: bool,
+    /// In the cgroup tier: the tree's cgroup could not be removed afterwards (a leftover for
+    /// `reap`).
+    pub cgroup_left: bool,
+    /// What still lived when a stop ended unfinished (empty otherwise), by identity: recorded
+    /// so that a later `stop` or `reap` finds them whatever uid they switched to.
+    pub left: Vec<Member>,
+    /// With [`Options::keep_leftovers`]: what the provider left running, not stopped.
+    pub kept: Option<Kept>,
+}
+
+/// What a provider left running when it exited on its own, handed on alive
+/// ([`Options::keep_leftovers`]).
+#[derive(Debug)]
+pub struct Kept {
+    /// Its live processes, by identity, oldest first.
+    pub members: Vec<Member>,
+    /// The tree's cgroup (path, inode), left in place with them in it; `None` outside the
+    /// cgroup tier.
+    pub cgroup: Option<(std::path::PathBuf, u64)>,
+    /// The provider's process group (what `cmd &` in a script shares).
+    pub pgid: Pgid,
+    /// The read ends of the output relay ([`crate::relay::OutputRelay`]) that the leftovers
+    /// may still write to, with their stream: for the entry's log.
+    pub output: Vec<(crate::logs::Stream, std::os::fd::OwnedFd)>,
+}
+
+/// How the supervisor itself should end, as README.md's exit-status table says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    /// Die by this signal (re-raised with its default action).
+    Signal(Signal),
+}
+
+/// Status when the kernel did not finish the kill within the kill wait:
+/// [`crate::exit::TIMED_OUT`] (124, as `timeout(1)`).
+pub const EXIT_UNFINISHED: i32 = crate::exit::TIMED_OUT;
+
+impl Outcome {
+    /// - tree not confirmed gone: 124;
+    /// - a signal S stopped the supervisor: die by S;
+    /// - the turn timeout stopped it: 124 ([`crate::exit::TIMED_OUT`], as `timeout(1)` and
+    ///   `sheepdog wait` for a timed-out entry);
+    /// - owner death or stdin EOF stopped it: the provider's code, or 128 + the signal that
+    ///   ended it;
+    /// - the provider exited on its own: its code, or die by its signal.
+    ///
+    /// As PID 1 of a PID namespace a process cannot die by a signal it raises at itself (the
+    /// kernel drops it), so there "die by S" is exit code 128 + S: what the process really exits
+    /// with, and what `exited`'s `status` reports.
+    pub fn exit(&self) -> Exit {
+        match self.exit_by_signal() {
+            Exit::Signal(s) if is_init() => Exit::Code(crate::exit::by_signal(s.as_raw())),
+            exit => exit,
+        }
+    }
+
+    /// The turn timeout ran the stop and the tree is confirmed gone (status 124 by [`Outcome::exit`]).
+    pub fn timed_out(&self) -> bool {
+        self.tree_gone && self.provider.is_some() && self.trigger == Some(Trigger::Timeout)
+    }
+
+    fn exit_by_signal(&self) -> Exit {
+        // What a kept tree left is alive by design (`Outcome::kept`): the provider's own status.
+        let Some(status) = self.provider.filter(|_| self.tree_gone || self.kept.is_some()) else {
+            return Exit::Code(EXIT_UNFINISHED);
+        };
+        match (self.trigger, status) {
+            (Some(Trigger::Signal(s)), _) => Exit::Signal(s),
+            (Some(Trigger::Timeout), _) => Exit::Code(crate::exit::TIMED_OUT),
+            (_, WaitStatus::Exited(code)) => Exit::Code(code),
+            (None | Some(Trigger::ProviderExited), WaitStatus::Signaled(s, _)) => Exit::Signal(s),
+            (Some(_), WaitStatus::Signaled(s, _)) => Exit::Code(crate::exit::by_signal(s.as_raw())),
+        }
+    }
+}
+
+/// Set before the keeper is forked: the supervisor in front of it is PID 1 of its namespace,
+/// so the statuses the keeper computes are what PID 1 can exit with.
+static FRONT_IS_INIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// True if this process, or the supervisor this keeper works for, is PID 1 of its PID
+/// namespace: it cannot die by a signal it raises at itself.
+fn is_init() -> bool {
+    process::getpid().as_raw() == 1 || FRONT_IS_INIT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The supervisor's end when its keeper finished (or never spawned): it exits as the keeper
+/// did, so the host sees the statuses README.md gives for `sheepdog run`.
+fn exit_as(keeper: Option<WaitStatus>) -> ! {
+    match keeper {
+        Some(WaitStatus::Exited(code)) => std::process::exit(code),
+        Some(WaitStatus::Signaled(s, _)) if is_init() => std::process::exit(crate::exit::by_signal(s.as_raw())),
+        Some(WaitStatus::Signaled(s, _)) => crate::sys::signal::die_by(s),
+        None => std::process::exit(crate::exit::USAGE),
+    }
+}
+
+/// Why a supervisor could not do its job. Every variant is reported before the provider ran,
+/// except `Io` from the loop itself.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("owner {owner} is not the parent of sheepdog (the parent is {parent})")]
+    OwnerNotParent { owner: Pid, parent: i32 },
+    #[error("owner {0} is not running")]
+    OwnerGone(Pid),
+    /// The stdin relay was asked for with a terminal as stdin: reading it from the keeper's
+    /// background group would stop the keeper (SIGTTIN), and the command needs the terminal.
+    #[error("stdin is a terminal: the command reads it directly, so it cannot be relayed")]
+    RelayTerminal,
+    /// Closing stdin on the owner's death needs the relay: sheepdog can close only a stdin it
+    /// holds.
+    #[error("closing the command's stdin when the owner dies needs the stdin relay")]
+    CloseStdinWithoutRelay,
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    /// The cgroup tier or a limit was demanded and is unavailable here.
+    #[error(transparent)]
+    Containment(#[from] cgroup::Refused),
+    #[error("unable to {op}: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// 126/127 for a command that could not start, 125 for everything else.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Spawn(e) => e.exit_code(),
+            _ => crate::exit::USAGE,
+        }
+    }
+}
+
+fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> Error {
+    move |source| Error::Io { op, source }
+}
+
+/// The owner being watched.
+struct OwnerWatch {
+    owner: Owner,
+    /// `None` where pidfds are unavailable: then polled every [`OWNER_POLL`].
+    pidfd: Option<PidFd>,
+    start_time: Option<u64>,
+}
+
+impl OwnerWatch {
+    /// Checks the owner is who it should be, opens its pidfd, and checks again: an owner that
+    /// died between the check and the open is caught (its pid may even have been reused).
+    fn open(owner: Owner) -> Result<OwnerWatch, Error> {
+        let pid = match owner {
+            Owner::Parent(p) | Owner::Process(p) => p,
+        };
+        let check = |start: Option<u64>| -> Result<Option<u64>, Error> {
+            match owner {
+                Owner::Parent(p) => {
+                    let parent = process::getppid();
+                    if parent != p.as_raw() {
+                        return Err(if start.is_some() {
+                            Error::OwnerGone(p)
+                        } else {
+                            Error::OwnerNotParent { owner: p, parent }
+                        });
+                    }
+                    Ok(procfs::start_time(p).or(start).or(Some(0)))
+                }
+                Owner::Process(p) => {
+                    let now =
+                        if cfg!(target_os = "linux") { procfs::start_time(p) } else { process::exists(p).then_some(0) };
+                    match (now, start) {
+                        (None, _) => Err(Error::OwnerGone(p)),
+                        (Some(a), Some(b)) if a != b => Err(Error::OwnerGone(p)),
+                        (n, _) => Ok(n),
+                    }
+                }
+            }
+        };
+        let start = check(None)?;
+        let pidfd = PidFd::open(pid).ok();
+        let start_time = check(start)?;
+        Ok(OwnerWatch { owner, pidfd, start_time })
+    }
+
+    /// Polling fallback: true if the owner is gone.
+    fn gone_by_poll(&self) -> bool {
+        match self.owner {
+            Owner::Parent(p) => process::getppid() != p.as_raw(),
+            Owner::Process(p) => {
+                if cfg!(target_os = "linux") {
+                    procfs::start_time(p) != self.start_time
+                } else {
+                    !process::exists(p)
+                }
+            }
+        }
+    }
+}
+
+/// Runs one provider under supervision until it and everything it started are gone.
+///
+/// Order matters and is the point: signal handlers first (a stop that lands the instant after
+/// the spawn is still seen), then the owner check (the provider never runs for a wrong or dead
+/// owner), then the subreaper bit, then the containment probe (the tree's cgroup exists and is
+/// recorded before the command runs), then the spawn.
+///
+/// Call it from a single-threaded process, as the `sheepdog` binary is: the keeper is a `fork`
+/// that goes on running Rust code (a lock another thread held at the fork would stay held in
+/// it), it reaps every child of the process (`waitpid(-1)`), and it owns the process's signal
+/// handlers.
+///
+/// Errors: [`Error`]; on error nothing was spawned.
+pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
+    let signals = install_signals()?;
+    supervise_with(&signals, opts, observer)
+}
+
+/// Installs the supervisor's signal handlers (SIGTERM, SIGINT, SIGHUP, SIGCHLD and the
+/// forwarded ones) and returns the self-pipe its loop polls. Errors: [`Error::Io`].
+pub fn install_signals() -> Result<SignalPipe, Error> {
+    SignalPipe::install(&handled_signals()).map_err(io_err("install signal handlers"))
+}
+
+/// The signals a supervisor has handlers for: SIGTERM, SIGINT, SIGHUP, SIGCHLD and
+/// [`Signal::FORWARDED`].
+fn handled_signals() -> Vec<Signal> {
+    let mut handled = vec![Signal::TERM, Signal::INT, Signal::HUP, Signal::CHLD];
+    handled.extend(Signal::FORWARDED);
+    handled
+}
+
+/// [`supervise`] with handlers the caller installed ([`install_signals`]) and keeps after the
+/// tree is gone: a managed supervisor goes on listening for a stop while a cleanup is pending
+/// ([`await_trigger`]).
+pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
+    if let Some(tag) = opts.tag.take() {
+        opts.spawn.env.push((crate::tree::TAG_ENV.into(), tag.into()));
+    }
+    // A supervisor that re-executed itself after its keeper's SIGKILL (crate::keeper::adoption)
+    // takes the tree over: no owner check can stop it, no cgroup is made, nothing is spawned.
+    let adoption = crate::keeper::adoption();
+    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    if adoption.is_some() {
+        // The relay kept them blocked across `execve`; the handlers are installed now.
+        crate::sys::keep::unblock_all();
+    }
+    let mut owner = match adoption {
+        None => opts.owner.map(OwnerWatch::open).transpose()?,
+        Some(_) => opts.owner.and_then(|o| OwnerWatch::open(o).ok()),
+    };
+
+    // The stdin relay (crate::relay), made before the keeper: the process that runs the loop
+    // holds the pipe's write end alone. An adopting image has none (it died with the keeper, so
+    // the provider has read its EOF).
+    let mut relay = None;
+    if adoption.is_none() {
+        if opts.on_owner_death == OnOwnerDeath::CloseStdin && opts.stdin != StdinMode::Relay {
+            return Err(Error::CloseStdinWithoutRelay);
+        }
+        if opts.stdin == StdinMode::Relay {
+            if process::fd_kind(0) == FdKind::Tty {
+                return Err(Error::RelayTerminal);
+            }
+            let (r, read_end) = StdinRelay::new().map_err(io_err("make the stdin relay"))?;
+            opts.spawn.stdin = Some(read_end);
+            relay = Some(r);
+        }
+    }
+    // The output relay, for the same reason and only when leftovers are kept: a plain `run`
+    // gives the command the host's own fds.
+    let mut output = None;
+    if adoption.is_none()
+        && opts.keep_leftovers
+        && let Some((o, ends)) = OutputRelay::new().map_err(io_err("make the output relay"))?
+    {
+        opts.spawn.stdout = ends.stdout;
+        opts.spawn.stderr = ends.stderr;
+        output = Some(o);
+    }
+    #[cfg(target_os = "linux")]
+    process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
+
+    // The tier, before the spawn: in the cgroup tier the child joins the tree's cgroup before
+    // `exec`, and the observer records the cgroup before the command runs.
+    let mut containment = match adoption {
+        None => {
+            let c = cgroup::probe(&opts.containment)?;
+            observer.contained(&c.record());
+            c
+        }
+        Some(a) => cgroup::Containment {
+            tier: if a.cgroup.is_some() { cgroup::Tier::Cgroup } else { cgroup::Tier::fallback() },
+            reason: None,
+            // Not held again (`Cgroup::hold`): this process is the one the cgroup's name
+            // identifies, alive, and `reap` leaves the cgroup of a live supervisor alone.
+            cgroup: a.cgroup.as_ref().and_then(|(path, inode)| cgroup::Cgroup::open(path, Some(*inode)).ok()),
+        },
+    };
+
+    // Children this process already has (a shell that exec'd sheepdog may have left a job
+    // behind) are not the provider's: they are reaped when they exit, never stopped.
+    let foreign = match adoption {
+        None => crate::tree::foreign_children(),
+        Some(a) => a
+            .foreign
+            .iter()
+            .filter_map(|p| procfs::stat(*p).ok())
+            .filter(|s| !s.is_zombie())
+            .map(|s| Member::from_stat(&s))
+            .collect(),
+    };
+
+    // Whether the provider takes the terminal (this process's group is its foreground, as
+    // tini checks), decided here: the keeper moves to a group of its own before the spawn. The
+    // group to give it back to once the tree is gone.
+    let terminal_home = match adoption {
+        None => process::owns_terminal_foreground().then(process::getpgrp),
+        Some(a) => a.terminal_home,
+    };
+
+    // The keeper (crate::keeper): from here on two processes watch each other, and the one
+    // left after the other's SIGKILL runs the stop. The supervisor relays signals until the
+    // keeper is done and then exits as it did; it goes on below only if the keeper was killed.
+    let mut adopted = None;
+    let mut foreign = Some(foreign);
+    if let Some(a) = adoption {
+        adopted = take_over(&a.report, foreign.as_deref().unwrap_or_default());
+    } else if crate::keeper::wanted() {
+        FRONT_IS_INIT.store(process::getpid().as_raw() == 1, std::sync::atomic::Ordering::Relaxed);
+        let handover = crate::keeper::Handover {
+            close: opts
+                .spawn
+                .fds()
+                .chain(relay.as_ref().and_then(StdinRelay::write_fd))
+                .chain(output.iter().flat_map(OutputRelay::read_fds))
+                .chain(observer.keeper_only_fds())
+                .collect(),
+            inherit: observer.adoptable_fds(),
+            foreign: foreign.iter().flatten().map(|m| m.pid).collect(),
+            cgroup: containment.cgroup.as_ref().map(|c| (c.path().to_path_buf(), c.inode())),
+            terminal_home,
+        };
+        match crate::keeper::split(signals, &handled_signals(), handover).map_err(io_err("make the keeper"))? {
+            Role::Keeper => {
+                // The keeper's children are its own: none from before.
+                foreign = None;
+                // Its parent is the supervisor, so the owner is watched as any process.
+                if let Some(o) = owner.as_mut() {
+                    o.owner = match o.owner {
+                        Owner::Parent(p) | Owner::Process(p) => Owner::Process(p),
+                    };
+                }
+            }
+            Role::Supervisor(mut front) => {
+                // The provider's stdio (a managed entry's log pipes) is the keeper's: a copy held
+                // here would keep the pipes from ever reaching EOF.
+                drop(opts.spawn);
+                opts.spawn = SpawnOptions::default();
+                relay = None;
+                output = None;
+                observer.handed_to_keeper();
+                let report = front.relay(signals);
+                adopted = take_over(&report, foreign.as_deref().unwrap_or_default());
+            }
+        }
+    }
+
+    let (spawned, mut provider, tree) = match adopted {
+        // The keeper was killed: its children, the provider first, are re-parented to this
+        // process (a subreaper), so the same tree is below it.
+        Some((spawned, provider)) => {
+            let tree =
+                Tree::supervised_except(spawned.pgid, foreign.unwrap_or_default()).contained(containment.cgroup.take());
+            if provider.is_some() {
+                tree.leader_reaped();
+            }
+            observer.adopted(&spawned);
+            (spawned, provider, tree)
+        }
+        None => {
+            let join = containment.cgroup.as_ref().and_then(|cg| cg.join_fds()).map(|fds| spawn::CgroupJoin {
+                fds,
+                fallback: opts.containment.mode == cgroup::Mode::Auto && !opts.containment.limits_asked(),
+            });
+            let spawned = match spawn::spawn_joined(&opts.argv, opts.spawn, join, terminal_home.is_some()) {
+                Ok((spawned, None)) => spawned,
+                Ok((spawned, Some(why))) => {
+                    let path = containment.cgroup.as_ref().map(|c| c.path().display().to_string()).unwrap_or_default();
+                    if let Some(cg) = containment.cgroup.take() {
+                        let _ = cg.remove();
+                    }
+                    containment =
+                        cgroup::Containment::fallback(format!("unable to move the command into cgroup {path}: {why}"));
+                    observer.contained(&containment.record());
+                    spawned
+                }
+                Err(e) => {
+                    if let Some(cg) = &containment.cgroup {
+                        let _ = cg.remove();
+                    }
+                    observer.spawn_failed(opts.argv.first().map(OsString::as_os_str).unwrap_or_default(), &e);
+                    return Err(e.into());
+                }
+            };
+            crate::keeper::tell(Message::Spawned(spawned));
+            observer.spawned(&spawned, &opts.policy);
+            let tree =
+                Tree::supervised_except(spawned.pgid, foreign.unwrap_or_default()).contained(containment.cgroup.take());
+            (spawned, None, tree)
+        }
+    };
+    let started = Instant::now();
+    let mut machine = StopMachine::new(opts.policy).after_provider_exit(opts.after_provider_exit);
+    let timeout_at = opts.timeout.map(|d| started + d);
+    let mut scan_every = MEMBER_SCAN_MIN;
+    let mut next_scan = observer.wants_members().then_some(started + scan_every);
+
+    if adopted.is_some() {
+        begin(&mut machine, Trigger::SupervisorKilled, &tree, observer);
+    }
+    let mut watch_stdin = false;
+    // With the relay, the relay reads stdin and reports its EOF.
+    let mut stdin_at_eof = false;
+    if opts.on_stdin_eof == OnStdinEof::Stop && adopted.is_none() && relay.is_none() {
+        match process::fd_kind(0) {
+            FdKind::Fifo | FdKind::Socket | FdKind::Tty => watch_stdin = true,
+            FdKind::Closed | FdKind::Other => {
+                begin(&mut machine, Trigger::StdinEof, &tree, observer);
+            }
+        }
+    }
+
+    // The terminal sheepdog was started on, watched for its hangup (the pty master closed, the
+    // terminal emulator killed): its foreground, the provider, gets the kernel's SIGHUP and
+    // may trap it, and nothing else tells sheepdog (claude-code#21287). Stdin that is the
+    // terminal and already watched for EOF (`--on-stdin-eof stop`) is not watched twice.
+    let mut terminal = (adopted.is_none())
+        .then(|| (0..3).find(|fd| process::fd_kind(*fd) == FdKind::Tty))
+        .flatten()
+        .filter(|fd| !(watch_stdin && *fd == 0));
+
+    // In the keeper: the supervisor's pipe, which hangs up when the supervisor is killed.
+    let mut supervisor_fd = crate::keeper::supervisor_gone_fd();
+    // After the provider's own exit: the leftovers draining its output.
+    let mut drain: Option<Drain> = None;
+    let mut backlog = false;
+    let mut kept: Option<Kept> = None;
+    loop {
+        let now = Instant::now();
+        let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
+        let owner_slot = owner.as_ref().and_then(|o| o.pidfd.as_ref()).map(|fd| {
+            fds.push(PollFd::new(fd.as_raw_fd(), POLL_IN));
+            fds.len() - 1
+        });
+        let stdin_slot = watch_stdin.then(|| {
+            fds.push(PollFd::new(0, POLL_HUP_ONLY));
+            fds.len() - 1
+        });
+        // No events asked: a terminal reports only its hangup, never being in the background.
+        let terminal_slot = terminal.map(|fd| {
+            fds.push(PollFd::new(fd, 0));
+            fds.len() - 1
+        });
+        // In the cgroup tier, `populated 0` wakes the loop as soon as the last member exits.
+        let cgroup_slot = tree.cgroup().map(|cg| {
+            fds.push(PollFd::new(cg.events_fd(), POLL_PRI));
+            fds.len() - 1
+        });
+        let supervisor_slot = supervisor_fd.map(|fd| {
+            fds.push(PollFd::new(fd, POLL_IN));
+            fds.len() - 1
+        });
+        let relay_slots = relay.as_ref().map(|r| r.poll_fds(&mut fds)).unwrap_or_default();
+        let output_slots = output.as_ref().map(|o| o.poll_fds(&mut fds)).unwrap_or_default();
+        let extra_from = fds.len();
+        fds.extend(observer.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
+
+        let mut deadline = machine.deadline(now);
+        if backlog {
+            deadline = Some(now);
+        }
+        if !machine.stopping() {
+            deadline = earliest(earliest(deadline, timeout_at), next_scan);
+            deadline = earliest(deadline, drain.as_ref().map(Drain::deadline));
+        }
+        if owner.as_ref().is_some_and(|o| o.pidfd.is_none()) {
+            deadline = earliest(deadline, Some(now + OWNER_POLL));
+        }
+        process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).map_err(io_err("poll"))?;
+
+        // Before the signals: a keeper whose supervisor died in a stopped process group is sent
+        // SIGHUP and SIGCONT by the kernel (the group became orphaned), and the stop it then
+        // runs is for its supervisor's death, as recorded (issue 34, item 9).
+        if supervisor_slot.is_some_and(|slot| fds[slot].ready()) {
+            supervisor_fd = None;
+            begin(&mut machine, Trigger::SupervisorKilled, &tree, observer);
+        }
+        for sig in signals.drain() {
+            if Signal::FORWARDED.contains(&sig) {
+                // Not a stop: passed on, and the supervisor lives on with its tree.
+                tree.forward(sig);
+            } else if sig != Signal::CHLD {
+                // A signal's EINTR leaves this wake's poll results unread: the supervisor's death
+                // that came with it (the kernel's SIGHUP to an orphaned group) is looked at now.
+                let trigger = match supervisor_fd {
+                    Some(fd) if gone(fd) => Trigger::SupervisorKilled,
+                    _ => Trigger::Signal(sig),
+                };
+                begin(&mut machine, trigger, &tree, observer);
+            }
+        }
+        let mut reaped = 0;
+        let reap_until = earliest(Some(Instant::now() + REAP_SLICE), machine.deadline(now));
+        let mut cut = false;
+        while !cut
+            && reaped < REAP_BATCH
+            && let Some((pid, status)) = process::reap_any()
+        {
+            reaped += 1;
+            // The clock is read every 16 reaps (a vDSO call, but not free at this rate).
+            if reaped % 16 == 0 && reap_until.is_some_and(|t| Instant::now() >= t) {
+                cut = true;
+            }
+            if pid == spawned.pid {
+                provider = Some(status);
+                tree.leader_reaped();
+                crate::keeper::tell(Message::Provider(status));
+            } else {
+                observer.reaped(pid, status);
+            }
+        }
+        let reaped_any = reaped > 0;
+        backlog = cut || reaped == REAP_BATCH;
+        let owner_died = match (&owner, owner_slot) {
+            (Some(_), Some(slot)) => fds[slot].ready(),
+            (Some(o), None) => o.gone_by_poll(),
+            (None, _) => false,
+        };
+        if owner_died {
+            owner = None;
+            if opts.on_owner_death == OnOwnerDeath::CloseStdin {
+                // Orca's `stdin-end` close: EOF first (the relay finishes below, as for every
+                // stop), the stdin grace, then the one stop.
+                begin_with_stdin_grace(&mut machine, Trigger::OwnerDied, observer);
+            } else {
+                begin(&mut machine, Trigger::OwnerDied, &tree, observer);
+            }
+        }
+        if let (Some(slot), Some(cg)) = (cgroup_slot, tree.cgroup())
+            && fds[slot].ready()
+        {
+            // Re-arms POLLPRI; "all gone" itself is re-checked below, as after every wake.
+            let _ = cg.populated();
+        }
+        if stdin_slot.is_some_and(|slot| fds[slot].hung_up()) {
+            watch_stdin = false;
+            begin(&mut machine, Trigger::StdinEof, &tree, observer);
+        }
+        if terminal_slot.is_some_and(|slot| fds[slot].hung_up()) {
+            // As a SIGHUP to sheepdog: the terminal's hangup is the signal's reason.
+            terminal = None;
+            begin(&mut machine, Trigger::Signal(Signal::HUP), &tree, observer);
+        }
+        if let Some(r) = relay.as_mut() {
+            if r.service(&fds, relay_slots) == Seen::SourceEof {
+                stdin_at_eof = true;
+                if opts.on_stdin_eof == OnStdinEof::Stop {
+                    begin(&mut machine, Trigger::StdinEof, &tree, observer);
+                }
+            }
+            if r.closed() && !stdin_at_eof && !machine.stopping() {
+                // The provider closed its stdin (EPIPE): the host's EOF is watched as without
+                // the relay.
+                relay = None;
+                watch_stdin = opts.on_stdin_eof == OnStdinEof::Stop;
+            }
+        }
+        if let Some(o) = output.as_mut() {
+            o.service(&fds, &output_slots);
+        }
+        for p in &fds[extra_from..] {
+            if p.ready() {
+                observer.ready(p.fd);
+            }
+        }
+        let now = Instant::now();
+        if let Some(t) = next_scan
+            && !machine.stopping()
+            && provider.is_none()
+            && (now >= t || reaped_any)
+        {
+            let news = observer.members(&tree.live_descendants());
+            scan_every = if reaped_any || news { MEMBER_SCAN_MIN } else { (scan_every * 2).min(MEMBER_SCAN_MAX) };
+            next_scan = Some(now + scan_every);
+        }
+        if timeout_at.is_some_and(|t| now >= t) && !machine.stopping() {
+            begin(&mut machine, Trigger::Timeout, &tree, observer);
+        }
+
+        // Exited on its own with a status: what it left is handed on, not stopped, and without
+        // the drain window (a reader of its output is kept with the rest). A provider killed by
+        // a signal was stopped from outside (an agent's tree kill), and what it left goes too.
+        if opts.keep_leftovers && machine.phase() == Phase::Running && matches!(provider, Some(WaitStatus::Exited(_))) {
+            let mut members = tree.live();
+            if !members.is_empty() {
+                members.sort_by_key(|m| m.start_time);
+                let cgroup = tree.cgroup().map(|c| (c.path().to_path_buf(), c.inode()));
+                // All the command itself wrote is in the pipes now: the host gets it first, and
+                // what the leftovers write from here on goes to the entry's log.
+                let output = match output.take() {
+                    Some(mut o) => {
+                        o.drain_now();
+                        o.into_kept()
+                    }
+                    None => Vec::new(),
+                };
+                kept = Some(Kept { members, cgroup, pgid: spawned.pgid, output });
+                break;
+            }
+        }
+        if provider.is_some() && machine.phase() == Phase::Running && drain.is_none() && !tree.is_gone() {
+            drain = Some(Drain::new(now, &tree, reaped));
+        }
+        // A drainer's exit wakes the loop: it is this process's child by then, or the cgroup's
+        // last member.
+        let draining = machine.phase() == Phase::Running && drain.as_mut().is_some_and(|d| d.waiting(now, &tree));
+        let step = if draining && machine.phase() == Phase::Running {
+            // Not yet: a reader is still writing out what the provider printed.
+            None
+        } else if provider.is_some() {
+            let was_running = !machine.stopping();
+            if was_running && let Some(policy) = observer.policy_for_stop(Trigger::ProviderExited) {
+                machine.set_policy(policy);
+            }
+            let step = machine.provider_exited(now, &tree);
+            if was_running && machine.stopping() {
+                observer.stopping(Trigger::ProviderExited);
+            }
+            step
+        } else {
+            machine.advance(now, &tree, false)
+        };
+        if let Some(Step::Escalated { remaining }) = step {
+            observer.escalated(remaining);
+        }
+        if let Some(r) = relay.as_mut() {
+            // Gone, the provider holds no stdin to drain; stopping, nothing more is relayed and
+            // the provider reads what it was sent, then EOF.
+            if provider.is_some() {
+                r.abandon();
+            } else if machine.stopping() {
+                r.finish();
+            }
+        }
+        match machine.phase() {
+            Phase::Gone | Phase::Unfinished => break,
+            _ => {}
+        }
+    }
+
+    // The tree's cgroup goes with the tree; a leftover is reported (and removed by `reap`).
+    if machine.phase() == Phase::Gone {
+        // Nothing of the tree is alive, so no more zombies come: reap them now rather than leave
+        // thousands (after a fork storm) to whoever inherits them. Bounded all the same, in case
+        // an inherited orphan that is not the tree's keeps forking.
+        for _ in 0..REAP_BATCH * 64 {
+            if process::reap_any().is_none() {
+                break;
+            }
+        }
+    }
+    // The tree is gone (or past its kill wait): the relay copies out what it left in the pipes.
+    if let Some(o) = output.as_mut() {
+        o.drain_now();
+    }
+    drop(output);
+    // A tree handed on alive keeps its cgroup.
+    let cgroup_left = kept.is_none() && tree.cgroup().is_some_and(|cg| cg.remove().is_err());
+    if let Some(home) = terminal_home {
+        // A script that ran `sheepdog run -- CMD` reads the terminal next: the foreground goes
+        // back from the provider's (now empty) group, unless someone else already took it.
+        process::give_terminal_back(spawned.pgid, home);
+    }
+    Ok(Outcome {
+        spawned,
+        provider,
+        trigger: machine.trigger(),
+        tree_gone: machine.phase() == Phase::Gone,
+        escalated: machine.escalated(),
+        cgroup_left,
+        left: if machine.phase() == Phase::Unfinished { tree.live() } else { Vec::new() },
+        kept,
+    })
+}
+
+/// What a supervisor does once its keeper is gone, from what the keeper told (`report`): exits
+/// as the keeper did, unless the keeper was killed after it spawned the provider; then returns
+/// the provider (and its wait status, if the keeper reaped it) to run the stop on.
+fn take_over(report: &crate::keeper::Report, foreign: &[Member]) -> Option<(Spawned, Option<WaitStatus>)> {
+    let mut report = report.clone();
+    if !report.done && report.spawned.is_none() {
+        // Killed after its spawn of the provider but before it said so (the provider can print
+        // before the keeper is scheduled again): the provider is this process's child now, as
+        // the orphan of a child of a subreaper.
+        report.spawned = unannounced_provider(foreign);
+    }
+    if !report.keeper_killed() {
+        exit_as(report.keeper);
+    }
+    report.spawned.map(|s| (s, report.provider))
+}
+
+/// The provider of a keeper that died before it reported the spawn: a live child of this
+/// process that is not one of `foreign` (the children from before the split). The kernel moves
+/// a dying process's children to the nearest subreaper before its parent can reap it, so they
+/// are this process's children by the time the keeper is reaped. The provider leads its own
+/// group (`spawn` makes it so), or is about to: the one whose group is its pid, else the oldest.
+/// `None` if the keeper died before it forked the provider.
+fn unannounced_provider(foreign: &[Member]) -> Option<Spawned> {
+    let mut children: Vec<procfs::Stat> = procfs::children(process::getpid())
+        .into_iter()
+        .filter_map(|p| procfs::stat(p).ok())
+        .filter(|s| !foreign.iter().any(|f| f.pid == s.pid && f.start_time == Some(s.start_time)))
+        .collect();
+    children.sort_by_key(|s| (s.pgrp != s.pid.as_raw(), s.start_time));
+    children.first().map(|s| Spawned { pid: s.pid, pgid: s.pid.as_group() })
+}
+
+/// Waits, with nothing left to supervise, for a reason to stop: SIGTERM/SIGINT/SIGHUP, the
+/// death of `owner` (identity-checked against `owner_start` clock ticks, through a pidfd), or
+/// the `until` deadline (the turn timeout). Any other signal (SIGUSR1: "your entry changed")
+/// asks `still_needed`; when it says no, returns `None`. Used by a managed supervisor whose
+/// command exited on its own while a cleanup is still pending (ARCHITECTURE.md: "a cleanup belongs
+/// to the entry"). Children it still inherits are reaped on the way.
+pub fn await_trigger(
+    signals: &SignalPipe,
+    owner: Option<(Pid, Option<u64>)>,
+    until: Option<Instant>,
+    still_needed: &mut dyn FnMut() -> bool,
+) -> Option<Trigger> {
+    let owner_now = |p: Pid, t: Option<u64>| match t {
+        Some(t) => procfs::start_time(p) == Some(t),
+        None => procfs::is_alive(p),
+    };
+    let pidfd = match owner {
+        Some((p, t)) => {
+            let fd = PidFd::open(p).ok();
+            if !owner_now(p, t) {
+                return Some(Trigger::OwnerDied);
+            }
+            fd
+        }
+        None => None,
+    };
+    if !still_needed() {
+        return None;
+    }
+    loop {
+        let now = Instant::now();
+        if until.is_some_and(|u| now >= u) {
+            return Some(Trigger::Timeout);
+        }
+        let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
+        if let Some(fd) = &pidfd {
+            fds.push(PollFd::new(fd.as_raw_fd(), POLL_IN));
+        }
+        // In a keeper: the supervisor's SIGKILL is a trigger too.
+        let supervisor_slot = crate::keeper::supervisor_gone_fd().map(|fd| {
+            fds.push(PollFd::new(fd, POLL_IN));
+            fds.len() - 1
+        });
+        let mut deadline = until;
+        if owner.is_some() && pidfd.is_none() {
+            deadline = earliest(deadline, Some(now + OWNER_POLL));
+        }
+        if process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).is_err() {
+            return None;
+        }
+        let mut recheck = false;
+        for sig in signals.drain() {
+            match sig {
+                Signal::TERM | Signal::INT | Signal::HUP => return Some(Trigger::Signal(sig)),
+                Signal::CHLD => while process::reap_any().is_some() {},
+                _ => recheck = true,
+            }
+        }
+        if supervisor_slot.is_some_and(|slot| fds[slot].ready()) {
+            return Some(Trigger::SupervisorKilled);
+        }
+        let owner_died = match owner {
+            Some(_) if pidfd.is_some() => fds[1].ready(),
+            Some((p, t)) => !owner_now(p, t),
+            None => false,
+        };
+        if owner_died {
+            return Some(Trigger::OwnerDied);
+        }
+        if recheck && !still_needed() {
+            return None;
+        }
+    }
+}
+
+/// Begins (or hastens) the stop for `trigger`. The observer hears of a stop before its first
+/// signal goes out, so a managed entry records why it stops even if this process is killed
+/// in the middle of it.
+fn begin(machine: &mut StopMachine, trigger: Trigger, tree: &Tree, observer: &mut dyn Observer) {
+    let was_running = machine.phase() == Phase::Running;
+    if was_running {
+        if let Some(policy) = observer.policy_for_stop(trigger) {
+            machine.set_policy(policy);
+        }
+        observer.stopping(trigger);
+    }
+    machine.begin(trigger, Instant::now(), tree);
+}
+
+/// [`begin`] with the stdin grace first ([`StopMachine::begin_with_stdin_grace`]).
+fn begin_with_stdin_grace(machine: &mut StopMachine, trigger: Trigger, observer: &mut dyn Observer) {
+    if machine.phase() == Phase::Running {
+        if let Some(policy) = observer.policy_for_stop(trigger) {
+            machine.set_policy(policy);
+        }
+        observer.stopping(trigger);
+    }
+    machine.begin_with_stdin_grace(trigger, Instant::now());
+}
+
+/// True if the pipe read end `fd` is readable or hung up now (the supervisor's life pipe).
+fn gone(fd: RawFd) -> bool {
+    let mut fds = [PollFd::new(fd, POLL_IN)];
+    matches!(process::poll(&mut fds, Some(Duration::ZERO)), Ok(n) if n > 0)
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::spawn::{SpawnError, Spawned};
+    use crate::stop::Trigger;
+    use crate::sys::{Pid, Signal, WaitStatus};
+
+    use super::{Error, Exit, Outcome};
+
+    /// README.md's exit-status table of `sheepdog run`, row by row.
+    #[test]
+    fn exit_status_follows_the_readme_table() {
+        let pid = Pid::new(4242).unwrap();
+        let spawned = Spawned { pid, pgid: pid.as_group() };
+        let outcome = |provider: Option<WaitStatus>, trigger: Option<Trigger>, tree_gone: bool| Outcome {
+            spawned,
+            provider,
+            trigger,
+            tree_gone,
+            escalated: false,
+            cgroup_left: false,
+            left: Vec::new(),
+            kept: None,
+        };
+        let kill = Signal::KILL;
+        let term = Signal::TERM;
+        let rows: &[(&str, Outcome, Exit)] = &[
+            ("CMD exited with code N", outcome(Some(WaitStatus::Exited(3)), None, true), Exit::Code(3)),
+            (
+                "CMD killed by signal S, no stop",
+                outcome(Some(WaitStatus::Signaled(kill, false)), None, true),
+                Exit::Signal(kill),
+            ),
+            (
+                "CMD exited, what it left was cleaned up",
+                outcome(Some(WaitStatus::Exited(0)), Some(Trigger::ProviderExited), true),
+                Exit::Code(0),
+            ),
+            (
+                "signal S stopped sheepdog",
+                outcome(Some(WaitStatus::Signaled(term, false)), Some(Trigger::Signal(term)), true),
+                Exit::Signal(term),
+            ),
+            (
+                "owner death: CMD's code if it exited",
+                outcome(Some(WaitStatus::Exited(0)), Some(Trigger::OwnerDied), true),
+                Exit::Code(0),
+            ),
+            (
+                "owner death: else 128 + the signal",
+                outcome(Some(WaitStatus::Signaled(term, false)), Some(Trigger::OwnerDied), true),
+                Exit::Code(128 + Signal::TERM.as_raw()),
+            ),
+            (
+                "stdin EOF: 128 + the signal",
+                outcome(Some(WaitStatus::Signaled(kill, false)), Some(Trigger::StdinEof), true),
+                Exit::Code(128 + Signal::KILL.as_raw()),
+            ),
+            (
+                "the kernel did not finish the kill",
+                outcome(Some(WaitStatus::Signaled(kill, false)), Some(Trigger::Signal(term)), false),
+                Exit::Code(124),
+            ),
+            ("the provider could not be reaped", outcome(None, Some(Trigger::OwnerDied), false), Exit::Code(124)),
+        ];
+        for (row, o, want) in rows {
+            assert_eq!(o.exit(), *want, "{row}");
+        }
+        let e = |raw| std::io::Error::from_raw_os_error(raw);
+        let program = "x".to_string();
+        assert_eq!(
+            SpawnError::NotFound { program: program.clone(), source: e(crate::sys::errno::ENOENT) }.exit_code(),
+            127
+        );
+        assert_eq!(SpawnError::NotExecutable { program, source: e(crate::sys::errno::EACCES) }.exit_code(), 126);
+        assert_eq!(Error::OwnerGone(pid).exit_code(), 125, "sheepdog's own error");
+    }
+}
