@@ -20,7 +20,7 @@ import { startModel, toolResults } from "./model.mjs";
 export { Guard, alive, sleep, startModel, stat, toolResults, until };
 export const here = path.dirname(fileURLToPath(import.meta.url));
 export const repo = path.resolve(here, "../..");
-/** The versions tested (README, "Agent shells"; .ci/run installs the same). */
+/** The versions tested (README, "Agent shells", and docs/agent-shells.md; .ci/run installs the same). */
 const versions = JSON.parse(fs.readFileSync(path.join(here, "versions.json"), "utf8"));
 export const CLAUDE = versions.claude;
 export const CODEX = versions.codex;

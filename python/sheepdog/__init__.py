@@ -233,12 +233,12 @@ def supervise(
 ) -> Supervised:
     """Runs ``command args`` under ``sheepdog run --owner <this process>``: a ``subprocess.Popen``
     whose pid is the supervisor's; ``terminate()`` stops the whole tree and ``wait()`` returns
-    after it is gone (status as README.md's table; 124 for ``timeout``). ``owner=False`` leaves
+    after it is gone (status as docs/reference.md's table; 124 for ``timeout``). ``owner=False`` leaves
     the owner out. Other keyword arguments go to ``Popen`` (stdin, stdout, cwd, env, ...).
 
     ``relay_stdin`` is ``--stdin relay``; ``on_owner_death`` (``"stop"``, ``"close-stdin"``) and
     ``after_provider_exit`` (``"grace"``, ``"kill"``) are the flags of those names. Orca's spec
-    names map onto them as README.md's table says: ``close_request`` (``"stdin-end"``,
+    names map onto them as docs/packages.md's table says: ``close_request`` (``"stdin-end"``,
     ``"stdin-end-and-sigterm"``) relays stdin and sets ``on_owner_death``; ``lifetime``
     ``"session"`` sets ``on_stdin_eof="stop"``, ``"one-shot"`` ``after_provider_exit="kill"``.
     A spawn that fails arrives as the ``spawnFailed`` event (:meth:`Supervised.wait_spawned`

@@ -1,7 +1,7 @@
 //! The command line: clap definitions, one handler per subcommand, and the mapping of every
 //! failure to one `sheepdog: ...` line on stderr and a documented exit status.
 //!
-//! Exit statuses of sheepdog's own errors (see README.md): 125 for bad arguments and sheepdog's
+//! Exit statuses of sheepdog's own errors (see docs/reference.md): 125 for bad arguments and sheepdog's
 //! own failures (as `env`, `nohup` and `timeout` use it), 126/127 for a command that cannot be
 //! executed / found, 124 when the kernel did not finish a kill in time.
 

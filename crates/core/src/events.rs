@@ -255,7 +255,7 @@ mod tests {
 
     use super::{Event, EventLine};
 
-    /// The shapes hosts parse, byte for byte (README.md, `--events-fd`).
+    /// The shapes hosts parse, byte for byte (docs/guide.md, `--events-fd`).
     #[test]
     fn event_lines_keep_their_shape() {
         let spawned = Event::Spawned {

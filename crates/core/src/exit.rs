@@ -1,5 +1,5 @@
 //! Every exit status sheepdog reports, in one place (as ripgrep keeps its in `main`): the
-//! shell's conventions for a wrapper (`env`, `nohup`, `timeout`), and README.md's table.
+//! shell's conventions for a wrapper (`env`, `nohup`, `timeout`), and docs/reference.md's table.
 //!
 //! A supervised command's own status passes through unchanged; the numbers here are
 //! sheepdog's own. Which error maps to which lives beside each error type (`exit_code()`), each

@@ -307,7 +307,7 @@ pub struct Kept {
     pub output: Vec<(crate::logs::Stream, std::os::fd::OwnedFd)>,
 }
 
-/// How the supervisor itself should end, as README.md's exit-status table says.
+/// How the supervisor itself should end, as docs/reference.md's exit-status table says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
     Code(i32),
@@ -369,7 +369,7 @@ fn is_init() -> bool {
 }
 
 /// The supervisor's end when its keeper finished (or never spawned): it exits as the keeper
-/// did, so the host sees the statuses README.md gives for `sheepdog run`.
+/// did, so the host sees the statuses docs/reference.md gives for `sheepdog run`.
 fn exit_as(keeper: Option<WaitStatus>) -> ! {
     match keeper {
         Some(WaitStatus::Exited(code)) => std::process::exit(code),
@@ -1132,7 +1132,7 @@ mod tests {
 
     use super::{Error, Exit, Outcome};
 
-    /// README.md's exit-status table of `sheepdog run`, row by row.
+    /// docs/reference.md's exit-status table of `sheepdog run`, row by row.
     #[test]
     fn exit_status_follows_the_readme_table() {
         let pid = Pid::new(4242).unwrap();

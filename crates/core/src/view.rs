@@ -647,7 +647,7 @@ pub struct DoctorDoc {
 pub struct ErrorBody {
     /// The `sheepdog: ...` line without its prefix.
     pub message: String,
-    /// sheepdog's own exit status (125 bad input, 1, 74, 124, ...; README's tables).
+    /// sheepdog's own exit status (125 bad input, 1, 74, 124, ...; docs/reference.md's tables).
     pub exit_status: i32,
     /// Deprecated, schema v1 only: `exitStatus` under its old name (gone in v2).
     #[schemars(extend("deprecated" = true))]

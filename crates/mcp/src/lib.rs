@@ -1,5 +1,5 @@
 //! `sheepdog-mcp` (run as `sheepdog mcp`): a Model Context Protocol server on stdin/stdout that
-//! gives an agent sheepdog's background processes as tools (README.md, "Use it from your
+//! gives an agent sheepdog's background processes as tools (docs/mcp.md, "Use it from your
 //! agent"; ARCHITECTURE.md, "Module map").
 //!
 //! A binary of its own, the only one with an async runtime (tokio, for rmcp): `sheepdog run` and

@@ -24,7 +24,7 @@
 //!
 //! What this gives up: the OOM killer kills every process that shares the victim's memory, so
 //! when it picks the supervisor it takes the keeper too (the provider's tree, with far more
-//! memory, is the one it picks in practice). README.md lists it with the other window.
+//! memory, is the one it picks in practice). README.md's "What sheepdog cannot do" lists it with the other window.
 //!
 //! Linux on x86_64 and aarch64 only (a few lines of assembly per architecture); elsewhere the
 //! keeper is forked (`sheepdog_core::keeper`).

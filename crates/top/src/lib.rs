@@ -298,7 +298,7 @@ pub fn stop_lines(reg: &Registry, e: &sheepdog::entry::Entry) -> Vec<String> {
     }
 }
 
-/// Whether the stop confirmed the tree gone, as the dialog says it (README: `top`'s keys).
+/// Whether the stop confirmed the tree gone, as the dialog says it (docs/guide.md: `top`'s keys).
 pub fn tree_line(gone: bool) -> &'static str {
     if gone { "The process tree is confirmed gone." } else { "The process tree was NOT confirmed gone." }
 }

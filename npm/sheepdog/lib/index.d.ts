@@ -125,7 +125,7 @@ export interface SupervisedProcess extends ChildProcess {
 /**
  * Runs `command args` under `sheepdog run --owner <this process>`: the returned ChildProcess's
  * pid is the supervisor's, `kill()` stops the whole tree, and `close` comes after the tree is
- * gone. Exit status as README.md's table (124 for `timeout`).
+ * gone. Exit status as docs/reference.md's table (124 for `timeout`).
  */
 export function supervise(command: string, args?: readonly string[], options?: SuperviseOptions): SupervisedProcess;
 

@@ -168,7 +168,7 @@ const RUN_FLAGS = [
 
 /**
  * Orca's provider-supervisor spec (`ownerPid`, `lifetime`, `closeRequest`, `stdinEndGraceMs`,
- * `sigtermGraceMs`) as `run`'s options, README.md's table row by row; an option given under
+ * `sigtermGraceMs`) as `run`'s options, docs/packages.md's table row by row; an option given under
  * sheepdog's own name wins. `cwd` is Node's, the same in both.
  */
 function fromOrcaSpec(opts) {

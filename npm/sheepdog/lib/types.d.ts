@@ -222,7 +222,7 @@ export type DoctorDoc = {
 export type ErrorBody = {
   /** The `sheepdog: ...` line without its prefix. */
   message: string;
-  /** sheepdog's own exit status (125 bad input, 1, 74, 124, ...; README's tables). */
+  /** sheepdog's own exit status (125 bad input, 1, 74, 124, ...; docs/reference.md's tables). */
   exitStatus: number;
   /**
    * Deprecated, schema v1 only: `exitStatus` under its old name (gone in v2).
