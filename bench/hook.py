@@ -72,8 +72,10 @@ peers = {
     "hook: sh -c true (floor)": (["sh", "-c", "true"], None),
     "hook: sheepdog hook codex pre-tool-use": (["sh", "-c", f"CODEX_HOME={codex_home} exec {exe} hook codex pre-tool-use"], hook_input("npm test")),
     "hook: sheepdog hook claude post-tool-use": (["sh", "-c", f"exec {exe} hook claude post-tool-use"], hook_input("npm test", "PostToolUse")),
-    # pi-sheepdog spawns the binary itself (no `sh -c`), once before and once after each call.
-    "hook: sheepdog hook pi tool-call": ([exe, "hook", "pi", "tool-call"], json.dumps({"type": "tool_call", "toolName": "bash", "toolCallId": "bench", "input": {"command": "npm test"}}).encode()),
+    # pi-sheepdog spawns the binary itself (no `sh -c`), once before and once after each call:
+    # its floor is a direct spawn of `true`.
+    "spawn: true (floor)": (["true"], None),
+    "spawn: sheepdog hook pi tool-call": ([exe, "hook", "pi", "tool-call"], json.dumps({"type": "tool_call", "toolName": "bash", "toolCallId": "bench", "input": {"command": "npm test"}}).encode()),
     "call `true`: bare host": (claude_shell("true"), None),
     "call `true`: hooked": (claude_shell("true", env_text), None),
     "call printing 16 MiB: bare host": (claude_shell(prints), None),
@@ -96,10 +98,11 @@ def q(xs, p):
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
-print(f"| figure | median ms | p10–p90 | added to its peer |")
+print(f"| figure | median ms | p10–p90 | added to its peer |")  # the peer: its floor, or the bare host
 print(f"|---|---|---|---|")
 base = {
     "hook": "hook: sh -c true (floor)",
+    "spawn": "spawn: true (floor)",
     "call `true`": "call `true`: bare host",
     "call printing": "call printing 16 MiB: bare host",
     "call leaving": "call leaving a setsid child: bare host",
@@ -107,7 +110,7 @@ base = {
 for name, xs in times.items():
     med = statistics.median(xs)
     peer = next(v for k, v in base.items() if name.startswith(k))
-    added = "—" if peer == name else f"+{med - statistics.median(times[peer]):.2f} ms ({med / statistics.median(times[peer]):.2f}×)"
+    added = "—" if peer == name else f"{med - statistics.median(times[peer]):+.2f} ms ({med / statistics.median(times[peer]):.2f}×)"
     print(f"| {name} | {med:.2f} | {q(xs, 0.1):.2f}–{q(xs, 0.9):.2f} | {added} |")
 print(f"\n{rounds} rounds, interleaved; {exe}")
 for line in open(pids_file).read().split():
