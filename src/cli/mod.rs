@@ -147,19 +147,19 @@ struct RunArgs {
     owner: Option<i32>,
     /// What the owner's death does: `stop` the tree at once, or `close-stdin` (needs --stdin
     /// relay): EOF on CMD's stdin, --stdin-grace to exit on its own, then the stop.
-    #[arg(long, value_name = "ACTION", default_value = "stop", value_parser = ["stop", "close-stdin"])]
-    on_owner_death: String,
+    #[arg(long, value_name = "ACTION", value_enum, default_value = "stop")]
+    on_owner_death: run::OwnerDeathArg,
     /// CMD's stdin: `inherit` sheepdog's own (zero-copy), or `relay` it through a pipe that
     /// sheepdog closes when the owner dies or a stop begins.
-    #[arg(long, value_name = "MODE", default_value = "inherit", value_parser = ["inherit", "relay"])]
-    stdin: String,
+    #[arg(long, value_name = "MODE", value_enum, default_value = "inherit")]
+    stdin: run::StdinArg,
     /// What stdin reaching EOF means: `ignore` it, or `stop` (after --stdin-grace).
-    #[arg(long, value_name = "ACTION", default_value = "ignore", value_parser = ["ignore", "stop"])]
-    on_stdin_eof: String,
+    #[arg(long, value_name = "ACTION", value_enum, default_value = "ignore")]
+    on_stdin_eof: run::StdinEofArg,
     /// Once CMD itself has exited (on its own or during a stop), what the rest of its tree
     /// gets: the term `grace`, or SIGKILL at once (`kill`).
-    #[arg(long, value_name = "POLICY", default_value = "grace", value_parser = ["grace", "kill"])]
-    after_provider_exit: String,
+    #[arg(long, value_name = "POLICY", value_enum, default_value = "grace")]
+    after_provider_exit: run::AfterExitArg,
     /// After stdin EOF, how long CMD may take to exit on its own before SIGTERM.
     #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
     stdin_grace: Duration,
@@ -180,8 +180,8 @@ struct RunArgs {
     /// What CMD leaves running when it exits on its own (with a status, not by a signal):
     /// `stop` it, or `keep` it as a managed entry of --session with a supervisor of its own,
     /// stopped when the owner dies (the agent hooks' mode: `nohup server &`).
-    #[arg(long, value_name = "ACTION", default_value = "stop", value_parser = ["stop", "keep"])]
-    leftovers: String,
+    #[arg(long, value_name = "ACTION", value_enum, default_value = "stop")]
+    leftovers: run::LeftoversArg,
     /// The session kept leftovers join (`ps --session`, `stop --session`).
     #[arg(long, value_name = "ID", env = "SHEEPDOG_SESSION")]
     session: Option<String>,
@@ -357,8 +357,12 @@ struct ContainmentArgs {
     /// How the tree is kept: `cgroup` (a cgroup v2 per tree; status 125 if unavailable),
     /// `subreaper` (process group + child subreaper), or `auto` (cgroup where the host allows;
     /// default, or $SHEEPDOG_CONTAINMENT).
-    #[arg(long, value_name = "TIER", value_parser = ["auto", "cgroup", "subreaper"])]
-    containment: Option<String>,
+    // Parsed once: only the three names pass clap's check, and each is a mode.
+    #[arg(long, value_name = "TIER", value_parser = clap::builder::TypedValueParser::map(
+        clap::builder::PossibleValuesParser::new(["auto", "cgroup", "subreaper"]),
+        |s: String| sheepdog::cgroup::Mode::parse(&s).unwrap_or_default(),
+    ))]
+    containment: Option<sheepdog::cgroup::Mode>,
     /// Memory limit of the tree (`memory.max` of its cgroup), like 512MiB; status 125 where it
     /// cannot be applied.
     #[arg(long, value_name = "SIZE", value_parser = common::parse_size)]
@@ -371,9 +375,8 @@ struct ContainmentArgs {
 impl ContainmentArgs {
     /// The mode (flag, else `$SHEEPDOG_CONTAINMENT`, else auto) and limits.
     fn resolve(&self) -> Result<(sheepdog::cgroup::Mode, sheepdog::cgroup::Limits), CliError> {
-        let mode = match self.containment.as_deref() {
-            Some(f) => sheepdog::cgroup::Mode::parse(f)
-                .ok_or_else(|| CliError::usage(format!("--containment {f}: expected auto, cgroup or subreaper")))?,
+        let mode = match self.containment {
+            Some(m) => m,
             None => sheepdog::cgroup::Mode::from_env().map_err(CliError::usage)?,
         };
         Ok((mode, sheepdog::cgroup::Limits { memory_max: self.memory_max, pids_max: self.pids_max }))

@@ -24,7 +24,7 @@ pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> R
     let (mode, limits) = a.containment.resolve()?;
     // `--leftovers keep`: the registry is opened (and its errors reported) before CMD runs, and
     // CMD carries a tag so that what it leaves can be found again after `run` is gone.
-    let keep = a.leftovers == "keep";
+    let keep = a.leftovers == LeftoversArg::Keep;
     if let Some(s) = &a.session {
         sheepdog::entry::check_session(s).map_err(CliError::usage)?;
     }
@@ -42,14 +42,10 @@ pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> R
     let opts = Options {
         argv: a.command,
         owner,
-        on_stdin_eof: if a.on_stdin_eof == "stop" { OnStdinEof::Stop } else { OnStdinEof::Ignore },
-        stdin: if a.stdin == "relay" { StdinMode::Relay } else { StdinMode::Inherit },
-        on_owner_death: if a.on_owner_death == "close-stdin" { OnOwnerDeath::CloseStdin } else { OnOwnerDeath::Stop },
-        after_provider_exit: if a.after_provider_exit == "kill" {
-            AfterProviderExit::Kill
-        } else {
-            AfterProviderExit::Grace
-        },
+        on_stdin_eof: a.on_stdin_eof.into(),
+        stdin: a.stdin.into(),
+        on_owner_death: a.on_owner_death.into(),
+        after_provider_exit: a.after_provider_exit.into(),
         policy: StopPolicy { stdin_grace: a.stdin_grace, term_grace: a.term_grace, kill_wait: a.kill_wait },
         timeout: a.timeout,
         containment: sheepdog::cgroup::Request { mode, limits, label: "run".into(), name: None },
@@ -114,4 +110,89 @@ pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> R
         Exit::Code(c) => Ok(c),
         Exit::Signal(s) => die_by(s),
     }
+}
+
+// The flags' values, parsed once by clap (the library has no clap; each maps onto its type).
+// The variants' meaning is in the flag's own doc, which `--help` shows: a doc comment on a
+// variant would list it again.
+
+/// `run --on-owner-death`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum OwnerDeathArg {
+    // Stop the tree at once.
+    Stop,
+    // EOF on CMD's stdin (needs --stdin relay), --stdin-grace to exit on its own, then the stop.
+    CloseStdin,
+}
+
+impl From<OwnerDeathArg> for OnOwnerDeath {
+    fn from(a: OwnerDeathArg) -> Self {
+        match a {
+            OwnerDeathArg::Stop => OnOwnerDeath::Stop,
+            OwnerDeathArg::CloseStdin => OnOwnerDeath::CloseStdin,
+        }
+    }
+}
+
+/// `run --stdin`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum StdinArg {
+    // sheepdog's own stdin (zero-copy).
+    Inherit,
+    // Through a pipe that sheepdog closes when the owner dies or a stop begins.
+    Relay,
+}
+
+impl From<StdinArg> for StdinMode {
+    fn from(a: StdinArg) -> Self {
+        match a {
+            StdinArg::Inherit => StdinMode::Inherit,
+            StdinArg::Relay => StdinMode::Relay,
+        }
+    }
+}
+
+/// `run --on-stdin-eof`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum StdinEofArg {
+    // Nothing.
+    Ignore,
+    // The stop, after --stdin-grace.
+    Stop,
+}
+
+impl From<StdinEofArg> for OnStdinEof {
+    fn from(a: StdinEofArg) -> Self {
+        match a {
+            StdinEofArg::Ignore => OnStdinEof::Ignore,
+            StdinEofArg::Stop => OnStdinEof::Stop,
+        }
+    }
+}
+
+/// `run --after-provider-exit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum AfterExitArg {
+    // The rest of the tree gets the term grace.
+    Grace,
+    // SIGKILL at once.
+    Kill,
+}
+
+impl From<AfterExitArg> for AfterProviderExit {
+    fn from(a: AfterExitArg) -> Self {
+        match a {
+            AfterExitArg::Grace => AfterProviderExit::Grace,
+            AfterExitArg::Kill => AfterProviderExit::Kill,
+        }
+    }
+}
+
+/// `run --leftovers`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum LeftoversArg {
+    // Stopped with the rest of the tree.
+    Stop,
+    // Kept as a managed entry of --session with a supervisor of its own.
+    Keep,
 }
