@@ -19,8 +19,12 @@ pub struct LogsArgs {
     target: String,
     /// Which log: `out` (stdout, byte-exact), `err` (stderr), `all` (combined, tagged lines with
     /// sheepdog's markers).
-    #[arg(long, default_value = "all", value_parser = ["out", "err", "all"])]
-    stream: String,
+    // Parsed once: only the three names pass clap's check, and each is a stream.
+    #[arg(long, default_value = "all", value_parser = clap::builder::TypedValueParser::map(
+        clap::builder::PossibleValuesParser::new(["out", "err", "all"]),
+        |s: String| LogStream::parse(&s).unwrap_or_default(),
+    ))]
+    stream: LogStream,
     /// Only the last N lines (after --grep and --since).
     #[arg(long, value_name = "N", conflicts_with = "head")]
     tail: Option<usize>,
@@ -58,7 +62,7 @@ pub(super) fn logs(a: LogsArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let e = reg.find(&a.target)?;
     let default_cap = a.tail.is_none() && a.head.is_none() && cursor.is_none() && !a.follow;
     let q = LogQuery {
-        stream: LogStream::parse(&a.stream).unwrap_or_default(),
+        stream: a.stream,
         tail: a.tail,
         head: a.head,
         grep,
