@@ -72,7 +72,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     for (e, r) in targets.iter().zip(results) {
         match r {
             Ok(o) => {
-                let cleanup_failed = sheepdog::cleanup::failure_line(&o.entry);
+                let cleanup_failed = o.cleanup_error();
                 let lines = o.lines(cleanup_failed.as_deref());
                 if json {
                     let v = view::StopView::new(
@@ -88,11 +88,7 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                         outln!("{line}");
                     }
                 }
-                if !o.tree_gone {
-                    code = code.max(exit::TIMED_OUT);
-                } else if cleanup_failed.is_some() {
-                    code = code.max(exit::REFUSED);
-                }
+                code = code.max(o.exit_status());
             }
             Err(err @ ManagerError::NotRecorded { .. }) => {
                 // The tree is gone: said on stdout too (the one document a host reads), with

@@ -127,6 +127,29 @@ impl StopOutcome {
 }
 
 impl StopOutcome {
+    /// The cleanup's failure line when its cleanup failed ([`crate::cleanup::failure_line`]).
+    pub fn cleanup_error(&self) -> Option<String> {
+        crate::cleanup::failure_line(&self.entry)
+    }
+
+    /// The stop's verdict, the one every front end reads (the CLI's status, MCP's `isError`,
+    /// the journal's `ok`): the tree is gone and the cleanup, if any, did not fail.
+    pub fn ok(&self) -> bool {
+        self.tree_gone && self.cleanup_error().is_none()
+    }
+
+    /// The exit status this stop gives `sheepdog stop` ([`crate::exit`]): 0; 124 when the tree
+    /// was not confirmed gone; 1 when it is gone but the cleanup failed.
+    pub fn exit_status(&self) -> i32 {
+        if !self.tree_gone {
+            crate::exit::TIMED_OUT
+        } else if self.cleanup_error().is_some() {
+            crate::exit::REFUSED
+        } else {
+            crate::exit::OK
+        }
+    }
+
     /// Every line a front end shows for this stop, as `sheepdog stop` prints them: the
     /// [`headline`](StopOutcome::headline), then why processes could not be signalled, then the
     /// cleanup's failure line (`cleanup_error`, from [`crate::cleanup::failure_line`]).
@@ -145,12 +168,11 @@ impl StopOutcome {
 /// Every stop that ends records a `stopped` event in the journal ([`crate::journal`]).
 pub fn stop(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<StopOutcome, ManagerError> {
     let o = stop_entry(reg, entry, term_grace)?;
-    let cleanup_error = crate::cleanup::failure_line(&o.entry);
     let kind = crate::journal::Kind::Stopped {
         already_finished: o.already_finished,
         tree_gone: o.tree_gone,
-        ok: o.tree_gone && cleanup_error.is_none(),
-        cleanup_error,
+        ok: o.ok(),
+        cleanup_error: o.cleanup_error(),
     };
     let _ = crate::journal::append(reg.root(), &o.entry, kind);
     Ok(o)

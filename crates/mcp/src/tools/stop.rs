@@ -101,12 +101,12 @@ pub(crate) fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError
     for (e, r) in targets.iter().zip(results) {
         match r {
             Ok(o) => {
-                let failure = sheepdog::cleanup::failure_line(&o.entry);
+                let failure = o.cleanup_error();
                 let mut lines = o.lines(failure.as_deref());
                 if o.not_signalled.is_none() && o.left.is_none() && !o.tree_gone {
                     lines.insert(1, format!("The tree of {} was not confirmed gone.", o.entry.label()));
                 }
-                let ok = o.tree_gone && failure.is_none();
+                let ok = o.ok();
                 is_error |= !ok;
                 text.extend(lines.iter().cloned());
                 let cleanup_result = o.entry.cleanup_result.as_ref().map(|r| CleanupOutcome {
