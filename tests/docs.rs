@@ -429,7 +429,11 @@ fn readme_test_command_is_what_ci_runs() {
     }
     let run = blocks(&readme)
         .into_iter()
-        .filter(|b| b.lines.iter().any(|l| l.trim() == "cargo run --release -- run -- python3 -m http.server 8000 --bind 127.0.0.1"))
+        .filter(|b| {
+            b.lines
+                .iter()
+                .any(|l| l.trim() == "cargo run --release -- run -- python3 -m http.server 8000 --bind 127.0.0.1")
+        })
         .count();
     assert_eq!(run, 1, "README.md shows the run command");
 }
