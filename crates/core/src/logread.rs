@@ -122,27 +122,28 @@ impl std::fmt::Display for Cursor {
 /// How many bytes before a cursor's offset its fingerprint covers: 64.
 pub const FP_BYTES: u64 = 64;
 
-/// FNV-1a (64-bit) of the up to [`FP_BYTES`] bytes of `path` before `offset`; `None` if they
+/// FNV-1a (64-bit) of the up to [`FP_BYTES`] bytes of `file` before `offset`; `None` if they
 /// cannot be read whole (the file is shorter: it was truncated).
-pub fn fingerprint(path: &Path, offset: u64) -> Option<u64> {
+pub fn fingerprint(file: &File, offset: u64) -> Option<u64> {
     use std::os::unix::fs::FileExt;
     let n = offset.min(FP_BYTES) as usize;
     let mut buf = vec![0u8; n];
-    File::open(path).ok()?.read_exact_at(&mut buf, offset - n as u64).ok()?;
+    file.read_exact_at(&mut buf, offset - n as u64).ok()?;
     Some(buf.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)))
 }
 
-/// True when the file at `path` is no longer the one `c` was taken in, though its inode is:
-/// shorter than the offset, or other bytes before it ([`Cursor`]).
-fn rewritten(path: &Path, c: &Cursor) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.len() < c.offset)
-        || c.fp.is_some_and(|fp| fingerprint(path, c.offset) != Some(fp))
+/// True when `file` (opened by this read) is no longer the one `c` was taken in, though its
+/// inode is: shorter than the offset, or other bytes before it ([`Cursor`]). Asked of the open
+/// file, never of its path again: a rotation in between would put the new, short file there and
+/// make the cursor's own file look truncated (its lines were then read twice).
+fn rewritten(file: &File, c: &Cursor) -> bool {
+    file.metadata().is_ok_and(|m| m.len() < c.offset) || c.fp.is_some_and(|fp| fingerprint(file, c.offset) != Some(fp))
 }
 
-/// `c` as a read hands it out: with the fingerprint of the file among `files` (inode, path)
-/// that it points into.
-fn cursor_text(c: Cursor, files: &[(Option<u64>, &Path)]) -> String {
-    let fp = files.iter().find(|(ino, _)| *ino == Some(c.ino)).and_then(|(_, p)| fingerprint(p, c.offset));
+/// `c` as a read hands it out: with the fingerprint of the file among `files` (inode, the file
+/// this read opened) that it points into.
+fn cursor_text(c: Cursor, files: &[(Option<u64>, Option<&File>)]) -> String {
+    let fp = files.iter().find(|(ino, _)| *ino == Some(c.ino)).and_then(|(_, f)| fingerprint((*f)?, c.offset));
     Cursor { fp, ..c }.to_string()
 }
 
@@ -206,8 +207,9 @@ struct Segment {
     times: Vec<(u64, u64)>,
 }
 
-fn seg_of(mut f: File, path: &Path, offset: u64) -> Option<Segment> {
+fn seg_of(f: Option<&File>, path: &Path, offset: u64) -> Option<Segment> {
     use std::io::{Seek, SeekFrom};
+    let mut f = f?;
     let meta = f.metadata().ok()?;
     let start = offset.min(meta.len());
     f.seek(SeekFrom::Start(start)).ok()?;
@@ -306,17 +308,17 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
     let (cur, old) = open_pair(&path, &rotated);
     let ino = |f: &Option<File>| f.as_ref().and_then(|f| f.metadata().ok()).map(|m| m.ino());
     let (cur_ino, old_ino) = (ino(&cur), ino(&old));
-    let cur_seg = |off: u64| cur.and_then(|f| seg_of(f, &path, off));
-    let old_seg = |off: u64| old.and_then(|f| seg_of(f, &rotated, off));
-    let files = [(cur_ino, path.as_path()), (old_ino, rotated.as_path())];
+    let cur_seg = |off: u64| seg_of(cur.as_ref(), &path, off);
+    let old_seg = |off: u64| seg_of(old.as_ref(), &rotated, off);
+    let files = [(cur_ino, cur.as_ref()), (old_ino, old.as_ref())];
     match q.cursor {
         // Rewritten in place under the same inode (`copytruncate`): what it holds now, whole.
-        Some(c) if Some(c.ino) == cur_ino && rewritten(&path, &c) => {
+        Some(c) if Some(c.ino) == cur_ino && cur.as_ref().is_some_and(|f| rewritten(f, &c)) => {
             gap = true;
             segs.extend(cur_seg(0));
         }
         Some(c) if Some(c.ino) == cur_ino => segs.extend(cur_seg(c.offset)),
-        Some(c) if Some(c.ino) == old_ino && rewritten(&rotated, &c) => {
+        Some(c) if Some(c.ino) == old_ino && old.as_ref().is_some_and(|f| rewritten(f, &c)) => {
             gap = true;
             segs.extend(old_seg(0));
             segs.extend(cur_seg(0));
@@ -339,7 +341,7 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
     let tagged = q.stream == LogStream::All;
     let partial = q.partial || done;
     if q.cursor.is_none() && q.grep.is_none() && q.since_ms.is_none() && q.head.is_none() {
-        return Ok(tail_fast(id, q, &files, &segs, partial, done));
+        return Ok(tail_fast(id, q, &files, &path, &segs, partial, done));
     }
     // Only the lines that pass the filters are kept (as ranges into the segments' bytes), so a
     // grep over a large log holds its matches, not a record per line.
@@ -464,7 +466,8 @@ pub fn read(reg: &Registry, id: &str, q: &LogQuery) -> Result<LogChunk, Registry
 fn tail_fast(
     id: &str,
     q: &LogQuery,
-    files: &[(Option<u64>, &Path); 2],
+    files: &[(Option<u64>, Option<&File>); 2],
+    path: &Path,
     segs: &[Segment],
     partial: bool,
     done: bool,
@@ -531,7 +534,7 @@ fn tail_fast(
         truncated: skipped > 0,
         eof: done && reached_end,
         skipped_lines: skipped,
-        path: files[0].1.to_path_buf(),
+        path: path.to_path_buf(),
         bytes,
     }
 }
@@ -737,5 +740,73 @@ mod follow_tests {
         })
         .unwrap();
         assert_eq!(String::from_utf8_lossy(&got), "a\nb\nc\nd\n");
+    }
+}
+
+#[cfg(test)]
+mod cursor_tests {
+    use crate::entry::Entry;
+    use crate::logs::{CappedFile, STDOUT_LOG};
+    use crate::registry::Registry;
+
+    use super::{Cursor, LogQuery, LogStream, read};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// CI run of stop 41 (`logs_with_a_cursor_across_rotations_have_no_duplicates_and_no_gaps`,
+    /// lines 286 to 319 read twice): the writer rotated between the read's open of the current
+    /// file and its check of the cursor against the path, where the new, short file then stood;
+    /// the cursor's file looked truncated in place and was read again from 0. Here a writer
+    /// rotates a 1 KiB log about every 40 lines while a reader polls with its cursor; the writer
+    /// waits whenever it is 40 lines ahead, so no rotation is ever lost by design.
+    #[test]
+    fn a_cursor_read_racing_rotations_repeats_and_loses_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let reg = Registry::open(Some(tmp.path().join("s"))).unwrap();
+        let id = "proc_1";
+        std::fs::create_dir_all(reg.dir(id)).unwrap();
+        let me = crate::sys::process::getpid();
+        let entry = Entry {
+            id: id.into(),
+            boot_id: crate::sys::procfs::boot_id(),
+            supervisor_pid: Some(me.as_raw()),
+            supervisor_start_time: crate::sys::procfs::start_time(me),
+            ..Entry::default()
+        };
+        std::fs::write(reg.dir(id).join("entry.json"), serde_json::to_vec(&entry).unwrap()).unwrap();
+        const LINES: u64 = 100_000;
+        let seen_upto = AtomicU64::new(0);
+        let mut log = CappedFile::open(&reg.file(id, STDOUT_LOG), 1024).unwrap();
+        let mut seen: Vec<u64> = Vec::new();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..LINES {
+                    while i >= seen_upto.load(Ordering::Acquire) + 40 {
+                        std::thread::yield_now();
+                    }
+                    log.write(format!("{i:019}\n").as_bytes());
+                }
+            });
+            let mut cursor = Cursor::START;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            while seen.len() < LINES as usize && std::time::Instant::now() < deadline {
+                let q = LogQuery {
+                    stream: LogStream::Out,
+                    cursor: Some(cursor),
+                    max_bytes: Some(200),
+                    ..LogQuery::default()
+                };
+                let chunk = read(&reg, id, &q).unwrap();
+                seen.extend(
+                    chunk.lines.iter().filter(|l| !l.starts_with("[sheepdog] ")).map(|l| l.parse::<u64>().unwrap()),
+                );
+                cursor = Cursor::parse(&chunk.cursor).unwrap();
+                seen_upto.store(seen.len() as u64, Ordering::Release);
+            }
+            // Lets a writer that waits on a reader who gave up finish.
+            seen_upto.store(LINES, Ordering::Release);
+        });
+        let first_wrong = seen.iter().enumerate().find(|(i, n)| *i as u64 != **n);
+        assert_eq!(first_wrong, None, "read {} lines; the first out of place shown", seen.len());
+        assert_eq!(seen.len() as u64, LINES);
     }
 }
