@@ -33,7 +33,10 @@
 //! `write` delivers whole (below `PIPE_BUF`): the provider was spawned, the provider exited
 //! (its wait status, which only the keeper can reap), done. A keeper that exits without "done"
 //! after it spawned the provider was killed; one killed between the spawn and its "spawned"
-//! leaves the provider as the supervisor's child, which the supervisor finds by itself.
+//! leaves the provider as the supervisor's child, which the supervisor finds by itself: a shared
+//! keeper's clone has the kernel write the provider's pid into the memory the two share before
+//! the provider runs (`crate::sys::exec::SPAWNED`), and a forked one's supervisor looks in
+//! `/proc` for a child it did not have before the split.
 
 // Elsewhere than Linux x86_64/aarch64 the keeper is always forked: the shared keeper's
 // handover and adoption are never built there.

@@ -378,6 +378,10 @@ impl Tree {
                 match own.then(|| process::children_state(None)).flatten() {
                     Some(Children::Reapable) => return false,
                     Some(Children::None) => {}
+                    // Without a process table no walk can tell a live child from a traced
+                    // zombie: one that cannot be reaped yet is taken as alive (a child killed a
+                    // moment ago is still exiting).
+                    Some(Children::Unreaped) if !procfs::readable() => return false,
                     // Fast path: the walk covers every descendant; the full scan for group
                     // members that are not descendants runs only while the group has any.
                     Some(Children::Unreaped) | None => {
@@ -389,7 +393,10 @@ impl Tree {
                 if !process::group_exists(self.pgid) {
                     return true;
                 }
-                if cfg!(target_os = "linux") { procfs::live_group_members(self.pgid).is_empty() } else { false }
+                // The group exists: its members are zombies, or alive. Without `/proc` (a mount
+                // namespace without it, or not Linux) only its absence says gone; its zombies
+                // are the supervisor's to reap (it is their subreaper), so that comes.
+                procfs::readable() && procfs::live_group_members(self.pgid).is_empty()
             }
             Scope::Recorded { .. } => self.live().is_empty(),
         }

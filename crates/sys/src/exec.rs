@@ -41,6 +41,13 @@ const CHILD_STACK: usize = 16 * 1024;
 /// spawner's memory.
 const GUARD: usize = 4096;
 
+/// The pid of the child of this process's last [`spawn`], written by the kernel before the child
+/// first runs (`CLONE_PARENT_SETTID`); 0 before any spawn and after one that failed. A keeper that
+/// shares its supervisor's memory (`keep`) spawns the provider this way, so a supervisor whose
+/// keeper was killed between the clone and its "spawned" record still learns the provider's pid,
+/// with or without a mounted `/proc`.
+pub static SPAWNED: AtomicI32 = AtomicI32::new(0);
+
 /// Everything the child needs between the clone and `execve`, prepared by the spawner.
 pub struct Plan {
     /// The paths to try in order: the program itself when it names a path (has a `/`), else
@@ -210,8 +217,10 @@ pub fn spawn(plan: &Plan, cgroup: Option<RawFd>) -> Result<Pid, Failed> {
     let stack = Stack::map(CHILD_STACK).map_err(|_| Failed::Clone)?;
 
     plan.err.store(0, Ordering::Relaxed);
+    SPAWNED.store(0, Ordering::SeqCst);
     let mut args = CloneArgs {
-        flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64,
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PARENT_SETTID) as u64,
+        parent_tid: SPAWNED.as_ptr() as u64,
         exit_signal: libc::SIGCHLD as u64,
         stack: stack.bottom() as u64,
         stack_size: CHILD_STACK as u64,
@@ -250,6 +259,7 @@ pub fn spawn(plan: &Plan, cgroup: Option<RawFd>) -> Result<Pid, Failed> {
     match plan.err.load(Ordering::Acquire) {
         0 => Ok(pid),
         code => {
+            SPAWNED.store(0, Ordering::SeqCst);
             let _ = super::process::reap(pid, true);
             let e = io::Error::from_raw_os_error(code);
             Err(if plan.cwd_failed.load(Ordering::Acquire) { Failed::Cwd(e) } else { Failed::Exec(e) })

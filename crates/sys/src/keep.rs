@@ -482,6 +482,17 @@ unsafe extern "C" fn relay_main(arg: *mut libc::c_void, keeper: i32) -> ! {
             spawned |= kind(i) == r.spawned_kind;
             i += 12;
         }
+        // Killed between its clone of the provider and its record of it (the provider can run
+        // and print before the keeper is scheduled again): the kernel wrote the pid into the
+        // memory the two share before the provider first ran (`exec::SPAWNED`).
+        let provider = crate::exec::SPAWNED.load(core::sync::atomic::Ordering::SeqCst);
+        if !done && !spawned && provider > 0 && len + 12 <= MESSAGES {
+            for (at, word) in [r.spawned_kind, provider, provider].into_iter().enumerate() {
+                msgs[len + 4 * at..len + 4 * at + 4].copy_from_slice(&word.to_ne_bytes());
+            }
+            len += 12;
+            spawned = true;
+        }
         if !done && (signaled || spawned) {
             // Killed before it finished: a fresh image of this program adopts the tree.
             let mut w = Writer { buf: &mut r.adopt, at: 0 };

@@ -174,6 +174,18 @@ pub fn uid(pid: Pid) -> Option<u32> {
     std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
 }
 
+/// True when this process can see the process table: `/proc` is mounted in its mount namespace
+/// (Linux). Without it the walks here find nothing, which must never read as "no process".
+#[cfg(target_os = "linux")]
+pub fn readable() -> bool {
+    std::fs::metadata("/proc/self/stat").is_ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn readable() -> bool {
+    false
+}
+
 /// The direct children of `pid`, from `/proc/<pid>/task/*/children` (every thread's: a child
 /// forked by a non-main thread is listed under that thread). Racy by nature; callers re-check
 /// after each event.
