@@ -138,16 +138,36 @@ impl From<Trigger> for StopReason {
 }
 
 impl Trigger {
+    /// The one table that turns a trigger into text: its word in events and the registry
+    /// (`signal`, `owner`, `stdinEof`, `timeout`, `providerExited`, `supervisorKilled`), and
+    /// the cause in words that the log markers say (`stopping: the owner exited`, `cleanup
+    /// triggered: the turn timeout expired`). A signal's cause is completed with its name by
+    /// [`Display`](std::fmt::Display).
+    const fn words(&self) -> (&'static str, &'static str) {
+        match self {
+            Trigger::Signal(_) => ("signal", "(stop requested)"),
+            Trigger::OwnerDied => ("owner", "the owner exited"),
+            Trigger::StdinEof => ("stdinEof", "stdin reached EOF"),
+            Trigger::Timeout => ("timeout", "the turn timeout expired"),
+            Trigger::ProviderExited => ("providerExited", "the command exited; stopping what it left running"),
+            Trigger::SupervisorKilled => ("supervisorKilled", "the supervisor was killed"),
+        }
+    }
+
     /// The name used in events and the registry: `signal`, `owner`, `stdinEof`, `timeout`,
     /// `providerExited`, `supervisorKilled`.
     pub fn name(&self) -> &'static str {
+        self.words().0
+    }
+}
+
+/// The cause in words, as the log markers say it: `SIGTERM (stop requested)`, `the owner
+/// exited`, `the turn timeout expired`, ...
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Trigger::Signal(_) => "signal",
-            Trigger::OwnerDied => "owner",
-            Trigger::StdinEof => "stdinEof",
-            Trigger::Timeout => "timeout",
-            Trigger::ProviderExited => "providerExited",
-            Trigger::SupervisorKilled => "supervisorKilled",
+            Trigger::Signal(s) => write!(f, "{s} {}", self.words().1),
+            t => f.write_str(t.words().1),
         }
     }
 }
@@ -648,5 +668,24 @@ mod tests {
         let mut m = StopMachine::new(policy());
         assert!(matches!(m.provider_exited(Instant::now(), &left), Some(Step::Terminated { signalled: 2 })));
         assert_eq!(m.trigger(), None, "cleaning up after the provider is not a stop trigger");
+    }
+
+    /// One table gives a trigger's word (events, `stopReason`) and its cause in words (the log
+    /// markers `stopping: ...` and `cleanup triggered: ...`).
+    #[test]
+    fn a_trigger_has_one_word_and_one_cause() {
+        let all = [
+            (Trigger::Signal(Signal::TERM), "signal", "SIGTERM (stop requested)"),
+            (Trigger::OwnerDied, "owner", "the owner exited"),
+            (Trigger::StdinEof, "stdinEof", "stdin reached EOF"),
+            (Trigger::Timeout, "timeout", "the turn timeout expired"),
+            (Trigger::ProviderExited, "providerExited", "the command exited; stopping what it left running"),
+            (Trigger::SupervisorKilled, "supervisorKilled", "the supervisor was killed"),
+        ];
+        for (t, word, cause) in all {
+            assert_eq!(t.name(), word);
+            assert_eq!(t.to_string(), cause);
+            assert_eq!(serde_json::to_value(crate::status::StopReason::from(t)).unwrap(), word);
+        }
     }
 }

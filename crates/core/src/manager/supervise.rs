@@ -457,14 +457,7 @@ impl Managed<'_> {
         let (reg, id) = (self.reg, self.id.clone());
         let mut still_needed = || reg.read(&id).is_ok_and(|e| e.cleanup_pending());
         let Some(trigger) = supervisor::await_trigger(signals, owner, until, &mut still_needed) else { return };
-        let why = match trigger {
-            Trigger::Signal(s) => format!("{s} (stop requested)"),
-            Trigger::SupervisorKilled => "the supervisor was killed".into(),
-            Trigger::OwnerDied => "the owner exited".into(),
-            Trigger::Timeout => "the turn timeout expired".into(),
-            t => t.name().into(),
-        };
-        self.logs.marker(&format!("cleanup triggered: {why}"));
+        self.logs.marker(&format!("cleanup triggered: {trigger}"));
         crate::cleanup::run_once(self.reg, &self.id, CleanupRunner::Supervisor);
     }
 }
@@ -543,12 +536,7 @@ impl Observer for Managed<'_> {
                 }
             });
         }
-        let what = match trigger {
-            Trigger::Signal(s) => format!("stopping: {s} (stop requested)"),
-            Trigger::ProviderExited => "stopping: the command exited; stopping what it left running".into(),
-            t => format!("stopping: {}", t.name()),
-        };
-        self.logs.marker(&what);
+        self.logs.marker(&format!("stopping: {trigger}"));
     }
 
     fn escalated(&mut self, remaining: usize) {
