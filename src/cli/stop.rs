@@ -3,9 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sheepdog::entry::Entry;
 use sheepdog::exit;
-use sheepdog::manager::{self, ManagerError};
+use sheepdog::manager::{self, ManagerError, Selection};
 use sheepdog::view;
 
 use super::common::{open, to_json, warn_set_aside};
@@ -38,34 +37,26 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         return Err(CliError::usage("stop: --missing-ok goes with --session ID (see 'sheepdog stop --help')"));
     }
     let reg = open(dir)?;
-    let targets: Vec<Entry> = if let Some(s) = &a.session {
-        let (targets, aside) = manager::stop_selection(&reg, Some(s));
-        warn_set_aside(&aside);
-        if targets.is_empty() && !a.missing_ok {
-            return Err(CliError::new(
-                exit::REFUSED,
-                format!(
-                    "stop: nothing matched --session {s} (no entry of that session is running or has a pending cleanup)"
-                ),
-            ));
+    // The CLI's `--all` is every entry of the registry (MCP's `all` is the agent's session).
+    let selection = match (&a.session, a.all) {
+        (Some(s), _) => Selection::Session(s.clone()),
+        (None, true) => Selection::Every,
+        (None, false) if a.targets.is_empty() => {
+            return Err(CliError::usage("stop: name an id or name, --session ID or --all"));
         }
-        targets
-    } else if a.all {
-        let (targets, aside) = manager::stop_selection(&reg, None);
-        warn_set_aside(&aside);
-        targets
-    } else if a.targets.is_empty() {
-        return Err(CliError::usage("stop: name an id or name, --session ID or --all"));
-    } else {
-        let mut out: Vec<Entry> = Vec::new();
-        for k in &a.targets {
-            let e = manager::find_for_stop(&reg, k)?;
-            if !out.iter().any(|x| x.id == e.id) {
-                out.push(e);
-            }
-        }
-        out
+        (None, false) => Selection::Keys(a.targets.clone()),
     };
+    let selected = selection.for_stop(&reg)?;
+    warn_set_aside(&selected.set_aside);
+    let targets = selected.entries;
+    if let (Some(s), true, false) = (&a.session, targets.is_empty(), a.missing_ok) {
+        return Err(CliError::new(
+            exit::REFUSED,
+            format!(
+                "stop: nothing matched --session {s} (no entry of that session is running or has a pending cleanup)"
+            ),
+        ));
+    }
     let results = manager::stop_many(&reg, &targets, a.term_grace);
     let mut code = 0;
     let mut list = Vec::new();

@@ -2,8 +2,8 @@
 //! update, wait, reap, clear), returning data for the CLI, the MCP server and `top` to render.
 //!
 //! One file per operation (`start`, `stop`, `wait`, `reap`, `clear`, `update`, and `stdin` for
-//! `--stdin pipe` and `send`); `supervise` is the detached supervisor's side (its own process,
-//! one per entry). This file holds the errors, the timing constants and the few helpers the
+//! `--stdin pipe` and `send`), and `select` for which entries an operation applies to;
+//! `supervise` is the detached supervisor's side (its own process, one per entry). This file holds the errors, the timing constants and the few helpers the
 //! operations share (the supervisor's identity-checked pidfd, a wait on it). The live look at a
 //! tree, without acting, is `crate::inspect`.
 //!
@@ -27,6 +27,7 @@ use crate::sys::{Pid, Signal};
 mod clear;
 mod leftovers;
 mod reap;
+mod select;
 mod start;
 mod stdin;
 mod stop;
@@ -37,12 +38,13 @@ mod wait;
 pub use clear::clear;
 pub use leftovers::{Handoff, LOOK_MAX, LOOK_MIN, hand_off, watch as supervise_leftovers};
 pub use reap::reap;
+pub use select::{Selected, Selection};
 pub use start::{
     PORT_FREE_MAX, Restarted, StartRequest, Started, preview, replace, request_of, restart, set_supervisor_exe, start,
     start_ready, start_replacing, supervisor_exe,
 };
 pub use stdin::{SEND_MAX, SEND_TIMEOUT, SendError, send};
-pub use stop::{StopOutcome, find_for_stop, stop, stop_many, stop_selection, stoppable};
+pub use stop::{StopOutcome, stop, stop_many, stoppable};
 pub use supervise::{MAX_RECORDED_MEMBERS, run_supervisor};
 pub use update::{CLEANUP_TIMEOUT_MS, UpdateRequest, update};
 pub use wait::{Waited, WaitedMany, exit_status_of, wait, wait_many};

@@ -33,11 +33,12 @@ pub(super) fn left_running(e: &Entry) -> bool {
 
 /// The entries a stop of a selection takes ([`stoppable`]): those of `session`, or every entry
 /// with `None`, oldest first; and the entries the listing set aside as unreadable (for the
-/// caller to report). The CLI's `stop --session`/`--all` and the MCP `stop` tool select here.
+/// caller to report). [`super::Selection::for_stop`] selects here for a session and for every
+/// entry.
 ///
 /// An unreadable entry whose supervisor lives is taken too with `None` (every entry), as a
 /// stand-in ([`Registry::stand_in`]): its supervisor still holds a tree.
-pub fn stop_selection(reg: &Registry, session: Option<&str>) -> (Vec<Entry>, Vec<registry::SetAside>) {
+pub(super) fn stop_selection(reg: &Registry, session: Option<&str>) -> (Vec<Entry>, Vec<registry::SetAside>) {
     let (entries, aside) = reg.list_sweeping();
     let mut targets: Vec<Entry> = entries
         .into_iter()
@@ -57,7 +58,7 @@ pub fn stop_selection(reg: &Registry, session: Option<&str>) -> (Vec<Entry>, Vec
 /// entry that cannot be read (corrupt, or its entry.json deleted) but whose supervisor lives
 /// (`supervisor.json`, identity checked) gives its stand-in ([`Registry::stand_in`]), so its
 /// tree can still be stopped. Errors: `find`'s.
-pub fn find_for_stop(reg: &Registry, key: &str) -> Result<Entry, RegistryError> {
+pub(super) fn find_for_stop(reg: &Registry, key: &str) -> Result<Entry, RegistryError> {
     match reg.find(key) {
         Err(err @ RegistryError::Corrupt { .. }) => reg.stand_in(key).ok_or(err),
         // A name cannot be looked up without its entry; an id still names its directory.

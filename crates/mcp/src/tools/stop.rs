@@ -4,9 +4,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::news;
-use crate::server::{Ctx, Done, Proc, RESULT_LINES, ToolError, cut_lines, find, proc_as, sentence};
-use sheepdog::entry::Entry;
-use sheepdog::manager;
+use crate::server::{Ctx, Done, Proc, RESULT_LINES, ToolError, cut_lines, proc_as, sentence};
+use sheepdog::manager::{self, Selection};
 
 /// Arguments of `process_stop`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -80,12 +79,13 @@ pub(crate) fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError
     if selectors.iter().filter(|s| **s).count() != 1 {
         return Err("Give exactly one of `id`, `name`, `session` or `all: true`.".into());
     }
-    let targets: Vec<Entry> = if let Some(k) = a.id.as_ref().or(a.name.as_ref()) {
-        vec![find(&ctx.reg, k)?]
-    } else {
-        let session = a.session.unwrap_or_else(|| ctx.session.clone());
-        manager::stop_selection(&ctx.reg, Some(&session)).0
+    // The tool's `all` is the calling agent's session (the CLI's `--all` is every entry).
+    let selection = match (a.id.or(a.name), a.session) {
+        (Some(k), _) => Selection::Keys(vec![k]),
+        (None, Some(s)) => Selection::Session(s),
+        (None, None) => Selection::Session(ctx.session.clone()),
     };
+    let targets = selection.for_stop(&ctx.reg).map_err(|e| sentence(&e.to_string()))?.entries;
     if targets.is_empty() {
         return Ok(Done::ok(
             StopResult { stopped: Vec::new(), truncated: None },
