@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use sheepdog::exit;
 use sheepdog::inspect;
 use sheepdog::manager;
 use sheepdog::status::ReapKind;
@@ -21,10 +20,11 @@ pub struct ReapArgs {
 
 pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let reg = open(dir)?;
-    let (actions, aside, cgroups_left) = manager::reap(&reg, a.dry_run);
-    warn_set_aside(&aside);
-    let mut code = if actions.iter().any(|x| x.cleanup_error.is_some()) { exit::REFUSED } else { exit::OK };
-    // What was done (or found) but could not be written: said, and status 74.
+    let reaped = manager::reap(&reg, a.dry_run);
+    let code = reaped.exit_status();
+    let manager::Reaped { actions, set_aside, cgroups_left } = reaped;
+    warn_set_aside(&set_aside);
+    // What was done (or found) but could not be written: said (status 74).
     for x in actions.iter().filter(|x| x.not_recorded.is_some()) {
         eprintln!(
             "sheepdog: the result for {} ({}) was not recorded: {}",
@@ -32,11 +32,6 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             x.id,
             x.not_recorded.as_deref().unwrap_or_default()
         );
-        code = exit::NOT_RECORDED;
-    }
-    // A tree or a leftover cgroup that the stop could not end: the stop did not finish.
-    if actions.iter().any(|x| x.left.is_some()) || !cgroups_left.is_empty() {
-        code = code.max(exit::TIMED_OUT);
     }
     if json {
         let actions = actions

@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sheepdog::exit;
 use sheepdog::manager;
 use sheepdog::view;
 
@@ -30,13 +29,12 @@ pub(super) fn restart(a: RestartArgs, dir: Option<PathBuf>, json: bool) -> Resul
     for old in &targets {
         match manager::restart(&reg, old, a.term_grace) {
             Ok(r) => {
-                let c = render_started(&reg, &r.entry, r.ready.as_ref(), &[], json.then_some(&mut list));
-                code = code.max(c);
-                // The old entry's cleanup failed: said, and status 1, as `stop` does.
-                if let Some(line) = sheepdog::cleanup::failure_line(&r.stopped.entry) {
+                render_started(&reg, &r.entry, r.ready.as_ref(), &[], json.then_some(&mut list));
+                // The old entry's cleanup failed: said (the status says it too, as `stop`'s does).
+                if let Some(line) = r.stopped.cleanup_error() {
                     eprintln!("sheepdog: {}: {line}", old.label());
-                    code = code.max(exit::REFUSED);
                 }
+                code = code.max(r.exit_status());
             }
             Err(err) => {
                 eprintln!("sheepdog: unable to restart {}: {err}", old.label());

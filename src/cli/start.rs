@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sheepdog::entry::{Cleanup, Entry, ReadySpec};
-use sheepdog::exit;
 use sheepdog::manager::{self, StartRequest};
 use sheepdog::ready::{DEFAULT_READY_TIMEOUT_MS, ReadyOutcome};
 use sheepdog::registry::Registry;
@@ -105,20 +104,16 @@ impl StartArgs {
     }
 }
 
-/// Prints a start's (or restart's) result and returns its status: 0, or 1 when the command
-/// exited before it was ready (its last lines on stderr), 124 when it was not ready in time.
+/// Prints a start's (or restart's) result: the id and the readiness on stdout, or, when the
+/// command exited before it was ready, its last lines on stderr (the status is the outcome's
+/// `exit_status()`).
 pub(super) fn render_started(
     reg: &Registry,
     e: &Entry,
     ready: Option<&ReadyOutcome>,
     warnings: &[sheepdog::view::Nudge],
     json_out: Option<&mut Vec<view::StartView>>,
-) -> i32 {
-    let code = match ready {
-        Some(ReadyOutcome::Exited { .. }) => exit::REFUSED,
-        Some(ReadyOutcome::TimedOut { .. }) => exit::TIMED_OUT,
-        _ => exit::OK,
-    };
+) {
     let shown = match ready {
         Some(ReadyOutcome::Exited { entry, .. }) => (**entry).clone(),
         _ => e.clone(),
@@ -130,7 +125,7 @@ pub(super) fn render_started(
             warnings: warnings.to_vec(),
         };
         list.push(v);
-        return code;
+        return;
     }
     outln!("{}", e.id);
     match ready {
@@ -158,7 +153,6 @@ pub(super) fn render_started(
         ),
         None => {}
     }
-    code
 }
 
 pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
@@ -208,11 +202,11 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
         eprintln!("sheepdog: warning: {w}");
     }
     let mut list = Vec::new();
-    let code = render_started(&reg, &started.entry, started.ready.as_ref(), &started.nudges, json.then_some(&mut list));
+    render_started(&reg, &started.entry, started.ready.as_ref(), &started.nudges, json.then_some(&mut list));
     if let (true, Some(start)) = (json, list.pop()) {
         outln!("{}", to_json(&view::StartDoc { v: view::Version, start }));
     }
-    Ok(code)
+    Ok(started.exit_status())
 }
 
 /// `start --stdin`.

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sheepdog::entry::Entry;
-use sheepdog::exit;
 use sheepdog::inspect;
 use sheepdog::manager::{self, Waited};
 use sheepdog::registry::{Registry, RegistryError};
@@ -69,8 +68,6 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     let single = targets.len() == 1;
     let mut list = Vec::new();
     let mut messages = Vec::new();
-    let mut code = 0;
-    let mut any_still_running = false;
     for (i, (e, w)) in targets.iter().zip(&many.results).enumerate() {
         let (entry, finished, status) = match w {
             Waited::Finished(x) => (x.clone(), true, manager::exit_status_of(x)),
@@ -78,29 +75,18 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             Waited::TimedOut => (reg.read(&e.id).unwrap_or_else(|_| e.clone()), false, None),
         };
         let st = inspect::live_status(&entry, &Default::default());
-        if matches!(w, Waited::TimedOut) {
-            any_still_running = true;
-        }
-        if Some(i) == many.decisive {
-            code = match (w, status) {
-                (Waited::Finished(_), Some(c)) => c,
-                (Waited::Finished(x), None) => {
-                    messages.push(format!(
-                        "wait: {} is {}; its exit status is unknown (its supervisor was killed)",
-                        x.label(),
-                        x.status
-                    ));
-                    exit::USAGE
-                }
-                _ => code,
-            };
+        if let (true, Waited::Finished(x), None) = (Some(i) == many.decisive, w, status) {
+            messages.push(format!(
+                "wait: {} is {}; its exit status is unknown (its supervisor was killed)",
+                x.label(),
+                x.status
+            ));
         }
         if let Waited::NoResult(x) = w {
             messages.push(format!(
                 "wait: {} ended without a recorded result (its supervisor was killed); run 'sheepdog reap'",
                 x.label()
             ));
-            code = code.max(exit::USAGE);
         }
         if json {
             let tail = sheepdog::ready::output_tail(&reg, &entry.id);
@@ -126,16 +112,13 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         }
     }
     // Timed out: every entry (all mode) or the first (any mode) had to finish.
-    let timed_out = if a.any { many.decisive.is_none() } else { any_still_running };
-    if timed_out {
-        code = exit::TIMED_OUT;
-        if a.any {
-            messages.push(format!(
-                "wait: none of {} finished within {}",
-                targets.iter().map(|e| e.label()).collect::<Vec<_>>().join(", "),
-                sheepdog::duration::format(a.timeout.unwrap_or_default())
-            ));
-        }
+    let code = many.exit_status();
+    if many.timed_out() && a.any {
+        messages.push(format!(
+            "wait: none of {} finished within {}",
+            targets.iter().map(|e| e.label()).collect::<Vec<_>>().join(", "),
+            sheepdog::duration::format(a.timeout.unwrap_or_default())
+        ));
     }
     for m in &messages {
         eprintln!("sheepdog: {m}");

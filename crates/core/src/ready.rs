@@ -83,6 +83,22 @@ pub struct ReadyReport {
 }
 
 impl ReadyOutcome {
+    /// The readiness wait's verdict: the command became ready.
+    pub fn ok(&self) -> bool {
+        matches!(self, ReadyOutcome::Ready { .. })
+    }
+
+    /// The exit status this readiness gives `start` and `restart` ([`crate::exit`]): 0 when
+    /// ready; 1 when the command exited first; 124 when the wait timed out (the process keeps
+    /// running).
+    pub fn exit_status(&self) -> i32 {
+        match self {
+            ReadyOutcome::Ready { .. } => crate::exit::OK,
+            ReadyOutcome::Exited { .. } => crate::exit::REFUSED,
+            ReadyOutcome::TimedOut { .. } => crate::exit::TIMED_OUT,
+        }
+    }
+
     /// The JSON report.
     pub fn report(&self) -> ReadyReport {
         match self {

@@ -37,7 +37,7 @@ mod wait;
 
 pub use clear::clear;
 pub use leftovers::{Handoff, LOOK_MAX, LOOK_MIN, hand_off, watch as supervise_leftovers};
-pub use reap::reap;
+pub use reap::{Reaped, reap};
 pub use select::{Selected, Selection};
 pub use start::{
     PORT_FREE_MAX, Restarted, StartRequest, Started, preview, replace, request_of, restart, set_supervisor_exe, start,

@@ -4,6 +4,7 @@ use std::cell::OnceCell;
 
 use crate::cgroup;
 use crate::entry::{Entry, OutsideResult};
+use crate::exit;
 use crate::files;
 use crate::inspect::{recorded_alive, recorded_tree};
 use crate::logs;
@@ -16,14 +17,47 @@ use crate::view::{CgroupLeft, ReapAction};
 
 use super::{ManagerError, STARTING_LEEWAY_MS, record_lost};
 
+/// What one `reap` did.
+#[derive(Debug, Default)]
+pub struct Reaped {
+    /// One per entry it acted on (or, with `--dry-run`, would act on).
+    pub actions: Vec<ReapAction>,
+    /// The entries the listing set aside as unreadable, for the front end to report.
+    pub set_aside: Vec<registry::SetAside>,
+    /// Leftover cgroups it could not empty.
+    pub cgroups_left: Vec<CgroupLeft>,
+}
+
+impl Reaped {
+    /// The reap's verdict, the one every front end reads: every tree and cgroup it stopped is
+    /// gone, every cleanup it ran succeeded, and every result was recorded.
+    pub fn ok(&self) -> bool {
+        self.exit_status() == exit::OK
+    }
+
+    /// The exit status this reap gives `sheepdog reap` ([`crate::exit`]): 0; 1 when a cleanup
+    /// it ran failed; 74 when a result could not be recorded; 124 when a tree or a leftover
+    /// cgroup it stopped was not confirmed gone (the largest that applies).
+    pub fn exit_status(&self) -> i32 {
+        let mut code = if self.actions.iter().any(|x| x.cleanup_error.is_some()) { exit::REFUSED } else { exit::OK };
+        if self.actions.iter().any(|x| x.not_recorded.is_some()) {
+            code = exit::NOT_RECORDED;
+        }
+        if self.actions.iter().any(|x| x.left.is_some()) || !self.cgroups_left.is_empty() {
+            code = code.max(exit::TIMED_OUT);
+        }
+        code
+    }
+}
+
 /// Recovery after a crash of anything: entries from a previous boot are dead and never
 /// signalled; an entry whose supervisor is alive is left to it; one whose supervisor is gone
 /// but whose tree is alive (identity verified) gets the one stop and is recorded as `reaped`;
 /// nothing alive and no result: recorded as `lost`.
 ///
 /// Returns what was done, the entries set aside as unreadable, and the leftover cgroups that
-/// could not be emptied.
-pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::SetAside>, Vec<CgroupLeft>) {
+/// could not be emptied ([`Reaped`]).
+pub fn reap(reg: &Registry, dry_run: bool) -> Reaped {
     let (entries, aside) = if dry_run { reg.list() } else { reg.list_sweeping() };
     let census = OnceCell::new();
     let mut actions = Vec::new();
@@ -194,7 +228,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> (Vec<ReapAction>, Vec<registry::Se
             left: None,
         });
     }
-    (actions, aside, cgroups_left)
+    Reaped { actions, set_aside: aside, cgroups_left }
 }
 
 /// In the cgroup tier, once an entry's tree is gone: removes its recorded cgroup (inode
@@ -213,4 +247,44 @@ pub(super) fn settle_cgroup(reg: &Registry, e: Entry) -> Entry {
 
 pub(super) fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {} alive", if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reaped;
+    use crate::status::ReapKind;
+    use crate::view::{CgroupLeft, ReapAction};
+
+    fn action() -> ReapAction {
+        ReapAction {
+            id: "proc_1".into(),
+            name: None,
+            action: ReapKind::Reaped,
+            signalled: 1,
+            tree_gone: true,
+            reason: "the supervisor was gone".into(),
+            cleanup_error: None,
+            not_recorded: None,
+            left: None,
+        }
+    }
+
+    /// `reap`'s status is decided once, by the outcome: 1 a cleanup failed, 74 a result was not
+    /// recorded, 124 a tree or cgroup was not confirmed gone (the largest that applies).
+    #[test]
+    fn a_reap_says_its_own_exit_status() {
+        let reaped = |actions, cgroups_left| Reaped { actions, set_aside: Vec::new(), cgroups_left };
+        assert_eq!(reaped(vec![action()], vec![]).exit_status(), 0);
+        assert!(reaped(vec![], vec![]).ok());
+        let failed = ReapAction { cleanup_error: Some("Cleanup command failed with exit code 1.".into()), ..action() };
+        assert_eq!(reaped(vec![action(), failed.clone()], vec![]).exit_status(), 1);
+        let unwritten = ReapAction { not_recorded: Some("no space left on device".into()), ..action() };
+        assert_eq!(reaped(vec![failed.clone(), unwritten.clone()], vec![]).exit_status(), 74);
+        let left = ReapAction { left: Some("pid 4242 (sleep) is still alive".into()), ..action() };
+        assert_eq!(reaped(vec![unwritten, left], vec![]).exit_status(), 124);
+        let cgroup =
+            CgroupLeft { path: "/sys/fs/cgroup/x".into(), pids: vec![1], left: "pid 1 (x) is still alive".into() };
+        let r = reaped(vec![failed], vec![cgroup]);
+        assert_eq!((r.exit_status(), r.ok()), (124, false));
+    }
 }

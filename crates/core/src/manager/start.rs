@@ -273,6 +273,21 @@ pub struct Started {
     pub nudges: Vec<crate::nudge::Warning>,
 }
 
+impl Started {
+    /// The start's verdict, the one every front end reads: the command runs, and was ready
+    /// when readiness was asked for (nudges are advice, never a failure).
+    pub fn ok(&self) -> bool {
+        self.exit_status() == exit::OK
+    }
+
+    /// The exit status this start gives `sheepdog start` ([`crate::exit`]): 0; with a readiness
+    /// wait, 1 when the command exited before it was ready, 124 when it was not ready in time
+    /// ([`ReadyOutcome::exit_status`]).
+    pub fn exit_status(&self) -> i32 {
+        self.ready.as_ref().map_or(exit::OK, ReadyOutcome::exit_status)
+    }
+}
+
 /// Starts a managed process and, if `req.ready` is set, waits until it is ready
 /// ([`crate::ready::wait_ready`]); the nudge check runs here, so every front end gets the same
 /// advice. Errors: those of [`start`]; the entry vanishing meanwhile.
@@ -345,6 +360,23 @@ pub struct Restarted {
     pub ready: Option<ReadyOutcome>,
     /// The nudges the new command earned (see [`Started`]).
     pub nudges: Vec<crate::nudge::Warning>,
+}
+
+impl Restarted {
+    /// The restart's verdict, the one every front end reads: the old tree is gone and its
+    /// cleanup, if any, did not fail, and the new command runs (and was ready, when asked).
+    pub fn ok(&self) -> bool {
+        self.exit_status() == exit::OK
+    }
+
+    /// The exit status this restart gives `sheepdog restart` ([`crate::exit`]): the larger of
+    /// the stop's (1 when the old entry's cleanup failed; a tree not confirmed gone is an
+    /// error before anything new starts) and the new start's readiness (1 exited first, 124
+    /// not ready in time).
+    pub fn exit_status(&self) -> i32 {
+        let ready = self.ready.as_ref().map_or(exit::OK, ReadyOutcome::exit_status);
+        ready.max(self.stopped.exit_status())
+    }
 }
 
 /// `restart`: the one stop of `old` (cleanup included), then a new start with the same options

@@ -146,6 +146,43 @@ pub struct WaitedMany {
     /// The index of the entry that decides the exit status: with `any` the first that finished,
     /// else the last to finish (by its recorded end). `None` if none finished.
     pub decisive: Option<usize>,
+    /// The wait returned at the first entry to finish (`wait --any`), not at the last.
+    pub any: bool,
+}
+
+impl WaitedMany {
+    /// The wait ran out of time: with `any` none finished, else one was still running.
+    pub fn timed_out(&self) -> bool {
+        if self.any { self.decisive.is_none() } else { self.results.iter().any(|w| matches!(w, Waited::TimedOut)) }
+    }
+
+    /// The wait's verdict, the one every front end reads: it did not time out, and the entry
+    /// that decides ([`WaitedMany::decisive`]) exited 0.
+    pub fn ok(&self) -> bool {
+        self.exit_status() == exit::OK
+    }
+
+    /// The exit status this wait gives `sheepdog wait` ([`crate::exit`]): the decisive entry's
+    /// ([`exit_status_of`]: its code, 128 + its signal, 124 for a turn timeout), or 125 when it
+    /// is unknown (its supervisor was killed); 125 too for an entry, before the decisive one,
+    /// that ended without a recorded result; 124 when the wait timed out, whatever else.
+    pub fn exit_status(&self) -> i32 {
+        if self.timed_out() {
+            return exit::TIMED_OUT;
+        }
+        let mut code = exit::OK;
+        for (i, w) in self.results.iter().enumerate() {
+            if Some(i) == self.decisive
+                && let Waited::Finished(x) = w
+            {
+                code = exit_status_of(x).unwrap_or(exit::USAGE);
+            }
+            if let Waited::NoResult(_) = w {
+                code = code.max(exit::USAGE);
+            }
+        }
+        code
+    }
 }
 
 /// True when `wait` on this entry would return at once: it is final and its cleanup is not
@@ -182,6 +219,7 @@ pub fn wait_many(
         return Ok(WaitedMany {
             results: results.into_iter().map(|w| w.unwrap_or(Waited::TimedOut)).collect(),
             decisive,
+            any,
         });
     }
     let mut decisive = None;
@@ -212,5 +250,42 @@ pub fn wait_many(
             let _ = process::poll(&mut fds, Some(wait_for));
         }
     }
-    Ok(WaitedMany { results: results.into_iter().map(|w| w.unwrap_or(Waited::TimedOut)).collect(), decisive })
+    Ok(WaitedMany { results: results.into_iter().map(|w| w.unwrap_or(Waited::TimedOut)).collect(), decisive, any })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Waited, WaitedMany};
+    use crate::entry::Entry;
+    use crate::status::Status;
+
+    fn exited(code: i32, ended_at: u64) -> Waited {
+        Waited::Finished(Entry {
+            status: Status::Exited,
+            exit_code: Some(code),
+            ended_at: Some(ended_at),
+            ..Entry::default()
+        })
+    }
+
+    /// `wait`'s status is decided once, by the outcome: the decisive entry's code; 125 when it
+    /// is unknown or an entry before it has no result; 124 on a timeout, whatever else.
+    #[test]
+    fn a_wait_says_its_own_exit_status() {
+        let many = |results, decisive, any| WaitedMany { results, decisive, any };
+        let w = many(vec![exited(0, 1), exited(3, 2)], Some(1), false);
+        assert_eq!((w.exit_status(), w.ok()), (3, false));
+        let w = many(vec![exited(0, 1)], Some(0), false);
+        assert_eq!((w.exit_status(), w.ok()), (0, true));
+        let w = many(vec![exited(0, 1), Waited::TimedOut], Some(0), false);
+        assert_eq!((w.exit_status(), w.timed_out()), (124, true));
+        let w = many(vec![Waited::TimedOut, exited(2, 1)], Some(1), true);
+        assert_eq!((w.exit_status(), w.timed_out()), (2, false), "with any, one finished is enough");
+        let w = many(vec![Waited::TimedOut, Waited::TimedOut], None, true);
+        assert_eq!(w.exit_status(), 124);
+        let unknown = Waited::Finished(Entry { status: Status::Lost, ..Entry::default() });
+        assert_eq!(many(vec![unknown], Some(0), false).exit_status(), 125);
+        let w = many(vec![exited(0, 1), Waited::NoResult(Entry::default())], Some(0), false);
+        assert_eq!(w.exit_status(), 125, "an entry without a result after the decisive one");
+    }
 }
