@@ -63,19 +63,10 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     for (e, r) in targets.iter().zip(results) {
         match r {
             Ok(o) => {
-                let cleanup_failed = o.cleanup_error();
-                let lines = o.lines(cleanup_failed.as_deref());
                 if json {
-                    let v = view::StopView::new(
-                        view::view_with_status(&reg, &o.entry, o.entry.status, false),
-                        o.already_finished,
-                        o.tree_gone,
-                        cleanup_failed.clone(),
-                        lines,
-                    );
-                    list.push(v);
+                    list.push(o.view(&reg));
                 } else {
-                    for line in &lines {
+                    for line in o.lines() {
                         outln!("{line}");
                     }
                 }
@@ -88,17 +79,9 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
                 code = code.max(err.exit_code());
                 if let ManagerError::NotRecorded { entry, source, .. } = &err {
                     if json {
-                        let v = view::StopView::new(
-                            view::view_with_status(&reg, entry, entry.status, false),
-                            false,
-                            true,
-                            None,
-                            vec![format!("Stopped {} (not recorded).", entry.label())],
-                        )
-                        .not_recorded(source.to_string());
-                        list.push(v);
+                        list.push(manager::not_recorded_view(&reg, entry, source));
                     } else {
-                        outln!("Stopped {} (not recorded).", entry.label());
+                        outln!("{}", manager::not_recorded_line(entry));
                     }
                 }
             }

@@ -270,23 +270,18 @@ pub struct StopView {
 }
 
 impl StopView {
-    /// The view of a stop that found the tree gone or not (`tree_gone`).
+    /// The view of a stop that found the tree gone or not (`tree_gone`), with the stop's
+    /// verdict `ok` as the outcome decided it (`manager::StopOutcome::view` builds it).
     pub fn new(
         mut entry: EntryView,
         already_finished: bool,
         tree_gone: bool,
+        ok: bool,
         cleanup_error: Option<String>,
         lines: Vec<String>,
     ) -> StopView {
         entry.tree_gone = Some(tree_gone);
-        StopView {
-            entry,
-            already_finished,
-            ok: tree_gone && cleanup_error.is_none(),
-            cleanup_error,
-            lines,
-            not_recorded: None,
-        }
+        StopView { entry, already_finished, ok, cleanup_error, lines, not_recorded: None }
     }
 
     /// The same view, for a stop whose result could not be written (`why`).
@@ -785,7 +780,7 @@ mod tests {
             m.iter().skip(m.len() - n).map(|(k, v)| (k.clone(), v.clone())).collect()
         };
         let lines = vec!["Could not stop web (proc_7).".to_string()];
-        let stop = serde_json::to_value(StopView::new(entry.clone(), true, false, None, lines)).unwrap();
+        let stop = serde_json::to_value(StopView::new(entry.clone(), true, false, false, None, lines)).unwrap();
         assert_eq!(stop["treeGone"], false, "what the stop found, in the entry's place");
         let got = tail(stop, 4);
         assert_eq!(

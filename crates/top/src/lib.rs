@@ -283,19 +283,26 @@ fn run_action(action: Action, reg: &Registry, tx: Sender<Event>) {
     });
 }
 
-/// `manager::stop`'s result as `sheepdog stop` prints it, plus what the cleanup did.
+/// `manager::stop`'s result: the lines `sheepdog stop` prints (`StopOutcome::lines`), then
+/// whether the tree was confirmed gone and what the cleanup did.
 pub fn stop_lines(reg: &Registry, e: &sheepdog::entry::Entry) -> Vec<String> {
     match manager::stop(reg, e, None) {
-        Ok(o) => {
-            let mut lines = vec![o.headline(), tree_line(o.tree_gone).into()];
-            lines.extend(cleanup_lines(&o.entry));
-            lines
-        }
-        Err(err @ manager::ManagerError::NotRecorded { .. }) => {
-            vec![format!("Stopped {}.", e.label()), tree_line(true).into(), format!("Not recorded: {err}")]
+        Ok(o) => outcome_lines(&o),
+        Err(manager::ManagerError::NotRecorded { entry, source, .. }) => {
+            vec![manager::not_recorded_line(&entry), tree_line(true).into(), format!("Not recorded: {source}")]
         }
         Err(err) => vec![format!("unable to stop {}: {err}", e.label())],
     }
+}
+
+/// A stop's lines in the dialog: the sentences every front end says for it, then the tree
+/// line and the cleanup's details (its failure line is one of the sentences already).
+fn outcome_lines(o: &manager::StopOutcome) -> Vec<String> {
+    let failure = o.cleanup_error();
+    let mut lines = o.lines();
+    lines.push(tree_line(o.tree_gone).into());
+    lines.extend(cleanup_lines(&o.entry).into_iter().filter(|l| Some(l) != failure.as_ref()));
+    lines
 }
 
 /// Whether the stop confirmed the tree gone, as the dialog says it (docs/guide.md: `top`'s keys).
@@ -323,9 +330,7 @@ pub fn cleanup_lines(e: &sheepdog::entry::Entry) -> Vec<String> {
 pub fn restart_lines(reg: &Registry, e: &sheepdog::entry::Entry) -> (Vec<String>, Option<String>) {
     match manager::restart(reg, e, None) {
         Ok(r) => {
-            let mut lines =
-                vec![format!("Stopped {}.", r.stopped.entry.label()), tree_line(r.stopped.tree_gone).into()];
-            lines.extend(cleanup_lines(&r.stopped.entry));
+            let mut lines = outcome_lines(&r.stopped);
             lines.push(format!(
                 "Started {}{}.",
                 r.entry.label(),

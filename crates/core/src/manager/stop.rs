@@ -12,6 +12,7 @@ use crate::stop::{self, StopPolicy};
 use crate::sys::process;
 use crate::sys::{Pid, Signal, procfs};
 use crate::tree::denied_line;
+use crate::view::{StopView, view_with_status};
 
 use super::reap::settle_cgroup;
 use super::start::settle_start;
@@ -104,15 +105,19 @@ pub struct StopOutcome {
 impl StopOutcome {
     /// The first line every front end shows for this stop: `Stopped NAME (ID).` for a real
     /// stop; `The tree of NAME (ID) was not confirmed gone: pid 4242 (sleep) is still alive.`
-    /// for one that did not finish; for an entry that had already ended, what happened instead
-    /// (`web (proc_5) had already exited (3).`), never `Stopped`.
+    /// for one that did not finish (without who is left when that is not known); for an entry
+    /// that had already ended, what happened instead (`web (proc_5) had already exited (3).`),
+    /// never `Stopped`.
     pub fn headline(&self) -> String {
         let e = &self.entry;
         if self.not_signalled.is_some() {
             return format!("Could not stop {}.", e.label());
         }
-        if let (false, Some(left)) = (self.tree_gone, &self.left) {
-            return format!("The tree of {} was not confirmed gone: {left}.", e.label());
+        if !self.tree_gone {
+            return match &self.left {
+                Some(left) => format!("The tree of {} was not confirmed gone: {left}.", e.label()),
+                None => format!("The tree of {} was not confirmed gone.", e.label()),
+            };
         }
         if !self.already_finished {
             return format!("Stopped {}.", e.label());
@@ -151,15 +156,39 @@ impl StopOutcome {
         }
     }
 
-    /// Every line a front end shows for this stop, as `sheepdog stop` prints them: the
-    /// [`headline`](StopOutcome::headline), then why processes could not be signalled, then the
-    /// cleanup's failure line (`cleanup_error`, from [`crate::cleanup::failure_line`]).
-    pub fn lines(&self, cleanup_error: Option<&str>) -> Vec<String> {
+    /// The sentences every front end says for this stop (`sheepdog stop`'s stdout, MCP's
+    /// `lines` and text, `top`'s dialog): the [`headline`](StopOutcome::headline), then why
+    /// processes could not be signalled, then the cleanup's failure line
+    /// ([`cleanup_error`](StopOutcome::cleanup_error)).
+    pub fn lines(&self) -> Vec<String> {
         let mut lines = vec![self.headline()];
         lines.extend(self.not_signalled.clone());
-        lines.extend(cleanup_error.map(str::to_string));
+        lines.extend(self.cleanup_error());
         lines
     }
+}
+
+impl StopOutcome {
+    /// This stop as `stop --json` shows it: the entry's view with the outcome's verdict
+    /// ([`ok`](StopOutcome::ok)), its cleanup's failure line and its [`lines`](StopOutcome::lines).
+    pub fn view(&self, reg: &Registry) -> StopView {
+        let entry = view_with_status(reg, &self.entry, self.entry.status, false);
+        StopView::new(entry, self.already_finished, self.tree_gone, self.ok(), self.cleanup_error(), self.lines())
+    }
+}
+
+/// A stop whose tree is gone but whose result could not be recorded ([`ManagerError::NotRecorded`]:
+/// `entry` as the stop knows it, `why` the write's error), as `stop --json` shows it: `ok`
+/// false, `notRecorded` why, and the [`not_recorded_line`].
+pub fn not_recorded_view(reg: &Registry, entry: &Entry, why: &RegistryError) -> StopView {
+    let view = view_with_status(reg, entry, entry.status, false);
+    StopView::new(view, false, true, false, None, vec![not_recorded_line(entry)]).not_recorded(why.to_string())
+}
+
+/// The sentence every front end says for a stop whose tree is gone but whose result could not be
+/// recorded ([`ManagerError::NotRecorded`], status 74): `Stopped NAME (ID) (not recorded).`
+pub fn not_recorded_line(entry: &Entry) -> String {
+    format!("Stopped {} (not recorded).", entry.label())
 }
 
 /// Stops one entry: asks its supervisor (SIGTERM through a pidfd, after its identity is
@@ -390,5 +419,41 @@ pub(super) fn cleanup_bound(e: &Entry) -> Duration {
     match &e.cleanup {
         Some(c) => StopPolicy::from_timings(&e.stop).cleanup_bound(Duration::from_millis(c.timeout_ms)),
         None => Duration::ZERO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{StopOutcome, not_recorded_line};
+    use crate::entry::Entry;
+    use crate::status::Status;
+
+    fn outcome(tree_gone: bool, not_signalled: Option<&str>, left: Option<&str>) -> StopOutcome {
+        let entry =
+            Entry { id: "proc_1".into(), name: Some("web".into()), status: Status::Stopped, ..Entry::default() };
+        StopOutcome {
+            entry,
+            already_finished: false,
+            tree_gone,
+            not_signalled: not_signalled.map(str::to_string),
+            left: left.map(str::to_string),
+        }
+    }
+
+    /// The sentences, verdict and status every front end takes from one stop's outcome.
+    #[test]
+    fn a_stop_says_its_own_sentences_and_verdict() {
+        let o = outcome(true, None, None);
+        assert_eq!((o.lines(), o.ok(), o.exit_status()), (vec!["Stopped web (proc_1).".to_string()], true, 0));
+        let o = outcome(false, None, Some("pid 4242 (sleep) is still alive"));
+        assert_eq!(o.lines(), ["The tree of web (proc_1) was not confirmed gone: pid 4242 (sleep) is still alive."]);
+        assert_eq!((o.ok(), o.exit_status()), (false, 124));
+        // Not gone, and nobody known to be left: never `Stopped`.
+        let o = outcome(false, None, None);
+        assert_eq!(o.lines(), ["The tree of web (proc_1) was not confirmed gone."]);
+        let why = "1 process of uid 0 could not be signalled: permission denied";
+        let o = outcome(false, Some(why), None);
+        assert_eq!(o.lines(), ["Could not stop web (proc_1).", why]);
+        assert_eq!(not_recorded_line(&o.entry), "Stopped web (proc_1) (not recorded).");
     }
 }

@@ -46,10 +46,7 @@ pub(crate) fn restart(ctx: &Ctx, a: RestartArgs) -> Result<Done<RestartResult>, 
     let busy = news::busy([old.id.clone()]);
     let r = manager::restart(&ctx.reg, &old, None).map_err(|e| sentence(&e.to_string()))?;
     adopt_supervisor(&r.entry);
-    let mut lines = vec![format!("Stopped {}.", r.stopped.entry.label())];
-    if let Some(f) = sheepdog::cleanup::failure_line(&r.stopped.entry) {
-        lines.push(f);
-    }
+    let lines = r.stopped.lines();
     let e = ctx.reg.read(&r.entry.id).unwrap_or(r.entry);
     let process = Proc::of(&fresh_view(&ctx.reg, &e), false);
     let mut text = lines.join("\n");

@@ -102,10 +102,7 @@ pub(crate) fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError
         match r {
             Ok(o) => {
                 let failure = o.cleanup_error();
-                let mut lines = o.lines(failure.as_deref());
-                if o.not_signalled.is_none() && o.left.is_none() && !o.tree_gone {
-                    lines.insert(1, format!("The tree of {} was not confirmed gone.", o.entry.label()));
-                }
+                let lines = o.lines();
                 let ok = o.ok();
                 is_error |= !ok;
                 text.extend(lines.iter().cloned());
@@ -133,6 +130,14 @@ pub(crate) fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError
                     cleanup_error: failure,
                     cleanup_result,
                 });
+            }
+            Err(err @ manager::ManagerError::NotRecorded { .. }) => {
+                // The tree is gone: said as `sheepdog stop` says it, then why it is not on disk.
+                is_error = true;
+                if let manager::ManagerError::NotRecorded { entry, .. } = &err {
+                    text.push(manager::not_recorded_line(entry));
+                }
+                text.push(sentence(&err.to_string()));
             }
             Err(err) => {
                 is_error = true;
