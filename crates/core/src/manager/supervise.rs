@@ -4,6 +4,7 @@
 //! registry, runs the cleanup a stop triggered, and stays idle while a cleanup is pending and
 //! an owner or turn timeout is still to be watched.
 
+use crate::identity::Probe;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Write};
