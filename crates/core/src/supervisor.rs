@@ -289,6 +289,10 @@ pub struct Outcome {
     pub left: Vec<Member>,
     /// With [`Options::keep_leftovers`]: what the provider left running, not stopped.
     pub kept: Option<Kept>,
+    /// When this process is the keeper: its end of the chain. The front end says
+    /// [`crate::keeper::Link::done`] on it as its last act (after it recorded or printed what
+    /// it must), and the supervisor in front then exits as this process does.
+    pub keeper: Option<crate::keeper::Link>,
 }
 
 /// What a provider left running when it exited on its own, handed on alive
@@ -608,6 +612,8 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
     // keeper is done and then exits as it did; it goes on below only if the keeper was killed.
     let mut adopted = None;
     let mut foreign = Some(foreign);
+    // In the keeper: its end of the chain, held until its last act.
+    let mut link: Option<crate::keeper::Link> = None;
     if let Some(a) = adoption {
         adopted = take_over(&a.report, foreign.as_deref().unwrap_or_default());
     } else if crate::keeper::wanted() {
@@ -626,7 +632,8 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             terminal_home,
         };
         match crate::keeper::split(signals, &handled_signals(), handover).map_err(io_err("make the keeper"))? {
-            Role::Keeper => {
+            Role::Keeper(l) => {
+                link = Some(l);
                 // The keeper's children are its own: none from before.
                 foreign = None;
                 // Its parent is the supervisor, so the owner is watched as any process.
@@ -687,7 +694,9 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                     return Err(e.into());
                 }
             };
-            crate::keeper::tell(Message::Spawned(spawned));
+            if let Some(l) = &link {
+                l.tell(Message::Spawned(spawned));
+            }
             observer.spawned(&spawned, &opts.policy);
             let tree =
                 Tree::supervised_except(spawned.pgid, foreign.unwrap_or_default()).contained(containment.cgroup.take());
@@ -725,7 +734,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         .filter(|fd| !(watch_stdin && *fd == 0));
 
     // In the keeper: the supervisor's pipe, which hangs up when the supervisor is killed.
-    let mut supervisor_fd = crate::keeper::supervisor_gone_fd();
+    let mut supervisor_fd = link.as_ref().map(crate::keeper::Link::supervisor_gone_fd);
     // After the provider's own exit: the leftovers draining its output.
     let mut drain: Option<Drain> = None;
     let mut backlog = false;
@@ -809,7 +818,9 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             if pid == spawned.pid {
                 provider = Some(status);
                 tree.leader_reaped();
-                crate::keeper::tell(Message::Provider(status));
+                if let Some(l) = &link {
+                    l.tell(Message::Provider(status));
+                }
             } else {
                 observer.reaped(pid, status);
             }
@@ -975,6 +986,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         cgroup_left,
         left: if machine.phase() == Phase::Unfinished { tree.live() } else { Vec::new() },
         kept,
+        keeper: link,
     })
 }
 
@@ -1016,12 +1028,15 @@ fn unannounced_provider(foreign: &[Member]) -> Option<Spawned> {
 /// the `until` deadline (the turn timeout). Any other signal (SIGUSR1: "your entry changed")
 /// asks `still_needed`; when it says no, returns `None`. Used by a managed supervisor whose
 /// command exited on its own while a cleanup is still pending (ARCHITECTURE.md: "a cleanup belongs
-/// to the entry"). Children it still inherits are reaped on the way.
+/// to the entry"). Children it still inherits are reaped on the way. In a keeper,
+/// `supervisor_gone` ([`crate::keeper::Link::supervisor_gone_fd`]) hanging up is the trigger
+/// [`Trigger::SupervisorKilled`].
 pub fn await_trigger(
     signals: &SignalPipe,
     owner: Option<(Pid, Option<u64>)>,
     until: Option<Instant>,
     still_needed: &mut dyn FnMut() -> bool,
+    supervisor_gone: Option<RawFd>,
 ) -> Option<Trigger> {
     let owner_now = |p: Pid, t: Option<u64>| match t {
         Some(t) => procfs::start_time(p) == Some(t),
@@ -1050,7 +1065,7 @@ pub fn await_trigger(
             fds.push(PollFd::new(fd.as_raw_fd(), POLL_IN));
         }
         // In a keeper: the supervisor's SIGKILL is a trigger too.
-        let supervisor_slot = crate::keeper::supervisor_gone_fd().map(|fd| {
+        let supervisor_slot = supervisor_gone.map(|fd| {
             fds.push(PollFd::new(fd, POLL_IN));
             fds.len() - 1
         });
@@ -1146,6 +1161,7 @@ mod tests {
             cgroup_left: false,
             left: Vec::new(),
             kept: None,
+            keeper: None,
         };
         let kill = Signal::KILL;
         let term = Signal::TERM;
