@@ -471,6 +471,19 @@ impl OwnerWatch {
         Ok(OwnerWatch { owner, pidfd, start_time })
     }
 
+    /// The watch of an owner recorded earlier as `pid` and its start time in clock ticks (a
+    /// managed entry's `ownerPid`, `ownerStartTime`): `None` if it is no longer that process, or
+    /// gone (with no start time recorded, whoever has the pid now counts as the owner).
+    fn recorded(pid: Pid, start_time: Option<u64>) -> Option<OwnerWatch> {
+        let pidfd = PidFd::open(pid).ok();
+        let now = if cfg!(target_os = "linux") { procfs::start_time(pid) } else { process::exists(pid).then_some(0) };
+        match (now, start_time) {
+            (None, _) => None,
+            (Some(a), Some(b)) if a != b => None,
+            (now, _) => Some(OwnerWatch { owner: Owner::Process(pid), pidfd, start_time: now }),
+        }
+    }
+
     /// Polling fallback: true if the owner is gone.
     fn gone_by_poll(&self) -> bool {
         match self.owner {
@@ -1038,18 +1051,12 @@ pub fn await_trigger(
     still_needed: &mut dyn FnMut() -> bool,
     supervisor_gone: Option<RawFd>,
 ) -> Option<Trigger> {
-    let owner_now = |p: Pid, t: Option<u64>| match t {
-        Some(t) => procfs::start_time(p) == Some(t),
-        None => procfs::is_alive(p),
-    };
-    let pidfd = match owner {
-        Some((p, t)) => {
-            let fd = PidFd::open(p).ok();
-            if !owner_now(p, t) {
-                return Some(Trigger::OwnerDied);
-            }
-            fd
-        }
+    // The same watch as the supervision loop's: a pidfd opened between two identity checks.
+    let watch = match owner {
+        Some((p, t)) => match OwnerWatch::recorded(p, t) {
+            Some(w) => Some(w),
+            None => return Some(Trigger::OwnerDied),
+        },
         None => None,
     };
     if !still_needed() {
@@ -1061,16 +1068,17 @@ pub fn await_trigger(
             return Some(Trigger::Timeout);
         }
         let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
-        if let Some(fd) = &pidfd {
+        let owner_slot = watch.as_ref().and_then(|w| w.pidfd.as_ref()).map(|fd| {
             fds.push(PollFd::new(fd.as_raw_fd(), POLL_IN));
-        }
+            fds.len() - 1
+        });
         // In a keeper: the supervisor's SIGKILL is a trigger too.
         let supervisor_slot = supervisor_gone.map(|fd| {
             fds.push(PollFd::new(fd, POLL_IN));
             fds.len() - 1
         });
         let mut deadline = until;
-        if owner.is_some() && pidfd.is_none() {
+        if watch.as_ref().is_some_and(|w| w.pidfd.is_none()) {
             deadline = earliest(deadline, Some(now + OWNER_POLL));
         }
         if process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).is_err() {
@@ -1087,10 +1095,10 @@ pub fn await_trigger(
         if supervisor_slot.is_some_and(|slot| fds[slot].ready()) {
             return Some(Trigger::SupervisorKilled);
         }
-        let owner_died = match owner {
-            Some(_) if pidfd.is_some() => fds[1].ready(),
-            Some((p, t)) => !owner_now(p, t),
-            None => false,
+        let owner_died = match (&watch, owner_slot) {
+            (Some(_), Some(slot)) => fds[slot].ready(),
+            (Some(w), None) => w.gone_by_poll(),
+            (None, _) => false,
         };
         if owner_died {
             return Some(Trigger::OwnerDied);
