@@ -529,6 +529,11 @@ fn a_view_taken_as_the_supervisor_records_the_end_shows_the_end_not_lost() {
         assert!(t.elapsed() < SECS(10), "{}", st.entry(&id));
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    // The end is recorded a moment before the supervisor exits; the case here is the look after
+    // its exit. (Looked at while it still lived, the copy read earlier is rightly `running`: a
+    // clean CI run caught this test at that moment.)
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    assert_eq!(wait_gone(&[sup], SECS(10)), Vec::<i32>::new(), "the supervisor did not exit");
     let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
     // The copy read a moment earlier: still running, its supervisor (now gone) in charge.
     let mut read_earlier = reg.read(&id).unwrap();

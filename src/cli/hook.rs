@@ -348,7 +348,9 @@ fn gemini_run(dir: Option<PathBuf>, args: &[String]) -> i32 {
         eprintln!("sheepdog: the process tree of {} was still alive after SIGKILL; exiting 124", outcome.spawned.pid);
     }
     // In the keeper: the work is done; the supervisor in front exits as this process does.
-    sheepdog::keeper::done();
+    if let Some(keeper) = outcome.keeper.take() {
+        keeper.done();
+    }
     match exit {
         Exit::Code(c) => c,
         Exit::Signal(s) => {

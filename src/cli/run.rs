@@ -84,7 +84,10 @@ pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> R
         if let Err(e) = manager::hand_off(reg, h) {
             eprintln!("sheepdog: what CMD left running could not be kept ({e}); it was stopped");
         }
-        sheepdog::keeper::done();
+        // In the keeper: the work is done; the supervisor in front exits as this process does.
+        if let Some(keeper) = outcome.keeper.take() {
+            keeper.done();
+        }
         return match exit {
             Exit::Code(c) => Ok(c),
             Exit::Signal(s) => die_by(s),
@@ -105,7 +108,9 @@ pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> R
         );
     }
     // In the keeper: the work is done; the supervisor in front exits as this process does.
-    sheepdog::keeper::done();
+    if let Some(keeper) = outcome.keeper.take() {
+        keeper.done();
+    }
     match outcome.exit() {
         Exit::Code(c) => Ok(c),
         Exit::Signal(s) => die_by(s),

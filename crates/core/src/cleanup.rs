@@ -12,6 +12,7 @@
 //! the supervisor is gone or the process had already exited by itself; `reap` after a crash.
 //! Never `clear`, never for an entry of a previous boot.
 
+use crate::identity::Probe;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Read;

@@ -464,12 +464,12 @@ impl Entry {
     }
 
     /// Unix ms at which the turn timeout (`--timeout`) expires, if one is set. For display; a
-    /// deadline is [`Entry::timeout_left`], which a wall-clock step does not move.
+    /// deadline is `identity::Probe::timeout_left`, which a wall-clock step does not move.
     pub fn timeout_at_ms(&self) -> Option<u64> {
         self.timeout_ms.map(|t| self.started_at.saturating_add(t))
     }
 
-    /// Ms since `started_at` by the wall clock: what `Entry::timeout_left` falls back to
+    /// Ms since `started_at` by the wall clock: what `identity::Probe::timeout_left` falls back to
     /// outside the boot the entry was made in.
     pub(crate) fn wall_elapsed_ms(&self) -> u64 {
         now_ms().saturating_sub(self.started_at)

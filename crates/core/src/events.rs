@@ -293,6 +293,7 @@ mod tests {
             cgroup_left: false,
             left: Vec::new(),
             kept: None,
+            keeper: None,
         };
         assert_eq!(
             serde_json::to_string(&Event::exited(&outcome)).unwrap(),

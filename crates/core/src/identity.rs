@@ -1,59 +1,85 @@
 //! A process's identity, and what the kernel says of an entry's recorded processes. A process
 //! is (boot id, pid, start time in clock ticks, uid): nothing is trusted, and nothing signalled,
-//! unless all four still match (ARCHITECTURE.md, "The registry and identity"). These are the
-//! `Entry` methods that look at the kernel (`this_boot`, `supervisor_alive`, `owner_gone`, ...),
-//! kept apart from `entry`, which is data only, and below everything that asks them.
+//! unless all four still match (ARCHITECTURE.md, "The registry and identity"). What looks at the
+//! kernel for an entry (`this_boot`, `supervisor_alive`, `owner_gone`, ...) is the [`Probe`]
+//! trait, kept apart from `entry`, which is data only, and below everything that asks it. A
+//! caller imports the trait by name (`use crate::identity::Probe`), so each module that reads
+//! the kernel through an entry shows it in its imports, where tests/architecture.rs sees it.
 
 use crate::entry::Entry;
 use crate::sys::{Pid, process, procfs};
 
 /// What the kernel says of an entry's recorded processes: each check is by full identity (boot,
-/// pid, start time, uid), never by pid alone.
-impl Entry {
+/// pid, start time, uid), never by pid alone. Implemented for [`Entry`] only.
+pub trait Probe {
     /// True if the entry was recorded during this boot.
-    pub fn this_boot(&self) -> bool {
-        self.boot_id == procfs::boot_id()
-    }
-
+    fn this_boot(&self) -> bool;
     /// How much of the turn timeout (`--timeout`) is left now (zero once it passed), if one is
     /// set. Within the boot the entry was made in, by the boot clock: clock ticks since its
     /// supervisor started (`/proc/<pid>/stat` field 22 against `/proc/uptime`, 10 ms steps),
     /// which a wall-clock step (NTP, a suspended VM, `date -s`) does not move, as systemd's
     /// timers use CLOCK_MONOTONIC; by the wall clock otherwise.
-    pub fn timeout_left(&self) -> Option<std::time::Duration> {
-        let t = self.timeout_ms?;
-        Some(std::time::Duration::from_millis(t.saturating_sub(self.elapsed_ms())))
+    fn timeout_left(&self) -> Option<std::time::Duration>;
+    /// True once the turn timeout has passed ([`Probe::timeout_left`]).
+    fn timeout_passed(&self) -> bool;
+    /// True if the recorded supervisor, or its keeper, is still that process (boot, pid, start
+    /// time) and alive: either one stops the tree when the other is killed (`crate::keeper`).
+    fn supervisor_alive(&self) -> bool;
+    /// The live process of the supervisor's chain to signal and wait on, as (pid, start time in
+    /// clock ticks): the supervisor, else (after its SIGKILL, while the keeper stops the tree)
+    /// the keeper. `None` if both are gone.
+    fn live_supervisor(&self) -> Option<(i32, Option<u64>)>;
+    /// The root below which the entry's tree hangs while it is supervised: the keeper while it
+    /// lives (the tree is its descendants), else the supervisor.
+    fn tree_root(&self) -> Option<i32>;
+    /// True while the entry is `starting` and its `sheepdog start` process still lives.
+    fn starter_alive(&self) -> bool;
+    /// True while a claimed cleanup has no result and its runner still lives.
+    fn cleanup_running(&self) -> bool;
+    /// True while a cleanup is set, has not been claimed, and could still run (this boot): a
+    /// stop, owner death, the turn timeout or `reap` will run it; `clear` refuses to drop it.
+    fn cleanup_pending(&self) -> bool;
+    /// True if the entry has an owner and it is no longer that process (identity-checked when
+    /// its start time was recorded).
+    fn owner_gone(&self) -> bool;
+    /// True if the recorded provider is still that process and alive.
+    fn provider_alive(&self) -> bool;
+}
+
+/// Ms since the entry began: by the boot clock from its supervisor's start within this boot,
+/// else by the wall clock from `started_at`.
+fn elapsed_ms(e: &Entry) -> u64 {
+    let by_boot = match (e.supervisor_start_time, procfs::now_ticks()) {
+        (Some(start), Some(now)) if e.this_boot() => {
+            let hz = crate::sys::sysconf::clock_ticks_per_second().max(1);
+            Some(now.saturating_sub(start) * 1000 / hz)
+        }
+        _ => None,
+    };
+    by_boot.unwrap_or_else(|| e.wall_elapsed_ms())
+}
+
+impl Probe for Entry {
+    fn this_boot(&self) -> bool {
+        self.boot_id == procfs::boot_id()
     }
 
-    /// True once the turn timeout has passed ([`Entry::timeout_left`]).
-    pub fn timeout_passed(&self) -> bool {
+    fn timeout_left(&self) -> Option<std::time::Duration> {
+        let t = self.timeout_ms?;
+        Some(std::time::Duration::from_millis(t.saturating_sub(elapsed_ms(self))))
+    }
+
+    fn timeout_passed(&self) -> bool {
         self.timeout_left().is_some_and(|l| l.is_zero())
     }
 
-    /// Ms since the entry began: by the boot clock from its supervisor's start within this
-    /// boot, else by the wall clock from `started_at`.
-    fn elapsed_ms(&self) -> u64 {
-        let by_boot = match (self.supervisor_start_time, procfs::now_ticks()) {
-            (Some(start), Some(now)) if self.this_boot() => {
-                let hz = crate::sys::sysconf::clock_ticks_per_second().max(1);
-                Some(now.saturating_sub(start) * 1000 / hz)
-            }
-            _ => None,
-        };
-        by_boot.unwrap_or_else(|| self.wall_elapsed_ms())
-    }
-
-    /// True if the recorded supervisor, or its keeper, is still that process (boot, pid, start
-    /// time) and alive: either one stops the tree when the other is killed (`crate::keeper`).
-    pub fn supervisor_alive(&self) -> bool {
+    fn supervisor_alive(&self) -> bool {
         self.this_boot()
             && (alive(self.supervisor_pid, self.supervisor_start_time)
                 || alive(self.keeper_pid, self.keeper_start_time))
     }
 
-    /// The live process of the supervisor's chain to signal and wait on: the supervisor, else
-    /// (after its SIGKILL, while the keeper stops the tree) the keeper. `None` if both are gone.
-    pub fn live_supervisor(&self) -> Option<(i32, Option<u64>)> {
+    fn live_supervisor(&self) -> Option<(i32, Option<u64>)> {
         if !self.this_boot() {
             return None;
         }
@@ -63,21 +89,17 @@ impl Entry {
             .and_then(|(p, t)| Some((p?, t)))
     }
 
-    /// The root below which the entry's tree hangs while it is supervised: the keeper while it
-    /// lives (the tree is its descendants), else the supervisor.
-    pub fn tree_root(&self) -> Option<i32> {
+    fn tree_root(&self) -> Option<i32> {
         if alive(self.keeper_pid, self.keeper_start_time) { self.keeper_pid } else { self.supervisor_pid }
     }
 
-    /// True while the entry is `starting` and its `sheepdog start` process still lives.
-    pub fn starter_alive(&self) -> bool {
+    fn starter_alive(&self) -> bool {
         self.status == crate::status::Status::Starting
             && self.this_boot()
             && alive(self.starter_pid, self.starter_start_time)
     }
 
-    /// True while a claimed cleanup has no result and its runner still lives.
-    pub fn cleanup_running(&self) -> bool {
+    fn cleanup_running(&self) -> bool {
         self.cleanup_started_at.is_some()
             && self.cleanup_result.is_none()
             && self.this_boot()
@@ -85,15 +107,11 @@ impl Entry {
                 || alive(self.cleanup_pid, self.cleanup_start_time))
     }
 
-    /// True while a cleanup is set, has not been claimed, and could still run (this boot): a
-    /// stop, owner death, the turn timeout or `reap` will run it; `clear` refuses to drop it.
-    pub fn cleanup_pending(&self) -> bool {
+    fn cleanup_pending(&self) -> bool {
         self.cleanup.is_some() && self.cleanup_started_at.is_none() && self.this_boot()
     }
 
-    /// True if the entry has an owner and it is no longer that process (identity-checked when
-    /// its start time was recorded).
-    pub fn owner_gone(&self) -> bool {
+    fn owner_gone(&self) -> bool {
         let Some(pid) = self.owner_pid.and_then(Pid::new) else { return false };
         if !self.this_boot() {
             return true;
@@ -104,8 +122,7 @@ impl Entry {
         }
     }
 
-    /// True if the recorded provider is still that process and alive.
-    pub fn provider_alive(&self) -> bool {
+    fn provider_alive(&self) -> bool {
         self.this_boot() && alive(self.pid, self.start_time)
     }
 }

@@ -3,6 +3,7 @@
 //! status the kernel says now, whether anything of a recorded tree is alive, and which
 //! processes are the entry's. Below `view` and `ready`, above the registry and the tree.
 
+use crate::identity::Probe;
 use std::cell::OnceCell;
 
 use serde::Serialize;

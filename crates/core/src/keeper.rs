@@ -43,10 +43,9 @@
 #![cfg_attr(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))), allow(dead_code))]
 
 use std::io;
-use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::spawn::Spawned;
 use crate::sys::process::{self, Forked};
@@ -63,12 +62,6 @@ pub const KEEPER_ENV: &str = "SHEEPDOG_KEEPER";
 /// before the split, the tree's cgroup, the terminal's group), set by [`split`] for the
 /// relay's `execve`. See [`adoption`].
 const TREE_VAR: &str = "SHEEPDOG_ADOPT_TREE";
-
-/// In the keeper: the write end of its pipe to the supervisor. -1 elsewhere.
-static TO_SUPERVISOR: AtomicI32 = AtomicI32::new(-1);
-/// In the keeper: the read end of the pipe only the supervisor can write to; it hangs up when
-/// the supervisor is gone. -1 elsewhere.
-static FROM_SUPERVISOR: AtomicI32 = AtomicI32::new(-1);
 
 /// True if this supervisor should run with a keeper: on Linux (the chain needs subreapers),
 /// unless `SHEEPDOG_KEEPER=off`.
@@ -142,7 +135,7 @@ pub(crate) struct Front {
 #[derive(Debug)]
 pub(crate) enum Role {
     Supervisor(Front),
-    Keeper,
+    Keeper(Link),
 }
 
 /// What the supervisor hands over at the split, for a keeper that shares its memory.
@@ -242,16 +235,14 @@ fn become_keeper() -> io::Result<()> {
     Ok(())
 }
 
-/// In the keeper, after its setup: its pipe ends kept for its whole life (linger and cleanups
-/// still watch the supervisor). Until the setup succeeded the keeper is only a copy: a failure
+/// In the keeper, after its setup: its pipe ends become its [`Link`], which it holds until its
+/// last act (linger and cleanups still watch the supervisor). Until the setup succeeded the keeper is only a copy: a failure
 /// is the same as a keeper killed at birth, which the supervisor handles (it exits as the
 /// keeper did).
 fn keeper_ready(ready: io::Result<()>, to_supervisor: OwnedFd, from_supervisor: OwnedFd) -> io::Result<Role> {
     if ready.is_err() {
         std::process::exit(crate::exit::USAGE);
     }
-    TO_SUPERVISOR.store(to_supervisor.into_raw_fd(), Ordering::SeqCst);
-    FROM_SUPERVISOR.store(from_supervisor.into_raw_fd(), Ordering::SeqCst);
     // A panic aborts (the release profile), and musl's abort raises SIGABRT at the thread id it
     // cached, which in a keeper cloned with CLONE_VM is its supervisor's. The keeper dies by
     // SIGABRT itself instead, so its supervisor sees a killed keeper and adopts the tree.
@@ -260,7 +251,7 @@ fn keeper_ready(ready: io::Result<()>, to_supervisor: OwnedFd, from_supervisor: 
         default(info);
         crate::sys::signal::die_by(Signal::ABRT);
     }));
-    Ok(Role::Keeper)
+    Ok(Role::Keeper(Link { to_supervisor, from_supervisor }))
 }
 
 /// What a supervisor that re-executed itself after its keeper's SIGKILL takes over: set by its
@@ -352,32 +343,36 @@ fn parse_adoption(found: &str, tree: &str) -> Option<Adoption> {
     Some(a)
 }
 
-/// In the keeper: the fd that becomes readable (hangs up) when the supervisor is gone. `None`
-/// in any other process.
-pub fn supervisor_gone_fd() -> Option<RawFd> {
-    let fd = FROM_SUPERVISOR.load(Ordering::SeqCst);
-    (fd >= 0).then_some(fd)
+/// The keeper's end of the chain: what [`split`] hands the process that became the keeper, held
+/// by it for its whole life and passed down as a value (the supervision loop, the outcome, a
+/// managed entry's linger and cleanup) instead of living in globals.
+#[derive(Debug)]
+#[must_use = "a keeper must say `done` as its last act, or its supervisor takes it for killed"]
+pub struct Link {
+    /// The write end of the pipe to the supervisor (records of [`Message`]).
+    to_supervisor: OwnedFd,
+    /// The read end of the pipe only the supervisor can write to: it hangs up when the
+    /// supervisor is gone.
+    from_supervisor: OwnedFd,
 }
 
-/// True if this process is a keeper (see the module docs).
-pub fn is_keeper() -> bool {
-    supervisor_gone_fd().is_some()
-}
-
-/// In the keeper: tells the supervisor `message`. A no-op in any other process; a supervisor
-/// that is gone is not an error.
-pub(crate) fn tell(message: Message) {
-    let fd = TO_SUPERVISOR.load(Ordering::SeqCst);
-    if fd >= 0 {
-        let rec = message.encode();
-        let _ = process::write_raw(fd, &rec);
+impl Link {
+    /// The fd that becomes readable (hangs up) when the supervisor is gone.
+    pub fn supervisor_gone_fd(&self) -> RawFd {
+        self.from_supervisor.as_raw_fd()
     }
-}
 
-/// In the keeper, as its last act: the work is done, the supervisor may exit as the keeper
-/// does. Every exit path of a keeper that spawned a provider calls this.
-pub fn done() {
-    tell(Message::Done);
+    /// Tells the supervisor `message`; a supervisor that is gone is not an error.
+    pub(crate) fn tell(&self, message: Message) {
+        let _ = process::write_raw(self.to_supervisor.as_raw_fd(), &message.encode());
+    }
+
+    /// As the keeper's last act: the work is done, the supervisor may exit as the keeper does.
+    /// Every exit path of a keeper that spawned a provider ends here (the link is consumed, so
+    /// it can be said once).
+    pub fn done(self) {
+        self.tell(Message::Done);
+    }
 }
 
 /// What the supervisor learned by the time its keeper exited.

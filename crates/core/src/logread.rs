@@ -11,6 +11,7 @@
 //! second of every line, for `since`. Lines of logs written before the index existed have no
 //! time and are always included.
 
+use crate::identity::Probe;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;

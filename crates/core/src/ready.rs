@@ -15,6 +15,7 @@
 //! Checked every [`READY_TICK`] until ready, the entry is final (it exited before it was ready)
 //! or the timeout passes (the process keeps running).
 
+use crate::identity::Probe;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 

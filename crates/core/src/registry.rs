@@ -20,6 +20,7 @@
 //! lose each other's fields (unknown fields are carried through, too). A new entry is built in a
 //! dot-directory and renamed into `procs/` whole, so readers never see a half-made entry.
 
+use crate::identity::Probe;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};

@@ -289,6 +289,10 @@ pub struct Outcome {
     pub left: Vec<Member>,
     /// With [`Options::keep_leftovers`]: what the provider left running, not stopped.
     pub kept: Option<Kept>,
+    /// When this process is the keeper: its end of the chain. The front end says
+    /// [`crate::keeper::Link::done`] on it as its last act (after it recorded or printed what
+    /// it must), and the supervisor in front then exits as this process does.
+    pub keeper: Option<crate::keeper::Link>,
 }
 
 /// What a provider left running when it exited on its own, handed on alive
@@ -467,6 +471,19 @@ impl OwnerWatch {
         Ok(OwnerWatch { owner, pidfd, start_time })
     }
 
+    /// The watch of an owner recorded earlier as `pid` and its start time in clock ticks (a
+    /// managed entry's `ownerPid`, `ownerStartTime`): `None` if it is no longer that process, or
+    /// gone (with no start time recorded, whoever has the pid now counts as the owner).
+    fn recorded(pid: Pid, start_time: Option<u64>) -> Option<OwnerWatch> {
+        let pidfd = PidFd::open(pid).ok();
+        let now = if cfg!(target_os = "linux") { procfs::start_time(pid) } else { process::exists(pid).then_some(0) };
+        match (now, start_time) {
+            (None, _) => None,
+            (Some(a), Some(b)) if a != b => None,
+            (now, _) => Some(OwnerWatch { owner: Owner::Process(pid), pidfd, start_time: now }),
+        }
+    }
+
     /// Polling fallback: true if the owner is gone.
     fn gone_by_poll(&self) -> bool {
         match self.owner {
@@ -608,6 +625,8 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
     // keeper is done and then exits as it did; it goes on below only if the keeper was killed.
     let mut adopted = None;
     let mut foreign = Some(foreign);
+    // In the keeper: its end of the chain, held until its last act.
+    let mut link: Option<crate::keeper::Link> = None;
     if let Some(a) = adoption {
         adopted = take_over(&a.report, foreign.as_deref().unwrap_or_default());
     } else if crate::keeper::wanted() {
@@ -626,7 +645,8 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             terminal_home,
         };
         match crate::keeper::split(signals, &handled_signals(), handover).map_err(io_err("make the keeper"))? {
-            Role::Keeper => {
+            Role::Keeper(l) => {
+                link = Some(l);
                 // The keeper's children are its own: none from before.
                 foreign = None;
                 // Its parent is the supervisor, so the owner is watched as any process.
@@ -687,7 +707,9 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                     return Err(e.into());
                 }
             };
-            crate::keeper::tell(Message::Spawned(spawned));
+            if let Some(l) = &link {
+                l.tell(Message::Spawned(spawned));
+            }
             observer.spawned(&spawned, &opts.policy);
             let tree =
                 Tree::supervised_except(spawned.pgid, foreign.unwrap_or_default()).contained(containment.cgroup.take());
@@ -725,7 +747,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         .filter(|fd| !(watch_stdin && *fd == 0));
 
     // In the keeper: the supervisor's pipe, which hangs up when the supervisor is killed.
-    let mut supervisor_fd = crate::keeper::supervisor_gone_fd();
+    let mut supervisor_fd = link.as_ref().map(crate::keeper::Link::supervisor_gone_fd);
     // After the provider's own exit: the leftovers draining its output.
     let mut drain: Option<Drain> = None;
     let mut backlog = false;
@@ -809,7 +831,9 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             if pid == spawned.pid {
                 provider = Some(status);
                 tree.leader_reaped();
-                crate::keeper::tell(Message::Provider(status));
+                if let Some(l) = &link {
+                    l.tell(Message::Provider(status));
+                }
             } else {
                 observer.reaped(pid, status);
             }
@@ -975,6 +999,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         cgroup_left,
         left: if machine.phase() == Phase::Unfinished { tree.live() } else { Vec::new() },
         kept,
+        keeper: link,
     })
 }
 
@@ -1016,25 +1041,22 @@ fn unannounced_provider(foreign: &[Member]) -> Option<Spawned> {
 /// the `until` deadline (the turn timeout). Any other signal (SIGUSR1: "your entry changed")
 /// asks `still_needed`; when it says no, returns `None`. Used by a managed supervisor whose
 /// command exited on its own while a cleanup is still pending (ARCHITECTURE.md: "a cleanup belongs
-/// to the entry"). Children it still inherits are reaped on the way.
+/// to the entry"). Children it still inherits are reaped on the way. In a keeper,
+/// `supervisor_gone` ([`crate::keeper::Link::supervisor_gone_fd`]) hanging up is the trigger
+/// [`Trigger::SupervisorKilled`].
 pub fn await_trigger(
     signals: &SignalPipe,
     owner: Option<(Pid, Option<u64>)>,
     until: Option<Instant>,
     still_needed: &mut dyn FnMut() -> bool,
+    supervisor_gone: Option<RawFd>,
 ) -> Option<Trigger> {
-    let owner_now = |p: Pid, t: Option<u64>| match t {
-        Some(t) => procfs::start_time(p) == Some(t),
-        None => procfs::is_alive(p),
-    };
-    let pidfd = match owner {
-        Some((p, t)) => {
-            let fd = PidFd::open(p).ok();
-            if !owner_now(p, t) {
-                return Some(Trigger::OwnerDied);
-            }
-            fd
-        }
+    // The same watch as the supervision loop's: a pidfd opened between two identity checks.
+    let watch = match owner {
+        Some((p, t)) => match OwnerWatch::recorded(p, t) {
+            Some(w) => Some(w),
+            None => return Some(Trigger::OwnerDied),
+        },
         None => None,
     };
     if !still_needed() {
@@ -1046,16 +1068,17 @@ pub fn await_trigger(
             return Some(Trigger::Timeout);
         }
         let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
-        if let Some(fd) = &pidfd {
+        let owner_slot = watch.as_ref().and_then(|w| w.pidfd.as_ref()).map(|fd| {
             fds.push(PollFd::new(fd.as_raw_fd(), POLL_IN));
-        }
+            fds.len() - 1
+        });
         // In a keeper: the supervisor's SIGKILL is a trigger too.
-        let supervisor_slot = crate::keeper::supervisor_gone_fd().map(|fd| {
+        let supervisor_slot = supervisor_gone.map(|fd| {
             fds.push(PollFd::new(fd, POLL_IN));
             fds.len() - 1
         });
         let mut deadline = until;
-        if owner.is_some() && pidfd.is_none() {
+        if watch.as_ref().is_some_and(|w| w.pidfd.is_none()) {
             deadline = earliest(deadline, Some(now + OWNER_POLL));
         }
         if process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).is_err() {
@@ -1072,10 +1095,10 @@ pub fn await_trigger(
         if supervisor_slot.is_some_and(|slot| fds[slot].ready()) {
             return Some(Trigger::SupervisorKilled);
         }
-        let owner_died = match owner {
-            Some(_) if pidfd.is_some() => fds[1].ready(),
-            Some((p, t)) => !owner_now(p, t),
-            None => false,
+        let owner_died = match (&watch, owner_slot) {
+            (Some(_), Some(slot)) => fds[slot].ready(),
+            (Some(w), None) => w.gone_by_poll(),
+            (None, _) => false,
         };
         if owner_died {
             return Some(Trigger::OwnerDied);
@@ -1146,6 +1169,7 @@ mod tests {
             cgroup_left: false,
             left: Vec::new(),
             kept: None,
+            keeper: None,
         };
         let kill = Signal::KILL;
         let term = Signal::TERM;

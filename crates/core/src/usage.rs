@@ -12,6 +12,7 @@
 //! over `cpu.stat`, which also counts children that already exited) and their memory from
 //! `memory.current` when that controller is enabled; the rest is summed over the tree here.
 
+use crate::identity::Probe;
 use std::collections::HashMap;
 use std::time::Instant;
 

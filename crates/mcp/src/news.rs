@@ -8,6 +8,7 @@
 //! stop, a wait that saw it finish, a start that ended inside its ready window) claims it too, so
 //! it is not repeated as news.
 
+use sheepdog::identity::Probe;
 use std::collections::HashMap;
 use std::sync::Mutex;
 

@@ -1,6 +1,7 @@
 //! A tree's cgroup directory, opened by inode: its members, `populated`, the kill (freeze,
 //! `cgroup.kill`, then kill(2) of whatever stays), its removal, and its usage figures.
 
+use crate::identity::Probe;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};

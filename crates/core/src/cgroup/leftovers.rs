@@ -2,6 +2,7 @@
 //! removal once empty, and the sweep of `sheepdog-run-*` cgroups whose supervisor is provably
 //! gone (issue 16's backstop).
 
+use crate::identity::Probe;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,5 +1,6 @@
 //! `clear`: remove finished entries and their logs (`--force`: settle an abandoned cleanup first).
 
+use crate::identity::Probe;
 use std::cell::OnceCell;
 
 use crate::entry::Entry;

@@ -13,6 +13,7 @@
 //! grace, when its owner (the agent) dies or it is asked to (`sheepdog stop`, the session's
 //! end), and records the entry exited once nothing of it is left.
 
+use crate::identity::Probe;
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::AsFd;

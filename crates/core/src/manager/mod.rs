@@ -13,6 +13,7 @@
 //! crash, [`reap`] finds entries whose supervisor is gone and stops what is left of their tree,
 //! touching only processes that are provably the entry's (see `tree::Tree::recorded`).
 
+use crate::identity::Probe;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};

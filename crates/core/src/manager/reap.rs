@@ -1,5 +1,6 @@
 //! `reap`: recovery after a crash of anything; stops what is provably an entry's and records it.
 
+use crate::identity::Probe;
 use std::cell::OnceCell;
 
 use crate::cgroup;

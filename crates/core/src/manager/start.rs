@@ -1,6 +1,7 @@
 //! `start`: a detached supervisor for one command, and its handshake; readiness (`start_ready`),
 //! `start --replace` and `restart`.
 
+use crate::identity::Probe;
 use std::cell::OnceCell;
 use std::ffi::OsString;
 use std::fs::File;

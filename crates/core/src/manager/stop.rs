@@ -1,6 +1,7 @@
 //! `stop`: through the entry's supervisor while it lives (SIGTERM to it, then a bounded wait), past
 //! it when it is gone or stuck (the recorded tree, by identity), then the cleanup.
 
+use crate::identity::Probe;
 use std::time::{Duration, Instant};
 
 use crate::entry::{self, Entry, OutsideResult};

@@ -4,6 +4,7 @@
 //! registry, runs the cleanup a stop triggered, and stays idle while a cleanup is pending and
 //! an owner or turn timeout is still to be watched.
 
+use crate::identity::Probe;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -233,9 +234,11 @@ pub fn run_supervisor(
     // to tell "exited" from "input already closed" (stdin.rs).
     managed.stdin = None;
     if outcome.trigger.is_none() {
-        managed.linger(&signals);
+        managed.linger(&signals, outcome.keeper.as_ref());
     }
-    crate::keeper::done();
+    if let Some(keeper) = outcome.keeper {
+        keeper.done();
+    }
     0
 }
 
@@ -286,8 +289,10 @@ impl Managed<'_> {
         let entry = self
             .write(&mut |e| {
                 stopped_meanwhile = e.record_spawned(spawned.pid.as_raw(), spawned.pgid.as_raw(), start_time, sid);
-                if crate::keeper::is_keeper() {
-                    let me = process::getpid();
+                // The process that spawns is the keeper unless it is the recorded supervisor
+                // (`SHEEPDOG_KEEPER=off`).
+                let me = process::getpid();
+                if e.supervisor_pid != Some(me.as_raw()) {
                     e.keeper_pid = Some(me.as_raw());
                     e.keeper_start_time = procfs::start_time(me);
                 }
@@ -446,7 +451,7 @@ impl Managed<'_> {
     /// stay, idle, watching them, and run the cleanup when either fires or when asked to stop
     /// (SIGTERM); leave as soon as nothing is pending any more (it ran elsewhere, was removed by
     /// `update`, or the entry was cleared: `sheepdog` sends SIGUSR1 after such changes).
-    fn linger(&mut self, signals: &SignalPipe) {
+    fn linger(&mut self, signals: &SignalPipe, keeper: Option<&crate::keeper::Link>) {
         let Ok(e) = self.reg.read(&self.id) else { return };
         if !e.cleanup_pending() || (e.owner_pid.is_none() && e.timeout_ms.is_none()) {
             return;
@@ -456,7 +461,15 @@ impl Managed<'_> {
         self.logs.marker("waiting: the cleanup is pending; it runs on stop, owner exit or the turn timeout");
         let (reg, id) = (self.reg, self.id.clone());
         let mut still_needed = || reg.read(&id).is_ok_and(|e| e.cleanup_pending());
-        let Some(trigger) = supervisor::await_trigger(signals, owner, until, &mut still_needed) else { return };
+        let Some(trigger) = supervisor::await_trigger(
+            signals,
+            owner,
+            until,
+            &mut still_needed,
+            keeper.map(crate::keeper::Link::supervisor_gone_fd),
+        ) else {
+            return;
+        };
         self.logs.marker(&format!("cleanup triggered: {trigger}"));
         crate::cleanup::run_once(self.reg, &self.id, CleanupRunner::Supervisor);
     }

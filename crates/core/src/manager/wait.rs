@@ -1,6 +1,7 @@
 //! `wait`: block until entries finish (by pidfd on the supervisor, else a bounded look), and the
 //! exit status a finished entry stands for.
 
+use crate::identity::Probe;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
