@@ -43,7 +43,7 @@ pub use start::{
 };
 pub use stdin::{SEND_MAX, SEND_TIMEOUT, SendError, send};
 pub use stop::{StopOutcome, find_for_stop, stop, stop_many, stop_selection, stoppable};
-pub use supervise::{MAX_RECORDED_MEMBERS, run_supervisor};
+pub use supervise::{MAX_RECORDED_MEMBERS, SuperviseArgs, run_supervisor};
 pub use update::{CLEANUP_TIMEOUT_MS, UpdateRequest, update};
 pub use wait::{Waited, WaitedMany, exit_status_of, wait, wait_many};
 
