@@ -4,65 +4,24 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use sheepdog::manager;
+use sheepdog::manager::{self, SuperviseArgs};
 
 use super::CliError;
 use super::common::open;
 
-/// The hidden `supervise-entry` (started by `sheepdog start`; not for direct use):
-/// `--id ID --containment MODE [--memory-max=N] [--pids-max=N] --cwd DIR -- CMD...`.
-///
-/// Read by hand, before clap: every managed process has a supervisor of its own, and building
-/// clap's whole command tree would leave each of them with a larger heap and stack for nothing
-/// (BENCHMARKS.md, PSS per extra supervisor).
-#[derive(Debug, Default)]
-pub struct SuperviseArgs {
-    id: String,
-    cwd: PathBuf,
-    containment: String,
-    memory_max: Option<u64>,
-    pids_max: Option<u64>,
-    command: Vec<OsString>,
-}
-
 /// Recognises `sheepdog [--state-dir DIR] supervise-entry ...` (the shape `manager::start`
-/// writes); `None` for anything else, which then goes to clap.
+/// writes, read back by [`SuperviseArgs::parse`]); `None` for anything else, which then goes to
+/// clap.
 pub(super) fn supervise_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, SuperviseArgs)> {
-    let (dir, rest) = super::invocation(args, "supervise-entry")?;
-    let mut it = rest.iter();
-    let mut a = SuperviseArgs { containment: "auto".into(), ..SuperviseArgs::default() };
-    while let Some(arg) = it.next() {
-        let s = arg.to_str()?;
-        match s {
-            "--id" => a.id = it.next()?.to_str()?.to_string(),
-            "--cwd" => a.cwd = PathBuf::from(it.next()?),
-            "--containment" => a.containment = it.next()?.to_str()?.to_string(),
-            "--" => {
-                a.command = it.cloned().collect();
-                break;
-            }
-            _ => {
-                if let Some(v) = s.strip_prefix("--memory-max=") {
-                    a.memory_max = Some(v.parse().ok()?);
-                } else if let Some(v) = s.strip_prefix("--pids-max=") {
-                    a.pids_max = Some(v.parse().ok()?);
-                } else {
-                    return None;
-                }
-            }
-        }
-    }
-    (!a.id.is_empty() && !a.command.is_empty()).then_some((dir, a))
+    let (dir, rest) = super::invocation(args, SuperviseArgs::SUBCOMMAND)?;
+    Some((dir, SuperviseArgs::parse(rest)?))
 }
 
+/// The hidden `supervise-entry` (started by `sheepdog start`; not for direct use): the entry's
+/// detached supervisor.
 pub(super) fn supervise_entry(a: SuperviseArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {
     let reg = open(dir)?;
-    let containment = sheepdog::cgroup::Request {
-        mode: sheepdog::cgroup::Mode::parse(&a.containment).unwrap_or_default(),
-        limits: sheepdog::cgroup::Limits { memory_max: a.memory_max, pids_max: a.pids_max },
-        label: a.id.clone(),
-        name: None,
-    };
+    let containment = a.containment_request();
     Ok(manager::run_supervisor(&reg, &a.id, a.cwd, a.command, containment, &super::flag))
 }
 

@@ -4,34 +4,22 @@
 //! Everything else about cgroups (reading `cgroup.events`, writing `cgroup.kill`, `rmdir`) is
 //! plain file I/O and lives in `sheepdog_core::cgroup`.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::RawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+
+use super::process::borrow;
 
 /// `CGROUP2_SUPER_MAGIC` from `linux/magic.h`: the `f_type` `statfs(2)` reports for cgroup2.
 pub const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-
-fn c_path(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-}
 
 /// The file system type (`statfs(2)` `f_type`) of the file system holding `path`.
 ///
 /// Errors: the OS error of `statfs` (ENOENT, EACCES, ...); EINVAL for a path with a NUL byte.
 #[cfg(target_os = "linux")]
 pub fn fs_type(path: &Path) -> io::Result<i64> {
-    let c = c_path(path)?;
-    // SAFETY: c is a valid NUL-terminated path; st is a valid out-pointer, zeroed first.
-    unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        if libc::statfs(c.as_ptr(), &mut st) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        #[allow(clippy::unnecessary_cast)]
-        Ok(st.f_type as i64)
-    }
+    #[allow(clippy::unnecessary_cast)]
+    Ok(rustix::fs::statfs(path)?.f_type as i64)
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -44,12 +32,7 @@ pub fn fs_type(_path: &Path) -> io::Result<i64> {
 ///
 /// Errors: EACCES, EROFS (a read-only mount), ENOENT, ...
 pub fn writable(path: &Path) -> io::Result<()> {
-    let c = c_path(path)?;
-    // SAFETY: c is a valid NUL-terminated path; access has no other preconditions.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(rustix::fs::access(path, rustix::fs::Access::WRITE_OK)?)
 }
 
 /// The fds a forked child needs to join its cgroup before `exec`: `procs`, the tree cgroup's
@@ -66,31 +49,30 @@ pub struct JoinFds {
     pub report_read: RawFd,
 }
 
-/// In the forked child, before `exec` (async-signal-safe only): writes `0` to `cgroup.procs`,
-/// which moves the calling process into the cgroup, so the command and everything it starts
-/// runs inside it from its first instruction. On failure the errno goes to `report` and is
-/// returned.
+/// In the forked child, before `exec` (async-signal-safe only: rustix's `write` is one system
+/// call that neither allocates nor locks): writes `0` to `cgroup.procs`, which moves the calling
+/// process into the cgroup, so the command and everything it starts runs inside it from its
+/// first instruction. On failure the errno goes to `report` and is returned. The fds are the
+/// parent's, open across the fork.
 pub fn join_in_child(fds: JoinFds) -> io::Result<()> {
-    // SAFETY: write on two fds the parent opened and keeps open across the fork; the buffers
-    // are valid for their lengths; __errno_location / __error are async-signal-safe.
-    unsafe {
-        if libc::write(fds.procs, b"0".as_ptr().cast(), 1) == 1 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        let code: i32 = err.raw_os_error().unwrap_or(libc::EIO);
-        libc::write(fds.report, (&code as *const i32).cast(), 4);
-        Err(err)
+    let code = match borrow(&fds.procs).map(|procs| rustix::io::write(procs, b"0")) {
+        Some(Ok(1)) => return Ok(()),
+        Some(Err(e)) => e.raw_os_error(),
+        Some(Ok(_)) => libc::EIO,
+        None => libc::EBADF,
+    };
+    if let Some(report) = borrow(&fds.report) {
+        let _ = rustix::io::write(report, &code.to_ne_bytes());
     }
+    Err(io::Error::from_raw_os_error(code))
 }
 
 /// After a spawn failed: the errno a failed join left on the report pipe, if any (the spawn
 /// then failed because the child could not join its cgroup, not because of `exec`).
 pub fn take_join_error(fds: JoinFds) -> Option<io::Error> {
-    let mut code: i32 = 0;
-    // SAFETY: reads at most 4 bytes into a valid i32 from a non-blocking fd the caller owns.
-    let n = unsafe { libc::read(fds.report_read, (&mut code as *mut i32).cast(), 4) };
-    (n == 4).then(|| io::Error::from_raw_os_error(code))
+    let mut code = [0u8; 4];
+    let n = rustix::io::read(borrow(&fds.report_read)?, &mut code).ok()?;
+    (n == 4).then(|| io::Error::from_raw_os_error(i32::from_ne_bytes(code)))
 }
 
 /// Set (to anything) to make the provider's spawn act as on a kernel without `clone3`

@@ -15,6 +15,12 @@
 //!
 //! Linux on x86_64 and aarch64 only (the clone needs a few lines of assembly per architecture);
 //! elsewhere `sheepdog_core::spawn` forks through std.
+//!
+//! The child side stays on libc's async-signal-safe wrappers and the clone on assembly, not
+//! rustix: `clone3` with a child function is not in rustix at all, and the child's steps must
+//! stay few, visible and free of allocation and locks here (as `keep`'s relay; the `errno` a
+//! failed wrapper writes is the suspended spawner's, read by nobody). The signal mask around the
+//! clone and the stack mapping have no safe rustix call either (its `runtime` and `mm` ones).
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
@@ -494,8 +500,7 @@ mod tests {
         let mut p = p;
         p.stdio = Some([std::os::fd::AsRawFd::as_raw_fd(&r), 1, 2]);
         let pid = spawn(&p, None).unwrap();
-        // SAFETY: getpgid takes a pid.
-        let pgid = unsafe { libc::getpgid(pid.as_raw()) };
+        let pgid = rustix::process::getpgid(rustix::process::Pid::from_raw(pid.as_raw())).unwrap().as_raw_pid();
         drop(w);
         assert_eq!(super::super::process::reap(pid, true).unwrap(), Some(super::super::WaitStatus::Exited(7)));
         assert_eq!(pgid, pid.as_raw());

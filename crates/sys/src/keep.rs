@@ -28,6 +28,13 @@
 //!
 //! Linux on x86_64 and aarch64 only (a few lines of assembly per architecture); elsewhere the
 //! keeper is forked (`sheepdog_core::keeper`).
+//!
+//! Why raw system calls and libc here, not rustix as in the rest of this crate: the relay must
+//! not touch libc's `errno`, allocate, lock or panic, and that has to hold by construction, in
+//! this file. rustix makes raw system calls on Linux only in its default backend (a
+//! `rustix_use_libc` build setting routes it through libc); most of what the relay needs
+//! (`rt_sigtimedwait`, `rt_sigaction`, `execveat`, `exit_group`) is among its `runtime` calls,
+//! none of them safe; and the setup around the clone (masks, `environ`) has no safe rustix call.
 
 use std::ffi::{CString, OsStr};
 use std::io;

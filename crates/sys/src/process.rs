@@ -1,10 +1,39 @@
 //! Process ids, groups, signals to them, reaping, pidfds, the subreaper bit and `poll`.
+//!
+//! The calls go through `rustix` (raw system calls on Linux, libc elsewhere) where it has them;
+//! what stays on libc says why where it does: the pre-exec steps rustix has no safe call for
+//! (the signal mask), `fork`, `kcmp` and `close_range`, and std's `pre_exec` hook.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+use rustix::io::Errno;
+use rustix::process::WaitOptions;
+#[cfg(target_os = "linux")]
+use rustix::process::{WaitId, WaitIdOptions};
+
 use super::signal::Signal;
+
+/// The fd number `*fd` borrowed for rustix, which takes only borrowed fds, for as long as the
+/// caller holds the number (one call). `None` for a negative number. The crates above hand this
+/// crate fd numbers they own; a number that is not open makes the call fail with EBADF (`poll`:
+/// POLLNVAL), as the libc call did.
+pub(crate) fn borrow(fd: &RawFd) -> Option<BorrowedFd<'_>> {
+    // SAFETY: -1, `BorrowedFd`'s niche, is excluded; the borrow ends with the caller's (see above).
+    (*fd >= 0).then(|| unsafe { BorrowedFd::borrow_raw(*fd) })
+}
+
+/// [`borrow`], with EBADF for a negative number (what the kernel says of any fd not open).
+pub(crate) fn borrowed(fd: &RawFd) -> io::Result<BorrowedFd<'_>> {
+    borrow(fd).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
+}
+
+/// A process (or group) id for rustix; ESRCH for one that is not positive (never made by
+/// [`Pid::new`] or [`Pgid::new`], which refuse them).
+fn kernel_pid(raw: i32) -> Result<rustix::process::Pid, Errno> {
+    rustix::process::Pid::from_raw(raw).filter(|_| raw > 0).ok_or(Errno::SRCH)
+}
 
 /// A process id (always > 0). Not a group id: see [`Pgid`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,20 +89,17 @@ pub enum WaitStatus {
 
 /// This process's id.
 pub fn getpid() -> Pid {
-    // SAFETY: getpid has no preconditions and cannot fail.
-    Pid(unsafe { libc::getpid() })
+    Pid(rustix::process::getpid().as_raw_pid())
 }
 
 /// The parent's id; 1 (or a subreaper's) once the parent died.
 pub fn getppid() -> i32 {
-    // SAFETY: getppid has no preconditions and cannot fail.
-    unsafe { libc::getppid() }
+    rustix::process::Pid::as_raw(rustix::process::getppid())
 }
 
 /// The real uid of this process.
 pub fn getuid() -> u32 {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    unsafe { libc::getuid() }
+    rustix::process::getuid().as_raw()
 }
 
 /// Result of a signal sent to something that may already be gone.
@@ -84,53 +110,44 @@ pub enum Sent {
     Gone,
 }
 
-fn sent(rc: libc::c_int) -> io::Result<Sent> {
-    if rc == 0 {
-        return Ok(Sent::Delivered);
-    }
-    let err = io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::ESRCH) => Ok(Sent::Gone),
-        _ => Err(err),
+fn sent(r: Result<(), Errno>) -> io::Result<Sent> {
+    match r {
+        Ok(()) => Ok(Sent::Delivered),
+        Err(Errno::SRCH) => Ok(Sent::Gone),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// `kill(pid, sig)`. Prefer `PidFd::send` when the pid may have been reused.
 pub fn kill(pid: Pid, sig: Signal) -> io::Result<Sent> {
-    // SAFETY: kill with a positive pid has no memory-safety preconditions.
-    sent(unsafe { libc::kill(pid.0, sig.as_raw()) })
+    sent(kernel_pid(pid.0).and_then(|p| rustix::process::kill_process(p, sig.to_rustix())))
 }
 
 /// `kill(-pgid, sig)`: every member of the group.
 pub fn kill_group(pgid: Pgid, sig: Signal) -> io::Result<Sent> {
-    // SAFETY: as for kill; the negative sign selects the group.
-    sent(unsafe { libc::kill(-pgid.0, sig.as_raw()) })
+    sent(kernel_pid(pgid.0).and_then(|g| rustix::process::kill_process_group(g, sig.to_rustix())))
 }
 
 /// `kill(pid, 0)`: true if a process (zombies included) has this pid. See
 /// [`super::procfs::is_alive`] for the check that counts zombies as dead.
 pub fn exists(pid: Pid) -> bool {
-    signal0(pid.0)
+    answers(kernel_pid(pid.0).and_then(rustix::process::test_kill_process))
 }
 
 /// `kill(pid, 0)` answers EPERM: the process exists and this one may not signal it (another
 /// user's, a setuid helper that became root).
 pub fn signal_denied(pid: Pid) -> bool {
-    // SAFETY: signal 0 only checks existence and permission.
-    let rc = unsafe { libc::kill(pid.0, 0) };
-    rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    kernel_pid(pid.0).and_then(rustix::process::test_kill_process) == Err(Errno::PERM)
 }
 
 /// `kill(-pgid, 0)`: true if the group has any member, zombies included.
 pub fn group_exists(pgid: Pgid) -> bool {
-    signal0(-pgid.0)
+    answers(kernel_pid(pgid.0).and_then(rustix::process::test_kill_process_group))
 }
 
-/// `kill(target, 0)`: something answers (EPERM counts: it exists, just not ours).
-fn signal0(target: i32) -> bool {
-    // SAFETY: signal 0 only checks existence and permission.
-    let rc = unsafe { libc::kill(target, 0) };
-    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+/// The result of a `kill(target, 0)`: something answers (EPERM counts: it exists, just not ours).
+fn answers(r: Result<(), Errno>) -> bool {
+    matches!(r, Ok(()) | Err(Errno::PERM))
 }
 
 fn decode(status: libc::c_int) -> Option<WaitStatus> {
@@ -148,43 +165,30 @@ fn decode(status: libc::c_int) -> Option<WaitStatus> {
 /// Returns `None` when no child has exited (or there are no children: ECHILD is expected).
 pub fn reap_any() -> Option<(Pid, WaitStatus)> {
     loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: status is a valid out-pointer.
-        let rc = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        if rc > 0 {
-            match decode(status) {
-                Some(ws) => return Some((Pid(rc), ws)),
+        match rustix::process::wait(WaitOptions::NOHANG) {
+            Ok(Some((pid, status))) => match decode(status.as_raw()) {
+                Some(ws) => return Some((Pid(pid.as_raw_pid()), ws)),
                 None => continue, // stopped/continued reports: not an exit
-            }
+            },
+            Err(Errno::INTR) => continue,
+            _ => return None,
         }
-        if rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        return None;
     }
 }
 
 /// Waits for one specific child: `waitpid(pid, 0)`, or with `WNOHANG` when `block` is false.
 pub fn reap(pid: Pid, block: bool) -> io::Result<Option<WaitStatus>> {
+    let flags = if block { WaitOptions::empty() } else { WaitOptions::NOHANG };
     loop {
-        let mut status: libc::c_int = 0;
-        let flags = if block { 0 } else { libc::WNOHANG };
-        // SAFETY: status is a valid out-pointer.
-        let rc = unsafe { libc::waitpid(pid.0, &mut status, flags) };
-        if rc == pid.0 {
-            if let Some(ws) = decode(status) {
-                return Ok(Some(ws));
-            }
-            continue;
+        match rustix::process::waitpid(Some(kernel_pid(pid.0)?), flags) {
+            Ok(Some((_, status))) => match decode(status.as_raw()) {
+                Some(ws) => return Ok(Some(ws)),
+                None => continue,
+            },
+            Ok(None) => return Ok(None),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
-        if rc == 0 {
-            return Ok(None);
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        return Err(err);
     }
 }
 
@@ -211,25 +215,20 @@ pub enum Children {
 /// looks at `/proc` instead.
 #[cfg(target_os = "linux")]
 pub fn children_state(pgid: Option<Pgid>) -> Option<Children> {
-    let (idtype, id) = match pgid {
-        Some(g) => (libc::P_PGID, g.0 as libc::id_t),
-        None => (libc::P_ALL, 0),
+    let id = match pgid {
+        Some(g) => WaitId::Pgid(Some(kernel_pid(g.0).ok()?)),
+        None => WaitId::All,
     };
     loop {
-        // SAFETY: all-zero is a valid siginfo_t; waitid writes at most one siginfo_t into it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: info is a valid out-pointer; WNOWAIT leaves every child as it was.
-        let rc = unsafe { libc::waitid(idtype, id, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) };
-        if rc == 0 {
-            // With WNOHANG, a zero si_pid says children exist but none is waitable.
-            // SAFETY: waitid returned 0, so info is initialised (all-zero when nothing was waitable).
-            let pid = unsafe { info.si_pid() };
-            return Some(if pid == 0 { Children::Unreaped } else { Children::Reapable });
-        }
-        match io::Error::last_os_error().raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::ECHILD) => return Some(Children::None),
-            _ => return None,
+        // WNOWAIT leaves every child as it was.
+        match rustix::process::waitid(id.clone(), WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT)
+        {
+            // With WNOHANG, nothing reported says children exist but none is waitable.
+            Ok(None) => return Some(Children::Unreaped),
+            Ok(Some(_)) => return Some(Children::Reapable),
+            Err(Errno::INTR) => continue,
+            Err(Errno::CHILD) => return Some(Children::None),
+            Err(_) => return None,
         }
     }
 }
@@ -240,19 +239,16 @@ pub fn children_state(pgid: Option<Pgid>) -> Option<Children> {
 /// reported (the kernel waits for the whole group). False for anything else, and on error.
 #[cfg(target_os = "linux")]
 pub fn is_zombie_child(pid: Pid) -> bool {
+    let Ok(kpid) = kernel_pid(pid.0) else { return false };
     loop {
-        // SAFETY: all-zero is a valid siginfo_t; waitid writes at most one siginfo_t into it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: info is a valid out-pointer; WNOWAIT leaves the child as it was.
-        let rc = unsafe {
-            libc::waitid(libc::P_PID, pid.0 as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT)
-        };
-        if rc == 0 {
-            // SAFETY: waitid returned 0, so info is initialised; si_pid is 0 when nothing exited.
-            return unsafe { info.si_pid() } == pid.0;
-        }
-        if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return false;
+        // WNOWAIT leaves the child as it was; with WNOHANG, nothing reported: it has not exited.
+        match rustix::process::waitid(
+            WaitId::Pid(kpid),
+            WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+        ) {
+            Ok(status) => return status.is_some(),
+            Err(Errno::INTR) => continue,
+            Err(_) => return false,
         }
     }
 }
@@ -273,11 +269,8 @@ pub fn children_state(_pgid: Option<Pgid>) -> Option<Children> {
 /// descendants are re-parented to it instead of to init, so it can track and reap them.
 #[cfg(target_os = "linux")]
 pub fn set_child_subreaper() -> io::Result<()> {
-    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag; no pointers.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    // rustix passes the pid as the flag: any non-zero value sets it.
+    Ok(rustix::process::set_child_subreaper(Some(rustix::process::getpid()))?)
 }
 
 /// True if processes `a` and `b` share one address space (`kcmp(KCMP_VM)`, Linux 3.5): a
@@ -326,15 +319,11 @@ pub fn fork() -> io::Result<Forked> {
 /// One `write(2)` of `buf` to a raw fd this process owns; EINTR is retried. Returns the bytes
 /// written. Errors: the write's.
 pub fn write_raw(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    let fd = borrowed(&fd)?;
     loop {
-        // SAFETY: buf is valid for buf.len() bytes; a closed fd yields EBADF.
-        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(err);
+        match rustix::io::write(fd, buf) {
+            Err(Errno::INTR) => continue,
+            r => return Ok(r?),
         }
     }
 }
@@ -342,27 +331,13 @@ pub fn write_raw(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
 /// One `read(2)` from a raw fd this process owns into `buf`; EINTR is retried. Returns the
 /// bytes read (0 at EOF). Errors: the read's (EAGAIN on an empty non-blocking fd).
 pub fn read_raw(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    loop {
-        // SAFETY: buf is valid for buf.len() bytes; a closed fd yields EBADF.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(err);
-        }
-    }
+    read_fd(borrowed(&fd)?, buf)
 }
 
 /// Moves this process into a process group of its own (`setpgid(0, 0)`), so that a signal to
 /// the group it came from (a host's `kill(-pgid)`) no longer reaches it.
 pub fn own_process_group() -> io::Result<()> {
-    // SAFETY: setpgid takes two integers; no pointers.
-    if unsafe { libc::setpgid(0, 0) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(rustix::process::setpgid(None, None)?)
 }
 
 /// A pidfd (Linux 5.3+): a handle on one process that cannot be confused with a later process
@@ -374,14 +349,8 @@ impl PidFd {
     /// `pidfd_open(pid, 0)`. Errors: ESRCH when no such process; ENOSYS on older kernels.
     #[cfg(target_os = "linux")]
     pub fn open(pid: Pid) -> io::Result<PidFd> {
-        // SAFETY: pidfd_open takes a pid and flags, returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.0, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the syscall returned a fresh fd that nothing else owns. pidfds are always
-        // close-on-exec.
-        Ok(PidFd(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
+        // pidfds are always close-on-exec.
+        Ok(PidFd(rustix::process::pidfd_open(kernel_pid(pid.0)?, rustix::process::PidfdFlags::empty())?))
     }
 
     /// No pidfds outside Linux.
@@ -393,16 +362,7 @@ impl PidFd {
     /// `pidfd_send_signal`: signals exactly the process the fd was opened on.
     #[cfg(target_os = "linux")]
     pub fn send(&self, sig: Signal) -> io::Result<Sent> {
-        // SAFETY: a valid pidfd, a signal number, a null siginfo and zero flags.
-        sent(unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.0.as_raw_fd(),
-                sig.as_raw(),
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            ) as libc::c_int
-        })
+        sent(rustix::process::pidfd_send_signal(&self.0, sig.to_rustix()))
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -466,25 +426,37 @@ impl PollFd {
 /// The timeout is rounded up to whole milliseconds so a deadline is never missed by a wake just
 /// short of it. EINTR returns `Ok(0)`: the signal pipe is among the fds, so the loop sees why.
 pub fn poll(fds: &mut [PollFd], timeout: Option<Duration>) -> io::Result<usize> {
-    let ms: libc::c_int = match timeout {
-        None => -1,
-        Some(d) => d.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int,
-    };
-    let mut raw: Vec<libc::pollfd> =
-        fds.iter().map(|p| libc::pollfd { fd: p.fd, events: p.events, revents: 0 }).collect();
-    // SAFETY: raw is a valid array of raw.len() pollfd structs.
-    let rc = unsafe { libc::poll(raw.as_mut_ptr(), raw.len() as libc::nfds_t, ms) };
-    if rc < 0 {
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EINTR) {
-            return Ok(0);
+    use rustix::event::{PollFlags, Timespec};
+    let timeout = timeout.map(|d| {
+        let ms = d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i64;
+        Timespec { tv_sec: ms / 1000, tv_nsec: (ms % 1000) * 1_000_000 }
+    });
+    // A negative fd is left out, as poll(2) ignores it (its revents stay 0).
+    let numbers: Vec<RawFd> = fds.iter().map(|p| p.fd).collect();
+    let mut index = Vec::with_capacity(fds.len());
+    let mut raw = Vec::with_capacity(fds.len());
+    for (i, fd) in numbers.iter().enumerate() {
+        if let Some(fd) = borrow(fd) {
+            index.push(i);
+            raw.push(rustix::event::PollFd::from_borrowed_fd(fd, PollFlags::from_bits_retain(fds[i].events as _)));
         }
-        return Err(err);
     }
-    for (p, r) in fds.iter_mut().zip(raw.iter()) {
-        p.revents = r.revents;
+    let n = match rustix::event::poll(&mut raw, timeout.as_ref()) {
+        Ok(n) => n,
+        Err(Errno::INTR) => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    for p in fds.iter_mut() {
+        p.revents = 0;
     }
-    Ok(rc as usize)
+    for (i, r) in index.into_iter().zip(&raw) {
+        // u16 on Linux, i16 elsewhere.
+        #[allow(clippy::unnecessary_cast)]
+        {
+            fds[i].revents = r.revents().bits() as i16;
+        }
+    }
+    Ok(n)
 }
 
 /// True if `fd` is a pipe or socket whose reading end has been closed (`POLLERR`/`POLLHUP` on a
@@ -509,33 +481,23 @@ pub enum FdKind {
 /// the same file or pipe (a host that gave stdout and stderr one task file, or `2>&1`). `None`
 /// if it is not open.
 pub fn fd_identity(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: st is a valid out-pointer; a closed fd yields EBADF.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) != 0 {
-            return None;
-        }
-        #[allow(clippy::unnecessary_cast)]
-        Some((st.st_dev as u64, st.st_ino as u64))
-    }
+    let st = rustix::fs::fstat(borrow(&fd)?).ok()?;
+    #[allow(clippy::unnecessary_cast)]
+    Some((st.st_dev as u64, st.st_ino as u64))
 }
 
 /// Classifies `fd` with `fstat` and `isatty`.
 pub fn fd_kind(fd: RawFd) -> FdKind {
-    // SAFETY: st is a valid out-pointer; a closed fd yields EBADF.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) != 0 {
-            return FdKind::Closed;
-        }
-        if libc::isatty(fd) == 1 {
-            return FdKind::Tty;
-        }
-        match st.st_mode & libc::S_IFMT {
-            libc::S_IFIFO => FdKind::Fifo,
-            libc::S_IFSOCK => FdKind::Socket,
-            _ => FdKind::Other,
-        }
+    use rustix::fs::FileType;
+    let Some(borrowed) = borrow(&fd) else { return FdKind::Closed };
+    let Ok(st) = rustix::fs::fstat(borrowed) else { return FdKind::Closed };
+    if rustix::termios::isatty(borrowed) {
+        return FdKind::Tty;
+    }
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Fifo => FdKind::Fifo,
+        FileType::Socket => FdKind::Socket,
+        _ => FdKind::Other,
     }
 }
 
@@ -544,14 +506,10 @@ pub fn fd_kind(fd: RawFd) -> FdKind {
 pub fn write_best_effort(fd: BorrowedFd<'_>, buf: &[u8]) {
     let mut rest = buf;
     while !rest.is_empty() {
-        // SAFETY: rest is a valid slice; the fd is borrowed for the call.
-        let n = unsafe { libc::write(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
-        if n > 0 {
-            rest = &rest[n as usize..];
-        } else if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        } else {
-            return;
+        match rustix::io::write(fd, rest) {
+            Ok(n) if n > 0 => rest = &rest[n..],
+            Err(Errno::INTR) => continue,
+            _ => return,
         }
     }
 }
@@ -570,25 +528,18 @@ pub enum Isolation {
 
 /// Pre-exec steps, run in the forked child (async-signal-safe only): the `isolation`, then every
 /// inherited fd above 2 marked close-on-exec, default signal dispositions and an empty mask.
+/// rustix's calls here are single system calls that neither allocate nor lock (libc's
+/// async-signal-safe wrappers outside Linux).
 pub fn pre_exec(isolation: Isolation) -> io::Result<()> {
     match isolation {
         Isolation::Group { take_terminal } => {
-            // SAFETY: setpgid, tcsetpgrp, sigprocmask and the sigset calls are
-            // async-signal-safe; the set is initialised before use.
-            unsafe {
-                if libc::setpgid(0, 0) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                if take_terminal {
-                    set_terminal_foreground(libc::getpgrp());
-                }
+            rustix::process::setpgid(None, None)?;
+            if take_terminal {
+                set_terminal_foreground(rustix::process::getpgrp());
             }
         }
         Isolation::Session => {
-            // SAFETY: setsid is async-signal-safe and has no pointer arguments.
-            if unsafe { libc::setsid() } < 0 {
-                return Err(io::Error::last_os_error());
-            }
+            rustix::process::setsid()?;
         }
     }
     close_inherited_on_exec();
@@ -600,11 +551,9 @@ pub fn pre_exec(isolation: Isolation) -> io::Result<()> {
 /// in argv (the leftovers' output, `manager::hand_off`). Async-signal-safe.
 pub fn pre_exec_keeping(isolation: Isolation, keep: [RawFd; 2]) -> io::Result<()> {
     pre_exec(isolation)?;
-    for fd in keep.into_iter().filter(|fd| *fd > 2) {
-        // SAFETY: fcntl with integer arguments; clears only that fd's close-on-exec flag.
-        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+    for fd in keep.iter().filter(|fd| **fd > 2) {
+        // Clears only that fd's close-on-exec flag.
+        rustix::io::fcntl_setfd(borrowed(fd)?, rustix::io::FdFlags::empty())?;
     }
     Ok(())
 }
@@ -616,12 +565,18 @@ pub fn pre_exec_keeping(isolation: Isolation, keep: [RawFd; 2]) -> io::Result<()
 /// `exec` failure through its own close-on-exec pipe, which must stay open until `exec`.
 ///
 /// Linux 5.11+: one `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`; elsewhere (or on older kernels)
-/// `fcntl(F_SETFD)` on every fd number below the open-files limit (at most 65536). Async-signal-safe.
+/// `fcntl(F_SETFD)` on every fd number below the open-files limit (at most 65536). Async-signal-safe,
+/// and on Linux it never writes libc's `errno`: the provider's `CLONE_VM` child (`exec`) runs it
+/// in its spawner's memory.
 pub fn close_inherited_on_exec() {
+    use rustix::io::FdFlags;
     #[cfg(target_os = "linux")]
     {
         /// `CLOSE_RANGE_CLOEXEC` from linux/close_range.h.
         const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+        // rustix has no close_range. (On failure libc's `syscall` writes `errno`, which a
+        // `CLONE_VM` child shares with its spawner: harmless, the spawner is suspended and
+        // reads no errno of this across the spawn.)
         // SAFETY: close_range takes two fd numbers and a flag; no pointers. A bare syscall.
         let rc =
             unsafe { libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC) };
@@ -629,17 +584,14 @@ pub fn close_inherited_on_exec() {
             return;
         }
     }
-    // SAFETY: getrlimit fills a valid out-struct; fcntl on fd numbers with integer arguments
-    // (an fd that is not open yields EBADF and is skipped).
-    unsafe {
-        let mut lim = libc::rlimit { rlim_cur: 1024, rlim_max: 1024 };
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        let max = lim.rlim_cur.min(65536) as libc::c_int;
-        for fd in 3..max {
-            let flags = libc::fcntl(fd, libc::F_GETFD);
-            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
-                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-            }
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
+    // An fd that is not open yields EBADF and is skipped.
+    for fd in 3..limit.min(65536) as RawFd {
+        let Some(fd) = borrow(&fd) else { continue };
+        if let Ok(flags) = rustix::io::fcntl_getfd(fd)
+            && !flags.contains(FdFlags::CLOEXEC)
+        {
+            let _ = rustix::io::fcntl_setfd(fd, flags | FdFlags::CLOEXEC);
         }
     }
 }
@@ -647,14 +599,13 @@ pub fn close_inherited_on_exec() {
 /// True if stdin is a terminal whose foreground group is this process's group: then the
 /// provider should take the foreground.
 pub fn owns_terminal_foreground() -> bool {
-    // SAFETY: isatty and tcgetpgrp take an fd; errors return 0 / -1.
-    unsafe { libc::isatty(libc::STDIN_FILENO) == 1 && libc::tcgetpgrp(libc::STDIN_FILENO) == libc::getpgrp() }
+    let Some(stdin) = stdin_fd() else { return false };
+    rustix::termios::isatty(stdin) && rustix::termios::tcgetpgrp(stdin) == Ok(rustix::process::getpgrp())
 }
 
 /// This process's group.
 pub fn getpgrp() -> Pgid {
-    // SAFETY: getpgrp has no preconditions and cannot fail.
-    Pgid(unsafe { libc::getpgrp() })
+    Pgid(rustix::process::getpgrp().as_raw_pid())
 }
 
 /// After a provider that took the terminal is gone: gives the foreground of the terminal on
@@ -664,34 +615,39 @@ pub fn getpgrp() -> Pgid {
 /// background group raises, is blocked for the call. Errors are ignored: the terminal may be
 /// gone.
 pub fn give_terminal_back(provider: Pgid, home: Pgid) {
-    // SAFETY: tcgetpgrp and kill with signal 0 take integers.
-    unsafe {
-        let fg = libc::tcgetpgrp(libc::STDIN_FILENO);
-        if fg <= 0 || fg == home.as_raw() {
-            return;
-        }
-        let empty = libc::kill(-fg, 0) != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if fg != provider.as_raw() && !empty {
-            return;
-        }
+    let Some(stdin) = stdin_fd() else { return };
+    let Ok(fg) = rustix::termios::tcgetpgrp(stdin) else { return };
+    if fg.as_raw_pid() == home.as_raw() {
+        return;
     }
-    set_terminal_foreground(home.as_raw());
+    let empty = rustix::process::test_kill_process_group(fg) == Err(Errno::SRCH);
+    if fg.as_raw_pid() != provider.as_raw() && !empty {
+        return;
+    }
+    if let Ok(home) = kernel_pid(home.as_raw()) {
+        set_terminal_foreground(home);
+    }
 }
 
 /// `tcsetpgrp` on stdin to `pgrp`, with SIGTTOU (which it raises when called from a background
 /// group) blocked for the call and the mask restored after. Async-signal-safe; errors ignored.
-fn set_terminal_foreground(pgrp: libc::pid_t) {
-    // SAFETY: sigset calls on initialised sets, sigprocmask with a valid out-set, tcsetpgrp on
-    // integers.
-    unsafe {
+/// The mask stays on libc: rustix has `sigprocmask` only among its `runtime` calls (Linux, not safe).
+fn set_terminal_foreground(pgrp: rustix::process::Pid) {
+    // SAFETY: sigset calls on initialised sets, sigprocmask with a valid out-set.
+    let old = unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTTOU);
         libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old);
-        libc::tcsetpgrp(libc::STDIN_FILENO, pgrp);
-        libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        old
+    };
+    // fd 0 is borrowed for the call only; a closed one is EBADF, ignored.
+    if let Some(stdin) = borrow(&0) {
+        let _ = rustix::termios::tcsetpgrp(stdin, pgrp);
     }
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
 }
 
 /// Takes ownership of an fd the caller inherited for sheepdog's own use (`--events-fd`), so
@@ -705,13 +661,7 @@ pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
         // SAFETY: the fd is open (fcntl succeeded) and the caller hands it over to us.
         return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
     }
-    // SAFETY: F_DUPFD_CLOEXEC returns a fresh fd or -1.
-    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
-    if new < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: new is a fresh fd nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+    Ok(rustix::io::fcntl_dupfd_cloexec(borrowed(&fd)?, 3)?)
 }
 
 /// Runs `f` with `pre_exec` so the unsafe hook stays in this module.
@@ -732,11 +682,12 @@ where
 /// report readiness, so the reader sees EOF and later writes go nowhere.
 pub fn redirect_to_null(target: RawFd) -> io::Result<()> {
     let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
-    // SAFETY: dup2 between two open fds; target is one of the standard fds this process owns.
-    if unsafe { libc::dup2(null.as_raw_fd(), target) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(match target {
+        0 => rustix::stdio::dup2_stdin(&null),
+        1 => rustix::stdio::dup2_stdout(&null),
+        2 => rustix::stdio::dup2_stderr(&null),
+        _ => Err(Errno::BADF),
+    }?)
 }
 
 /// Opens `name` (a path relative to the directory `dir`) read-only and close-on-exec:
@@ -745,16 +696,11 @@ pub fn redirect_to_null(target: RawFd) -> io::Result<()> {
 ///
 /// Errors: as `openat` (ENOENT, EACCES, ...); a name with a NUL byte is `InvalidInput`.
 pub fn open_at(dir: BorrowedFd<'_>, name: &std::ffi::OsStr) -> io::Result<std::fs::File> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `dir` is an open fd for the borrow's lifetime and `c` a NUL-terminated string that
-    // outlives the call; the returned fd, if any, is new and owned by nobody else.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
+    use rustix::fs::{Mode, OFlags};
+    if name.as_encoded_bytes().contains(&0) {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
     }
-    // SAFETY: `fd` was just returned by `openat` and is owned by nothing else.
-    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+    Ok(rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?.into())
 }
 
 /// How many bytes `fd` can give without blocking (`ioctl(FIONREAD)`): pipes, sockets and
@@ -762,34 +708,26 @@ pub fn open_at(dir: BorrowedFd<'_>, name: &std::ffi::OsStr) -> io::Result<std::f
 /// never blocks anyway). Lets the stdin relay read the host's stdin without setting
 /// `O_NONBLOCK` on it, a flag of the open file that the host and its other children share.
 pub fn readable_bytes(fd: RawFd) -> Option<usize> {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one c_int through the valid pointer; a bad fd yields EBADF.
-    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD as _, &mut n) };
-    (rc == 0).then_some(n.max(0) as usize)
+    let n = rustix::io::ioctl_fionread(borrow(&fd)?).ok()?;
+    Some(n as usize)
 }
 
 /// `read(2)` on a borrowed fd, retried on EINTR. `Ok(0)` is end of file.
 pub fn read_fd(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     loop {
-        // SAFETY: buf is a valid writable slice of buf.len() bytes; the fd is borrowed for the call.
-        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
+        match rustix::io::read(fd, &mut *buf) {
+            Err(Errno::INTR) => continue,
+            r => return Ok(r?),
         }
     }
 }
 
 /// This process's stdin, borrowed. `None` if fd 0 is not open.
 pub fn stdin_fd() -> Option<BorrowedFd<'static>> {
-    // SAFETY: F_GETFD only reads the fd's flags.
-    let open = unsafe { libc::fcntl(0, libc::F_GETFD) } >= 0;
-    // SAFETY: fd 0 is open, and this process never closes it while a borrow is used (the relay
-    // that reads it lives in the supervisor loop, which leaves fd 0 alone).
-    open.then(|| unsafe { BorrowedFd::borrow_raw(0) })
+    // fd 0 stays open while a borrow is used: this process never closes it (the relay that
+    // reads it lives in the supervisor loop, which leaves fd 0 alone).
+    let stdin = rustix::stdio::stdin();
+    rustix::io::fcntl_getfd(stdin).is_ok().then_some(stdin)
 }
 
 /// The symbolic name of an errno value (`ENOENT`), for documents a host parses: the names of

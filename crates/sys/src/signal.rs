@@ -5,10 +5,19 @@
 //! polls. A handler that runs in a forked child before `exec` (a signal that lands in the window
 //! between `fork` and the child's own reset) applies the default action instead, so the supervisor
 //! never mistakes the child's signal for its own.
+//!
+//! Dispositions, masks and the handler stay on libc: rustix has `sigaction` and `sigprocmask`
+//! only among its Linux-only `runtime` calls, none of them safe, and the handler must stay
+//! async-signal-safe (it saves and restores `errno` around the libc calls it makes: the sender's
+//! pid check, `kill`, `write`). File-descriptor flags and reads go through rustix.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+use rustix::fs::OFlags;
+
+use super::process::borrowed;
 
 /// A signal number, with its conventional name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -95,6 +104,14 @@ impl Signal {
         self.0
     }
 
+    /// The signal as rustix's type, to send it (`kill`, `pidfd_send_signal`).
+    pub(crate) fn to_rustix(self) -> rustix::process::Signal {
+        // SAFETY: `self.0` is a valid, non-zero signal number (1..=64: `from_raw` and the
+        // constants). rustix asks not to send libc's reserved real-time signals; the value is
+        // only ever sent, to a process the user named, as libc's `kill` sent it before.
+        unsafe { rustix::process::Signal::from_raw_unchecked(self.0) }
+    }
+
     /// `SIGTERM`, or `SIG42` for one without a conventional name.
     pub fn name(self) -> String {
         NAMES
@@ -174,8 +191,7 @@ impl SignalPipe {
         let (read, write) = pipe_cloexec()?;
         set_nonblocking(read.as_raw_fd())?;
         set_nonblocking(write.as_raw_fd())?;
-        // SAFETY: getpid has no preconditions.
-        OWNER_PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+        OWNER_PID.store(rustix::process::getpid().as_raw_pid(), Ordering::SeqCst);
         WAKE_FD.store(write.as_raw_fd(), Ordering::SeqCst);
         for sig in signals {
             // SAFETY: a zeroed sigaction is a valid starting point; the handler is an extern "C"
@@ -219,21 +235,14 @@ impl SignalPipe {
         for flag in &PENDING {
             flag.store(false, Ordering::SeqCst);
         }
-        // SAFETY: getpid has no preconditions.
-        OWNER_PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+        OWNER_PID.store(rustix::process::getpid().as_raw_pid(), Ordering::SeqCst);
         Ok(())
     }
 
     /// Empties the pipe and returns the signals that arrived since the last call, in number order.
     pub fn drain(&self) -> Vec<Signal> {
         let mut buf = [0u8; 64];
-        loop {
-            // SAFETY: buf is valid for buf.len() bytes; the fd is owned by self.
-            let n = unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
-                break;
-            }
-        }
+        while let Ok(1..) = rustix::io::read(&self.read, &mut buf) {}
         (1..MAX_SIGNAL).filter(|n| PENDING[*n as usize].swap(false, Ordering::SeqCst)).map(Signal).collect()
     }
 }
@@ -288,26 +297,16 @@ pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Sets `O_NONBLOCK` on `fd`.
 pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    add_flag(fd, libc::F_GETFL, libc::F_SETFL, libc::O_NONBLOCK)
+    let fd = borrowed(&fd)?;
+    Ok(rustix::fs::fcntl_setfl(fd, rustix::fs::fcntl_getfl(fd)? | OFlags::NONBLOCK)?)
 }
 
 /// Sets `FD_CLOEXEC` on `fd`, so commands we spawn do not inherit it.
 ///
 /// Errors: EBADF when `fd` is not open, which callers use to validate an inherited fd.
 pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
-    add_flag(fd, libc::F_GETFD, libc::F_SETFD, libc::FD_CLOEXEC)
-}
-
-/// `fcntl(fd, set, fcntl(fd, get) | flag)`.
-fn add_flag(fd: RawFd, get: libc::c_int, set: libc::c_int, flag: libc::c_int) -> io::Result<()> {
-    // SAFETY: fcntl on an fd number with integer arguments; a closed fd yields EBADF.
-    unsafe {
-        let flags = libc::fcntl(fd, get);
-        if flags < 0 || libc::fcntl(fd, set, flags | flag) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    let fd = borrowed(&fd)?;
+    Ok(rustix::io::fcntl_setfd(fd, rustix::io::fcntl_getfd(fd)? | rustix::io::FdFlags::CLOEXEC)?)
 }
 
 /// Ends this process by `sig`, as a shell would see it (`WIFSIGNALED`), after the tree is gone.
@@ -384,14 +383,8 @@ pub fn reset_for_exec() -> io::Result<()> {
 
 /// Clears `O_NONBLOCK` on `fd` (a FIFO opened non-blocking, about to be a command's stdin).
 pub fn set_blocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on an fd number with integer arguments; a closed fd yields EBADF.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    let fd = borrowed(&fd)?;
+    Ok(rustix::fs::fcntl_setfl(fd, rustix::fs::fcntl_getfl(fd)? - OFlags::NONBLOCK)?)
 }
 
 /// `mkfifo(path, mode)`: a named pipe (std's `mkfifo` is not stable yet).

@@ -46,7 +46,7 @@ pub use start::{
 };
 pub use stdin::{SEND_MAX, SEND_TIMEOUT, SendError, send};
 pub use stop::{StopOutcome, not_recorded_line, not_recorded_view, stop, stop_many, stoppable};
-pub use supervise::{MAX_RECORDED_MEMBERS, run_supervisor};
+pub use supervise::{MAX_RECORDED_MEMBERS, SuperviseArgs, run_supervisor};
 pub use update::{CLEANUP_TIMEOUT_MS, UpdateRequest, update};
 pub use wait::{Waited, WaitedMany, exit_status_of, wait, wait_many};
 

@@ -24,7 +24,7 @@ use crate::sys::process;
 use crate::sys::{Pid, procfs};
 
 use super::stop::StopOutcome;
-use super::supervise::Handshake;
+use super::supervise::{Handshake, SuperviseArgs};
 use super::{ManagerError, io_err, stop};
 
 /// What `sheepdog start` was asked for.
@@ -156,12 +156,14 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
     let entry = reg.create(entry)?;
     let id = entry.id.clone();
 
-    let mut args: Vec<OsString> =
-        ["supervise-entry", "--id", &id, "--containment", req.containment.name()].map(OsString::from).into();
-    args.extend(req.limits.memory_max.map(|m| format!("--memory-max={m}").into()));
-    args.extend(req.limits.pids_max.map(|p| format!("--pids-max={p}").into()));
-    args.extend(["--cwd".into(), cwd.clone().into_os_string(), "--".into()]);
-    args.extend(req.argv.iter().cloned());
+    let args = SuperviseArgs {
+        id: id.clone(),
+        containment: req.containment,
+        limits: req.limits,
+        cwd: cwd.clone(),
+        command: req.argv.clone(),
+    }
+    .to_args();
     match launch_supervisor(reg, &id, &args, [-1, -1])? {
         Some(Handshake::Spawned) => return Ok(reg.read(&id)?),
         Some(Handshake::Failed { code, message }) => {

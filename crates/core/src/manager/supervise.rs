@@ -54,6 +54,84 @@ impl Handshake {
     }
 }
 
+/// The detached supervisor's arguments, as [`start`](super::start) writes them on its command
+/// line (what `ps` shows) after `sheepdog --state-dir ROOT`: `supervise-entry --id ID
+/// --containment MODE [--memory-max=N] [--pids-max=N] --cwd DIR -- CMD...`. [`to_args`] writes
+/// them and [`parse`] reads them back (the CLI's `supervise-entry`), here in one place so the two
+/// cannot drift.
+///
+/// Read by hand, not by clap: every managed process has a supervisor of its own, and building
+/// clap's whole command tree would leave each of them with a larger heap and stack for nothing
+/// (BENCHMARKS.md, PSS per extra supervisor).
+///
+/// [`to_args`]: SuperviseArgs::to_args
+/// [`parse`]: SuperviseArgs::parse
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SuperviseArgs {
+    /// The entry's id.
+    pub id: String,
+    /// The containment tier asked for (`auto` when the flag is missing or names no tier).
+    pub containment: cgroup::Mode,
+    /// The cgroup limits asked for.
+    pub limits: cgroup::Limits,
+    /// The command's working directory.
+    pub cwd: PathBuf,
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+}
+
+impl SuperviseArgs {
+    /// The subcommand's name, the first of [`SuperviseArgs::to_args`].
+    pub const SUBCOMMAND: &'static str = "supervise-entry";
+
+    /// The arguments, [`SuperviseArgs::SUBCOMMAND`] first.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> =
+            [Self::SUBCOMMAND, "--id", &self.id, "--containment", self.containment.name()].map(OsString::from).into();
+        args.extend(self.limits.memory_max.map(|m| format!("--memory-max={m}").into()));
+        args.extend(self.limits.pids_max.map(|p| format!("--pids-max={p}").into()));
+        args.extend(["--cwd".into(), self.cwd.clone().into_os_string(), "--".into()]);
+        args.extend(self.command.iter().cloned());
+        args
+    }
+
+    /// Reads the arguments that follow [`SuperviseArgs::SUBCOMMAND`]. `None` for anything
+    /// [`SuperviseArgs::to_args`] would not have written: an unknown flag, a flag without its
+    /// value, a limit that is not a number, no id or no command.
+    pub fn parse(rest: &[OsString]) -> Option<SuperviseArgs> {
+        let mut it = rest.iter();
+        let mut a = SuperviseArgs::default();
+        while let Some(arg) = it.next() {
+            let s = arg.to_str()?;
+            match s {
+                "--id" => a.id = it.next()?.to_str()?.to_string(),
+                "--cwd" => a.cwd = PathBuf::from(it.next()?),
+                "--containment" => a.containment = cgroup::Mode::parse(it.next()?.to_str()?).unwrap_or_default(),
+                "--" => {
+                    a.command = it.cloned().collect();
+                    break;
+                }
+                _ => {
+                    if let Some(v) = s.strip_prefix("--memory-max=") {
+                        a.limits.memory_max = Some(v.parse().ok()?);
+                    } else if let Some(v) = s.strip_prefix("--pids-max=") {
+                        a.limits.pids_max = Some(v.parse().ok()?);
+                    } else {
+                        return None;
+                    }
+                }
+            }
+        }
+        (!a.id.is_empty() && !a.command.is_empty()).then_some(a)
+    }
+
+    /// What the supervisor asks of the cgroup probe: the tier and limits asked for, labelled
+    /// with the entry's id.
+    pub fn containment_request(&self) -> cgroup::Request {
+        cgroup::Request { mode: self.containment, limits: self.limits, label: self.id.clone(), name: None }
+    }
+}
+
 /// In a supervisor that re-executed itself after its keeper's SIGKILL: if the keeper had already
 /// stopped the tree and recorded it, and was running the entry's cleanup, that cleanup is left to
 /// run (it is this process's child now, re-parented to a subreaper) until its `sh` ends (then
@@ -619,4 +697,65 @@ fn record_containment(e: &mut Entry, r: &cgroup::Record) {
     e.containment_reason = r.containment_reason.clone();
     e.cgroup = r.cgroup.clone();
     e.cgroup_inode = r.cgroup_inode;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use super::SuperviseArgs;
+    use crate::cgroup;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn supervise_args_read_back_what_they_write_in_the_command_line_ps_shows() {
+        let a = SuperviseArgs {
+            id: "web-3".into(),
+            containment: cgroup::Mode::Cgroup,
+            limits: cgroup::Limits { memory_max: Some(1 << 20), pids_max: Some(64) },
+            cwd: "/tmp/x y".into(),
+            command: os(&["sh", "-c", "echo --id"]),
+        };
+        let args = a.to_args();
+        assert_eq!(
+            args,
+            os(&[
+                "supervise-entry",
+                "--id",
+                "web-3",
+                "--containment",
+                "cgroup",
+                "--memory-max=1048576",
+                "--pids-max=64",
+                "--cwd",
+                "/tmp/x y",
+                "--",
+                "sh",
+                "-c",
+                "echo --id"
+            ])
+        );
+        assert_eq!(SuperviseArgs::parse(&args[1..]), Some(a.clone()));
+        let plain = SuperviseArgs { limits: cgroup::Limits::default(), containment: cgroup::Mode::Auto, ..a };
+        assert_eq!(SuperviseArgs::parse(&plain.to_args()[1..]), Some(plain));
+    }
+
+    #[test]
+    fn supervise_args_refuse_what_start_never_writes() {
+        for bad in [
+            &["--id", "a", "--cwd", "/"][..],
+            &["--cwd", "/", "--", "true"],
+            &["--id", "a", "--bogus", "--", "true"],
+            &["--id", "a", "--pids-max=x", "--", "true"],
+            &["--id"],
+        ] {
+            assert_eq!(SuperviseArgs::parse(&os(bad)), None, "{bad:?}");
+        }
+        // An unknown tier reads as `auto`, as before.
+        let a = SuperviseArgs::parse(&os(&["--id", "a", "--containment", "x", "--", "true"]));
+        assert_eq!(a.map(|a| a.containment), Some(cgroup::Mode::Auto));
+    }
 }
