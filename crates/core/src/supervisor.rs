@@ -41,6 +41,14 @@ pub const MEMBER_SCAN_MIN: Duration = Duration::from_millis(10);
 /// `/proc/<pid>/task/*/children` per member.
 pub const MEMBER_SCAN_MAX: Duration = Duration::from_millis(250);
 
+/// During a stop in the cgroup tier, "all gone" is also looked at this often: 250 ms. A member
+/// that is not this process's descendant (moved into the cgroup from outside) ends with no
+/// SIGCHLD here, and only `populated 0` in `cgroup.events` (a POLLPRI wake) tells. On Linux
+/// 6.18 that wake was seen missing: the file said `populated 0` while the poll on it slept on
+/// into the term grace (tests/cgroup.rs, `populated_0_wakes_...`: 4 of 223 runs under load).
+/// A stop is bounded, so the look costs a few reads of one small file per second, only then.
+pub const CGROUP_RECHECK: Duration = Duration::from_millis(250);
+
 /// At most this many children are reaped per wake: 1024. The supervisor is a subreaper, so in
 /// a fork storm (each member forks and exits) every exit is reparented to it as a zombie, and
 /// a loop that reaps "until none is left" can chase the storm past every deadline. After a full
@@ -792,6 +800,9 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         }
         if owner.as_ref().is_some_and(|o| o.pidfd.is_none()) {
             deadline = earliest(deadline, Some(now + OWNER_POLL));
+        }
+        if machine.stopping() && tree.cgroup().is_some() {
+            deadline = earliest(deadline, Some(now + CGROUP_RECHECK));
         }
         process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).map_err(io_err("poll"))?;
 
