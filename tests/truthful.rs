@@ -192,6 +192,63 @@ finally:
     assert_eq!(wait_gone(&pids, SECS(5)), Vec::<i32>::new(), "the supervisor leaves once it recorded");
 }
 
+/// Issue 32, item 5: `stop --term-grace` carries its one-off grace to the supervisor with the
+/// SIGTERM (the signal's value), not through `entry.json`. On a full disk the entry cannot take
+/// it, and the supervisor used to read the entry's own 30 s grace back: the trapping command
+/// then lived 30 s instead of 300 ms.
+#[test]
+fn a_one_off_term_grace_reaches_the_supervisor_on_a_full_disk() {
+    let src = r#"
+import json, os, subprocess, tempfile, time
+S = os.environ["SHEEPDOG"]
+d = tempfile.mkdtemp()
+subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", d], check=True)
+try:
+    state = os.path.join(d, "state")
+    cmd = ["sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.05; done"]
+    v = json.loads(subprocess.run([S, "--state-dir", state, "start", "--json", "--term-grace", "30s", "--", *cmd],
+                                  stdout=subprocess.PIPE, check=True).stdout)
+    keeper = json.load(open(os.path.join(state, "procs", v["id"], "entry.json"))).get("keeperPid") or ""
+    print("pids", v["pid"], v["supervisorPid"], keeper, flush=True)
+    fill = os.path.join(d, "fill")
+    with open(fill, "wb", buffering=0) as f:
+        for size in (65536, 4096, 512, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError:
+                pass
+    asked = time.monotonic()
+    stop = subprocess.Popen([S, "--state-dir", state, "stop", "--term-grace", "300ms", v["id"]],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gone_after = None
+    while time.monotonic() - asked < 20:
+        try:
+            if open("/proc/%d/stat" % v["pid"]).read().split(") ")[1].split()[0] == "Z":
+                break
+        except OSError:
+            break
+        time.sleep(0.02)
+    print("gone", round(time.monotonic() - asked, 3), flush=True)
+    os.remove(fill)
+    stop.wait()
+finally:
+    subprocess.run(["umount", "-l", d])
+"#;
+    let st = State::new();
+    let guard = Guard::new();
+    let Some((mut child, lines)) = in_mount_namespace(&st, src, &guard) else { return };
+    let pids = lines.pids("pids", SECS(10));
+    pids.iter().for_each(|p| guard.track(*p));
+    let gone: f64 = lines.expect("gone", SECS(30))[0].parse().unwrap();
+    eprintln!("the command lived {gone} s after the stop");
+    wait_child(&mut child, SECS(60));
+    // 300 ms of grace, the 1.5 s kill wait, and room for a loaded machine; far below 30 s.
+    assert!(gone < 10.0, "the command lived {gone} s after the stop with a 300 ms grace");
+    assert_eq!(wait_gone(&pids, SECS(10)), Vec::<i32>::new(), "nothing is left");
+}
+
 #[test]
 fn issue18_on_a_read_only_state_dir_reap_says_it_recorded_nothing_and_records_once_writable() {
     let st = State::new();

@@ -228,7 +228,7 @@ impl Observer for EventSink {
         self.emit(&Event::spawn_failed(program, e));
     }
 
-    fn stopping(&mut self, trigger: Trigger) {
+    fn stopping(&mut self, trigger: Trigger, _policy: &crate::stop::StopPolicy) {
         self.emit(&Event::stopping(trigger));
     }
 

@@ -422,7 +422,12 @@ impl Front {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             for sig in signals.drain() {
-                if sig != Signal::CHLD {
+                if sig == Signal::CHLD {
+                    continue;
+                }
+                // A value (a stop's one-off term grace) goes on with the signal it came with.
+                let queued = signals.take_value(sig).is_some_and(|v| process::queue(self.keeper, sig, v).is_ok());
+                if !queued {
                     let _ = process::kill(self.keeper, sig);
                 }
             }

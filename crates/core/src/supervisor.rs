@@ -233,7 +233,7 @@ pub trait Observer {
     /// again (no second `spawned` event).
     fn adopted(&mut self, _spawned: &Spawned) {}
     /// A stop began (or, with `ProviderExited`, cleanup of what an exited provider left).
-    fn stopping(&mut self, _trigger: Trigger) {}
+    fn stopping(&mut self, _trigger: Trigger, _policy: &StopPolicy) {}
     /// The term grace ran out; SIGKILL went to `remaining` processes.
     fn escalated(&mut self, _remaining: usize) {}
     /// A child that is not the provider was reaped (an inherited orphan, or a helper the
@@ -824,7 +824,10 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                     Some(fd) if gone(fd) => Trigger::SupervisorKilled,
                     _ => Trigger::Signal(sig),
                 };
-                begin(&mut machine, trigger, &tree, observer);
+                // `sheepdog stop --term-grace`: the request's one-off grace, in ms, rides in the
+                // signal's value (nothing is written to the entry for this process to read back).
+                let one_off = signals.take_value(sig).map(|ms| Duration::from_millis(u64::from(ms)));
+                begin_with(&mut machine, trigger, &tree, observer, one_off);
             }
         }
         let mut reaped = 0;
@@ -954,7 +957,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             }
             let step = machine.provider_exited(now, &tree);
             if was_running && machine.stopping() {
-                observer.stopping(Trigger::ProviderExited);
+                observer.stopping(Trigger::ProviderExited, machine.policy());
             }
             step
         } else {
@@ -1124,12 +1127,26 @@ pub fn await_trigger(
 /// signal goes out, so a managed entry records why it stops even if this process is killed
 /// in the middle of it.
 fn begin(machine: &mut StopMachine, trigger: Trigger, tree: &Tree, observer: &mut dyn Observer) {
-    let was_running = machine.phase() == Phase::Running;
-    if was_running {
+    begin_with(machine, trigger, tree, observer, None);
+}
+
+/// [`begin`] with a stop request's one-off term grace, which replaces the entry's for this stop
+/// only (a stop already under way keeps the grace it began with).
+fn begin_with(
+    machine: &mut StopMachine,
+    trigger: Trigger,
+    tree: &Tree,
+    observer: &mut dyn Observer,
+    one_off: Option<Duration>,
+) {
+    if machine.phase() == Phase::Running {
         if let Some(policy) = observer.policy_for_stop(trigger) {
             machine.set_policy(policy);
         }
-        observer.stopping(trigger);
+        if let Some(term_grace) = one_off {
+            machine.set_policy(StopPolicy { term_grace, ..*machine.policy() });
+        }
+        observer.stopping(trigger, machine.policy());
     }
     machine.begin(trigger, Instant::now(), tree);
 }
@@ -1140,7 +1157,7 @@ fn begin_with_stdin_grace(machine: &mut StopMachine, trigger: Trigger, observer:
         if let Some(policy) = observer.policy_for_stop(trigger) {
             machine.set_policy(policy);
         }
-        observer.stopping(trigger);
+        observer.stopping(trigger, machine.policy());
     }
     machine.begin_with_stdin_grace(trigger, Instant::now());
 }

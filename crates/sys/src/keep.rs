@@ -49,7 +49,7 @@ unsafe extern "C" {
     static environ: *const *const libc::c_char;
 }
 
-/// Bytes of the relay's stack. Its deepest frame is the relay loop with a 256-byte buffer.
+/// Bytes of the relay's stack. Its deepest frame is the relay loop with 384 bytes of buffers.
 const RELAY_STACK: usize = 32 * 1024;
 /// The variable the relay hands its findings on in: `SHEEPDOG_ADOPT=`.
 pub const ADOPT_VAR: &str = "SHEEPDOG_ADOPT";
@@ -438,8 +438,14 @@ unsafe extern "C" fn relay_main(arg: *mut libc::c_void, keeper: i32) -> ! {
             }
         }
         let mut info = [0u8; 128];
+        // What the signal came with: a stop request's one-off term grace rides in the value of a
+        // signal queued with one (si_code SI_QUEUE at offset 8), passed on as it came.
+        let mut came = [0u8; 128];
         let (code, status) = loop {
-            let sig = sys(libc::SYS_rt_sigtimedwait, [&waited as *const u64 as usize, 0, 0, SIGSET, 0]);
+            let sig = sys(
+                libc::SYS_rt_sigtimedwait,
+                [&waited as *const u64 as usize, came.as_mut_ptr() as usize, 0, SIGSET, 0],
+            );
             if sig == libc::SIGCHLD as isize {
                 info.fill(0);
                 let rc = sys(
@@ -462,7 +468,12 @@ unsafe extern "C" fn relay_main(arg: *mut libc::c_void, keeper: i32) -> ! {
                     break (libc::CLD_EXITED, 125);
                 }
             } else if sig > 0 {
-                sys(libc::SYS_kill, [keeper as usize, sig as usize, 0, 0, 0]);
+                let code = i32::from_ne_bytes([came[8], came[9], came[10], came[11]]);
+                if code == libc::SI_QUEUE {
+                    sys(libc::SYS_rt_sigqueueinfo, [keeper as usize, sig as usize, came.as_ptr() as usize, 0, 0]);
+                } else {
+                    sys(libc::SYS_kill, [keeper as usize, sig as usize, 0, 0, 0]);
+                }
             }
         };
         let signaled = code != libc::CLD_EXITED;

@@ -13,7 +13,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use rustix::fs::OFlags;
 
@@ -134,8 +134,38 @@ const MAX_SIGNAL: i32 = 65;
 static PENDING: [AtomicBool; MAX_SIGNAL as usize] = [const { AtomicBool::new(false) }; MAX_SIGNAL as usize];
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+/// The value each signal last arrived with: [`QUEUED`] set and the value in the low 32 bits when
+/// it was queued with one (`SI_QUEUE`: `sigqueue`, [`crate::process::PidFd::send_with_value`]),
+/// 0 when it came plainly (`kill`).
+static VALUES: [AtomicU64; MAX_SIGNAL as usize] = [const { AtomicU64::new(0) }; MAX_SIGNAL as usize];
+/// The bit of [`VALUES`] that says a value came.
+const QUEUED: u64 = 1 << 32;
 
-extern "C" fn on_signal(sig: libc::c_int) {
+/// `si_code` of a signal queued with a value (`SI_QUEUE`, -1 on Linux).
+#[cfg(target_os = "linux")]
+pub const SI_QUEUE: i32 = libc::SI_QUEUE;
+
+/// The value `info` carries, tagged [`QUEUED`], or 0 for a signal sent plainly.
+///
+/// # Safety
+/// `info` is NULL or the `siginfo_t` the kernel passed to an `SA_SIGINFO` handler.
+#[cfg(target_os = "linux")]
+unsafe fn queued_value(info: *const libc::siginfo_t) -> u64 {
+    // SAFETY: the function's contract; `si_value` reads the union member SI_QUEUE fills.
+    unsafe {
+        if info.is_null() || (*info).si_code != libc::SI_QUEUE {
+            return 0;
+        }
+        QUEUED | u64::from((*info).si_value().sival_ptr as usize as u32)
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+unsafe fn queued_value(_info: *const libc::siginfo_t) -> u64 {
+    0
+}
+
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
     // SAFETY: getpid, signal, kill and write are async-signal-safe; errno is saved and restored
     // so the interrupted code does not see ours.
     unsafe {
@@ -145,6 +175,10 @@ extern "C" fn on_signal(sig: libc::c_int) {
             libc::signal(sig, libc::SIG_DFL);
             libc::kill(libc::getpid(), sig);
         } else {
+            // The value first: the loop reads it after it sees the flag.
+            if let Some(value) = VALUES.get(sig as usize) {
+                value.store(queued_value(info), Ordering::SeqCst);
+            }
             if let Some(flag) = PENDING.get(sig as usize) {
                 flag.store(true, Ordering::SeqCst);
             }
@@ -195,12 +229,13 @@ impl SignalPipe {
         WAKE_FD.store(write.as_raw_fd(), Ordering::SeqCst);
         for sig in signals {
             // SAFETY: a zeroed sigaction is a valid starting point; the handler is an extern "C"
-            // fn with the signature sa_handler expects; SA_RESTART keeps std's blocking calls
-            // from seeing EINTR.
+            // fn with the signature an SA_SIGINFO handler has; SA_RESTART keeps std's blocking
+            // calls from seeing EINTR.
             unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
-                action.sa_flags = libc::SA_RESTART | if sig.0 == libc::SIGCHLD { libc::SA_NOCLDSTOP } else { 0 };
+                action.sa_flags =
+                    libc::SA_SIGINFO | libc::SA_RESTART | if sig.0 == libc::SIGCHLD { libc::SA_NOCLDSTOP } else { 0 };
                 libc::sigemptyset(&mut action.sa_mask);
                 if libc::sigaction(sig.0, &action, std::ptr::null_mut()) != 0 {
                     return Err(io::Error::last_os_error());
@@ -235,6 +270,9 @@ impl SignalPipe {
         for flag in &PENDING {
             flag.store(false, Ordering::SeqCst);
         }
+        for value in &VALUES {
+            value.store(0, Ordering::SeqCst);
+        }
         OWNER_PID.store(rustix::process::getpid().as_raw_pid(), Ordering::SeqCst);
         Ok(())
     }
@@ -244,6 +282,14 @@ impl SignalPipe {
         let mut buf = [0u8; 64];
         while let Ok(1..) = rustix::io::read(&self.read, &mut buf) {}
         (1..MAX_SIGNAL).filter(|n| PENDING[*n as usize].swap(false, Ordering::SeqCst)).map(Signal).collect()
+    }
+
+    /// The value `sig` last arrived with when it was queued with one (a stop's one-off term
+    /// grace in ms: [`crate::process::PidFd::send_with_value`]), taken once; `None` when it came
+    /// plainly. Read after [`SignalPipe::drain`] returned `sig`.
+    pub fn take_value(&self, sig: Signal) -> Option<u32> {
+        let v = VALUES.get(sig.0 as usize)?.swap(0, Ordering::SeqCst);
+        (v & QUEUED != 0).then_some(v as u32)
     }
 }
 

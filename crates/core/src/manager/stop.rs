@@ -275,19 +275,17 @@ pub(super) fn stop_settled(
     let mut entry = entry.clone();
     // A supervisor already stopping keeps the grace it started with: wait for the longer.
     let before = Duration::from_millis(entry.stop.max_stop_ms);
-    if let Some(g) = term_grace {
-        let set = |e: &mut Entry| {
+    // The request's one-off grace: this copy says what this stop waits for (and stops with, past
+    // a stuck supervisor); the supervisor hears it with the signal, not from the entry.
+    let one_off = |e: &mut Entry| {
+        if let Some(g) = term_grace {
             e.stop = StopPolicy { term_grace: g, ..StopPolicy::from_timings(&e.stop) }.timings();
-        };
-        // A registry that cannot be written (a full disk) must not keep the tree from stopping.
-        match reg.update(&id, set) {
-            Ok(e) => entry = e,
-            Err(_) => set(&mut entry),
         }
-    }
+    };
+    one_off(&mut entry);
     let mut past_a_stuck_supervisor = false;
     if let Some(sup) = verified_supervisor(&entry) {
-        let _ = sup.send(Signal::TERM);
+        ask_to_stop(reg, &id, &sup, term_grace);
         let bound = before.max(Duration::from_millis(entry.stop.max_stop_ms)) + cleanup_bound(&entry) + STOP_MARGIN;
         let deadline = Instant::now() + bound;
         let exited = wait_pidfd(&sup, Some(bound));
@@ -341,6 +339,7 @@ pub(super) fn stop_settled(
             let _ = keeper.send(Signal::KILL);
         }
         entry = now;
+        one_off(&mut entry);
         entry.members.extend(adopted);
     }
     let report = match recorded_tree(&entry) {
@@ -382,6 +381,26 @@ pub(super) fn stop_settled(
     };
     let (not_signalled, left) = unfinished(&e, report.gone);
     Ok(StopOutcome { entry: e, already_finished: false, tree_gone: report.gone, not_signalled, left })
+}
+
+/// Asks a verified supervisor for the one stop: SIGTERM, carrying `term_grace` (ms) as the
+/// signal's value when given (`sys::process::PidFd::send_with_value`), which the supervisor
+/// uses for this stop only and records with it. Where a signal cannot carry a value (not 64-bit
+/// Linux), or the grace does not fit in one (over 49 days), the grace is written to the entry
+/// first, for the supervisor to read as its stop begins; a registry that cannot be written (a
+/// full disk) must not keep the tree from stopping, so the signal goes either way.
+fn ask_to_stop(reg: &Registry, id: &str, sup: &crate::sys::process::PidFd, term_grace: Option<Duration>) {
+    if let Some(g) = term_grace {
+        if let Ok(ms) = u32::try_from(g.as_millis())
+            && sup.send_with_value(Signal::TERM, ms).is_ok()
+        {
+            return;
+        }
+        let _ = reg.update(id, |e| {
+            e.stop = StopPolicy { term_grace: g, ..StopPolicy::from_timings(&e.stop) }.timings();
+        });
+    }
+    let _ = sup.send(Signal::TERM);
 }
 
 /// The stop of a finished entry whose tree was not gone when it was stopped (a member could not

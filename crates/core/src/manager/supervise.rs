@@ -616,14 +616,18 @@ impl Observer for Managed<'_> {
         }
     }
 
-    fn stopping(&mut self, trigger: Trigger) {
+    fn stopping(&mut self, trigger: Trigger, policy: &StopPolicy) {
         if trigger != Trigger::ProviderExited {
             // Recorded before the first signal: a supervisor and keeper both killed in the
-            // middle of the stop leave an entry that says a stop began, and why.
+            // middle of the stop leave an entry that says a stop began, and why, and with which
+            // timings (a `stop --term-grace` request's one-off grace: what readers of
+            // `maxStopMs` wait for).
             let reason = StopReason::from(trigger);
+            let timings = policy.timings();
             let _ = self.write(&mut |e| {
                 if !e.is_finished() && e.stop_reason.is_none() {
                     e.stop_reason = Some(reason.clone());
+                    e.stop = timings;
                 }
             });
         }
