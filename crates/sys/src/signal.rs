@@ -141,10 +141,6 @@ static VALUES: [AtomicU64; MAX_SIGNAL as usize] = [const { AtomicU64::new(0) }; 
 /// The bit of [`VALUES`] that says a value came.
 const QUEUED: u64 = 1 << 32;
 
-/// `si_code` of a signal queued with a value (`SI_QUEUE`, -1 on Linux).
-#[cfg(target_os = "linux")]
-pub const SI_QUEUE: i32 = libc::SI_QUEUE;
-
 /// The value `info` carries, tagged [`QUEUED`], or 0 for a signal sent plainly.
 ///
 /// # Safety
