@@ -248,7 +248,22 @@ fn unfinished(e: &Entry, gone: bool) -> (Option<String>, Option<String>) {
     }
 }
 
-/// [`stop`] of an entry past `starting`.
+/// How the tree part of a stop ended, before its cleanup step ([`stop_settled`]).
+enum Stopped {
+    /// Nothing was signalled: the entry had ended (the wrapper may have exited while its work
+    /// goes on: its cleanup is still due).
+    AlreadyEnded,
+    /// The supervisor (or its keeper) ran the stop and recorded it.
+    BySupervisor,
+    /// This process stopped the recorded tree itself, past a supervisor that was gone or stuck;
+    /// `gone`: what the kernel said of the tree.
+    FromOutside { entry: Box<Entry>, gone: bool },
+}
+
+/// [`stop`] of an entry past `starting`: the tree ([`stop_tree`]), then the cleanup step,
+/// claimed here and nowhere else in a stop (`cleanup::run_once`: a cleanup the supervisor
+/// already ran, or still runs, is waited for and not run twice; one whose runner died is run
+/// here). The outcome is read after it.
 pub(super) fn stop_settled(
     reg: &Registry,
     entry: &Entry,
@@ -258,20 +273,45 @@ pub(super) fn stop_settled(
     if left_running(entry) && !entry.supervisor_alive() {
         return stop_again(reg, entry);
     }
-    if entry.is_finished() {
-        // The wrapper may have exited while its work goes on: the cleanup is still due. A
-        // supervisor that stayed to watch for it is told to re-read its entry and leave.
-        if entry.this_boot() {
-            crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
-            notify_supervisor(entry);
-        }
-        let e = reg.read(&id)?;
-        return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true, not_signalled: None, left: None });
-    }
-    if !entry.this_boot() {
+    let stopped = if entry.is_finished() {
+        Stopped::AlreadyEnded
+    } else if !entry.this_boot() {
         let e = record_lost(reg, &id, "lost (recorded during a previous boot; nothing was signalled)")?;
         return Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true, not_signalled: None, left: None });
+    } else {
+        stop_tree(reg, entry, term_grace)?
+    };
+    // An entry of a previous boot has nothing to run its cleanup for.
+    let ran = entry.this_boot().then(|| crate::cleanup::run_once(reg, &id, CleanupRunner::Stop)).flatten();
+    match stopped {
+        Stopped::AlreadyEnded => {
+            // A supervisor that stayed to watch for the cleanup is told to re-read its entry
+            // and leave.
+            notify_supervisor(entry);
+            let e = reg.read(&id)?;
+            Ok(StopOutcome { entry: e, already_finished: true, tree_gone: true, not_signalled: None, left: None })
+        }
+        Stopped::BySupervisor => {
+            let now = reg.read(&id)?;
+            let tree_gone = now.tree_gone.unwrap_or(true);
+            let (not_signalled, left) = unfinished(&now, tree_gone);
+            Ok(StopOutcome { tree_gone, entry: now, already_finished: false, not_signalled, left })
+        }
+        Stopped::FromOutside { entry: e, gone } => {
+            let e = match ran {
+                Some(_) => reg.read(&id)?,
+                None => *e,
+            };
+            let (not_signalled, left) = unfinished(&e, gone);
+            Ok(StopOutcome { entry: e, already_finished: false, tree_gone: gone, not_signalled, left })
+        }
     }
+}
+
+/// The tree part of [`stop_settled`] for a running entry of this boot: asks the supervisor and
+/// waits for it, or acts past it.
+fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<Stopped, ManagerError> {
+    let id = entry.id.clone();
     let mut entry = entry.clone();
     // A supervisor already stopping keeps the grace it started with: wait for the longer.
     let before = Duration::from_millis(entry.stop.max_stop_ms);
@@ -301,12 +341,8 @@ pub(super) fn stop_settled(
             now = reg.read(&id)?;
         }
         if now.is_finished() {
-            // The supervisor ran the cleanup; if it died before doing so, run it here.
-            crate::cleanup::run_once(reg, &id, CleanupRunner::Stop);
-            let now = reg.read(&id)?;
-            let tree_gone = now.tree_gone.unwrap_or(true);
-            let (not_signalled, left) = unfinished(&now, tree_gone);
-            return Ok(StopOutcome { tree_gone, entry: now, already_finished: false, not_signalled, left });
+            // The supervisor ran the cleanup, or died before it: the cleanup step settles it.
+            return Ok(Stopped::BySupervisor);
         }
         // The tree is gone but nothing says so: the supervisor could not record its result (a
         // full disk) and waits to retry, holding the real outcome. Record ours first; if that
@@ -374,13 +410,7 @@ pub(super) fn stop_settled(
         }
         Err(source) => return Err(source.into()),
     };
-    let e = settle_cgroup(reg, e);
-    let e = match crate::cleanup::run_once(reg, &id, CleanupRunner::Stop) {
-        Some(_) => reg.read(&id)?,
-        None => e,
-    };
-    let (not_signalled, left) = unfinished(&e, report.gone);
-    Ok(StopOutcome { entry: e, already_finished: false, tree_gone: report.gone, not_signalled, left })
+    Ok(Stopped::FromOutside { entry: Box::new(settle_cgroup(reg, e)), gone: report.gone })
 }
 
 /// Asks a verified supervisor for the one stop: SIGTERM, carrying `term_grace` (ms) as the
