@@ -276,8 +276,8 @@ pub fn main() -> i32 {
     if let Some((dir, a)) = hook::hook_invocation(&args) {
         return hook::hook(dir, a);
     }
-    if let Some((dir, id, fds)) = supervise::leftovers_invocation(&args) {
-        return supervise::supervise_leftovers(id, dir, fds).unwrap_or_else(|e| report(&e, false));
+    if let Some((dir, a)) = supervise::leftovers_invocation(&args) {
+        return supervise::supervise_leftovers(a, dir).unwrap_or_else(|e| report(&e, false));
     }
     if let Some((dir, rest)) = mcp_invocation(&args) {
         return mcp(rest, dir).unwrap_or_else(|e| report(&e, json));

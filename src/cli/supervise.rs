@@ -1,10 +1,10 @@
-//! The hidden `supervise-entry` subcommand: the detached supervisor's own entry point, recognised
-//! before clap so that it costs every managed start nothing.
+//! The hidden `supervise-entry` and `supervise-leftovers` subcommands: the detached supervisors'
+//! own entry points, recognised before clap so that they cost every managed start nothing.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use sheepdog::manager::{self, SuperviseArgs};
+use sheepdog::manager::{self, LeftoversArgs, SuperviseArgs};
 
 use super::CliError;
 use super::common::open;
@@ -26,28 +26,17 @@ pub(super) fn supervise_entry(a: SuperviseArgs, dir: Option<PathBuf>) -> Result<
 }
 
 /// Recognises `sheepdog [--state-dir DIR] supervise-leftovers --id ID [--out-fd N] [--err-fd N]`
-/// (the shape `manager::hand_off` writes): the supervisor of what a `run --leftovers keep`
-/// command left running, and the read ends of its output relay. `None` for anything else.
-pub(super) fn leftovers_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, String, [Option<i32>; 2])> {
-    let (dir, rest) = super::invocation(args, "supervise-leftovers")?;
-    let [flag, id, more @ ..] = rest else { return None };
-    if flag != "--id" || id.is_empty() {
-        return None;
-    }
-    let mut fds = [None, None];
-    for pair in more.chunks(2) {
-        let [flag, n] = pair else { return None };
-        let slot = match flag.to_str()? {
-            "--out-fd" => 0,
-            "--err-fd" => 1,
-            _ => return None,
-        };
-        fds[slot] = Some(n.to_str()?.parse().ok()?);
-    }
-    Some((dir, id.to_str()?.to_string(), fds))
+/// (the shape `manager::hand_off` writes, read back by [`LeftoversArgs::parse`]): the supervisor
+/// of what a `run --leftovers keep` command left running, and the read ends of its output relay.
+/// `None` for anything else, which then goes to clap.
+pub(super) fn leftovers_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, LeftoversArgs)> {
+    let (dir, rest) = super::invocation(args, LeftoversArgs::SUBCOMMAND)?;
+    Some((dir, LeftoversArgs::parse(rest)?))
 }
 
-pub(super) fn supervise_leftovers(id: String, dir: Option<PathBuf>, fds: [Option<i32>; 2]) -> Result<i32, CliError> {
+/// The hidden `supervise-leftovers` (started by `sheepdog run --leftovers keep`; not for direct
+/// use): the supervisor of what the command left running.
+pub(super) fn supervise_leftovers(a: LeftoversArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {
     let reg = open(dir)?;
-    Ok(manager::supervise_leftovers(&reg, &id, fds))
+    Ok(manager::supervise_leftovers(&reg, &a.id, a.output_fds))
 }

@@ -47,6 +47,62 @@ pub const LOOK_MIN: Duration = Duration::from_millis(50);
 /// The longest gap between two looks: 1 s (a `/proc` census of the recorded tree each time).
 pub const LOOK_MAX: Duration = Duration::from_millis(1000);
 
+/// The arguments of the supervisor of kept leftovers, as [`hand_off`] writes them on its command
+/// line (what `ps` shows) after `sheepdog --state-dir ROOT`: `supervise-leftovers --id ID
+/// [--out-fd N] [--err-fd N]`. [`to_args`] writes them and [`parse`] reads them back (the CLI's
+/// `supervise-leftovers`), here in one place so the two cannot drift.
+///
+/// Read by hand, not by clap, as [`super::SuperviseArgs`] is: each entry of kept leftovers has
+/// a supervisor of its own, and clap's command tree would cost each of them memory for nothing
+/// (BENCHMARKS.md, PSS per extra supervisor).
+///
+/// [`to_args`]: LeftoversArgs::to_args
+/// [`parse`]: LeftoversArgs::parse
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeftoversArgs {
+    /// The entry's id.
+    pub id: String,
+    /// The read ends of `run`'s output relay that the supervisor inherits, by number: stdout's,
+    /// then stderr's (`None`: that stream is not relayed, or shares stdout's pipe).
+    pub output_fds: [Option<RawFd>; 2],
+}
+
+impl LeftoversArgs {
+    /// The subcommand's name, the first of [`LeftoversArgs::to_args`].
+    pub const SUBCOMMAND: &'static str = "supervise-leftovers";
+
+    /// The flags of [`LeftoversArgs::output_fds`], in its order.
+    const FD_FLAGS: [&'static str; 2] = ["--out-fd", "--err-fd"];
+
+    /// The arguments, [`LeftoversArgs::SUBCOMMAND`] first.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = [Self::SUBCOMMAND, "--id", &self.id].map(OsString::from).into();
+        for (flag, fd) in Self::FD_FLAGS.into_iter().zip(self.output_fds) {
+            if let Some(fd) = fd {
+                args.extend([flag.into(), fd.to_string().into()]);
+            }
+        }
+        args
+    }
+
+    /// Reads the arguments that follow [`LeftoversArgs::SUBCOMMAND`]. `None` for anything
+    /// [`LeftoversArgs::to_args`] would not have written: no `--id` first or an empty id, an
+    /// unknown flag, a flag without its value, an fd that is not a number.
+    pub fn parse(rest: &[OsString]) -> Option<LeftoversArgs> {
+        let [flag, id, more @ ..] = rest else { return None };
+        if flag != "--id" || id.is_empty() {
+            return None;
+        }
+        let mut a = LeftoversArgs { id: id.to_str()?.to_string(), output_fds: [None, None] };
+        for pair in more.chunks(2) {
+            let [flag, n] = pair else { return None };
+            let slot = Self::FD_FLAGS.iter().position(|f| flag == f)?;
+            a.output_fds[slot] = Some(n.to_str()?.parse().ok()?);
+        }
+        Some(a)
+    }
+}
+
 /// What `run --leftovers keep` hands on.
 #[derive(Debug)]
 pub struct Handoff {
@@ -150,17 +206,16 @@ fn register_and_watch(reg: &Registry, h: &Handoff) -> Result<Entry, ManagerError
     };
     // The output relay's read ends go to the new supervisor by number (left open across its
     // `exec`), for the entry's log.
-    let mut args: Vec<OsString> = ["supervise-leftovers", "--id", &id].map(OsString::from).to_vec();
-    let mut keep = [-1, -1];
+    let mut args = LeftoversArgs { id: id.clone(), output_fds: [None, None] };
     for (stream, fd) in &h.kept.output {
-        let (flag, slot) = match stream {
-            logs::Stream::Out => ("--out-fd", 0),
-            logs::Stream::Err => ("--err-fd", 1),
+        let slot = match stream {
+            logs::Stream::Out => 0,
+            logs::Stream::Err => 1,
         };
-        keep[slot] = fd.as_raw_fd();
-        args.extend([flag.into(), fd.as_raw_fd().to_string().into()]);
+        args.output_fds[slot] = Some(fd.as_raw_fd());
     }
-    match super::start::launch_supervisor(reg, &id, &args, keep) {
+    let keep = args.output_fds.map(|fd| fd.unwrap_or(-1));
+    match super::start::launch_supervisor(reg, &id, &args.to_args(), keep) {
         Ok(Some(supervise::Handshake::Spawned)) => Ok(reg.read(&id)?),
         Ok(Some(supervise::Handshake::Failed { code, message })) => Err(fail(ManagerError::Start { code, message })),
         Ok(None) => Err(fail(ManagerError::Start {
@@ -201,7 +256,7 @@ enum Why {
     Owner,
 }
 
-/// The body of `sheepdog supervise-leftovers --id ID` (started by [`hand_off`]): records itself
+/// The body of `sheepdog supervise-leftovers --id ID` ([`LeftoversArgs`]; started by [`hand_off`]): records itself
 /// as the entry's supervisor, holds the tree's cgroup, reports with a `Handshake` line, then
 /// watches until nothing of the entry is left (recorded `exited`) or a stop is due (the
 /// owner's death, SIGTERM/SIGINT/SIGHUP: the one stop over the recorded tree, recorded
@@ -423,4 +478,47 @@ fn read_into(logs: &mut Option<LogSet>, stream: Stream, fd: &OwnedFd, reads: usi
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use super::LeftoversArgs;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn leftovers_args_read_back_what_they_write_in_the_command_line_ps_shows() {
+        let a = LeftoversArgs { id: "proc_1".into(), output_fds: [Some(5), Some(7)] };
+        let args = a.to_args();
+        assert_eq!(args, os(&["supervise-leftovers", "--id", "proc_1", "--out-fd", "5", "--err-fd", "7"]));
+        assert_eq!(LeftoversArgs::parse(&args[1..]), Some(a.clone()));
+        for output_fds in [[None, None], [Some(5), None], [None, Some(7)]] {
+            let b = LeftoversArgs { output_fds, ..a.clone() };
+            assert_eq!(LeftoversArgs::parse(&b.to_args()[1..]), Some(b));
+        }
+        assert_eq!(
+            LeftoversArgs { output_fds: [None, None], ..a }.to_args(),
+            os(&["supervise-leftovers", "--id", "proc_1"])
+        );
+    }
+
+    #[test]
+    fn leftovers_args_refuse_what_hand_off_never_writes() {
+        for bad in [
+            &[][..],
+            &["--id"],
+            &["--id", ""],
+            &["--out-fd", "5", "--id", "a"],
+            &["--id", "a", "--out-fd"],
+            &["--id", "a", "--out-fd", "x"],
+            &["--id", "a", "--bogus", "5"],
+            &["--id", "a", "--", "true"],
+        ] {
+            assert_eq!(LeftoversArgs::parse(&os(bad)), None, "{bad:?}");
+        }
+    }
 }

@@ -37,7 +37,7 @@ mod update;
 mod wait;
 
 pub use clear::clear;
-pub use leftovers::{Handoff, LOOK_MAX, LOOK_MIN, hand_off, watch as supervise_leftovers};
+pub use leftovers::{Handoff, LOOK_MAX, LOOK_MIN, LeftoversArgs, hand_off, watch as supervise_leftovers};
 pub use reap::{Reaped, reap};
 pub use select::{Selected, Selection};
 pub use start::{

@@ -132,6 +132,10 @@ impl SuperviseArgs {
     }
 }
 
+/// How often [`settle_the_keepers_cleanup`] looks again when it cannot wait for SIGCHLD (its
+/// signal pipe could not be made): 20 ms, the tick it looked at before it waited on events.
+const SETTLE_FALLBACK_TICK: Duration = Duration::from_millis(20);
+
 /// In a supervisor that re-executed itself after its keeper's SIGKILL: if the keeper had already
 /// stopped the tree and recorded it, and was running the entry's cleanup, that cleanup is left to
 /// run (it is this process's child now, re-parented to a subreaper) until its `sh` ends (then
@@ -168,6 +172,12 @@ fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
             }
         }
     };
+    // Woken by events, not a timer: SIGCHLD, through a signal pipe whose handler is installed
+    // (and the signal unblocked: the relay kept every signal blocked across `execve`) here; the
+    // other signals stay blocked, as before. Every member of the cleanup is this subreaper's
+    // descendant, so the last to exit is its child. The cleanup's bound is the poll's timeout.
+    let sigchld = SignalPipe::install(&[Signal::CHLD]).ok();
+    let bound_ms = e.cleanup.as_ref().zip(e.cleanup_started_at).map_or(0, |(c, started)| started + c.timeout_ms);
     loop {
         reap(&mut status);
         // The `sh` ended: what it left is stopped at once below (`record_reaped`), as its
@@ -175,7 +185,14 @@ fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
         if status.is_some() || crate::cleanup::settle_abandoned(reg, id, CleanupRunner::Supervisor, false) {
             break;
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        let until_bound = Duration::from_millis(bound_ms.saturating_sub(crate::files::now_ms()));
+        match &sigchld {
+            Some(pipe) => {
+                let _ = process::poll(&mut [PollFd::new(pipe.as_raw_fd(), POLL_IN)], Some(until_bound));
+                pipe.drain();
+            }
+            None => std::thread::sleep(until_bound.min(SETTLE_FALLBACK_TICK)),
+        }
     }
     reap(&mut status);
     // Ended within its bound: what is known is recorded (its output went with the keeper).
