@@ -25,9 +25,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use serde::Serialize;
 
-use crate::spawn::Spawned;
-use crate::stop::{StopPolicy, Trigger};
-use crate::supervisor::{Exit, Observer, Outcome};
+use crate::stop::Trigger;
+use crate::supervisor::{Exit, Happened, Hooks, Listener, Outcome};
 use crate::sys::WaitStatus;
 use crate::sys::process::{self, POLL_OUT, PollFd};
 
@@ -206,36 +205,33 @@ impl EventSink {
     }
 }
 
-impl Observer for EventSink {
-    fn contained(&mut self, record: &crate::cgroup::Record) {
-        self.containment = Some(record.clone());
+impl Listener for EventSink {
+    fn on(&mut self, event: &Happened<'_>) {
+        match *event {
+            Happened::Contained(record) => self.containment = Some(record.clone()),
+            Happened::Spawned { spawned, policy } => {
+                let c = self.containment.as_ref();
+                self.emit(&Event::Spawned {
+                    pid: spawned.pid.as_raw(),
+                    pgid: spawned.pgid.as_raw(),
+                    max_stop_ms: policy.timings().max_stop_ms,
+                    containment: c.map(|c| c.containment),
+                    containment_reason: c.and_then(|c| c.containment_reason.clone()),
+                    cgroup: c.and_then(|c| c.cgroup.clone()),
+                    cgroup_inode: c.and_then(|c| c.cgroup_inode),
+                });
+            }
+            Happened::SpawnFailed { program, error } => self.emit(&Event::spawn_failed(program, error)),
+            Happened::Stopping { trigger, .. } => self.emit(&Event::stopping(trigger)),
+            Happened::Escalated { remaining } => self.emit(&Event::Escalated { signal: "SIGKILL", remaining }),
+            // Not lines of the schema: an adopting image told the host nothing new, and reaped
+            // orphans are not the host's business.
+            Happened::Adopted(_) | Happened::Reaped { .. } => {}
+        }
     }
+}
 
-    fn spawned(&mut self, spawned: &Spawned, policy: &StopPolicy) {
-        let c = self.containment.as_ref();
-        self.emit(&Event::Spawned {
-            pid: spawned.pid.as_raw(),
-            pgid: spawned.pgid.as_raw(),
-            max_stop_ms: policy.timings().max_stop_ms,
-            containment: c.map(|c| c.containment),
-            containment_reason: c.and_then(|c| c.containment_reason.clone()),
-            cgroup: c.and_then(|c| c.cgroup.clone()),
-            cgroup_inode: c.and_then(|c| c.cgroup_inode),
-        });
-    }
-
-    fn spawn_failed(&mut self, program: &std::ffi::OsStr, e: &crate::spawn::SpawnError) {
-        self.emit(&Event::spawn_failed(program, e));
-    }
-
-    fn stopping(&mut self, trigger: Trigger, _policy: &crate::stop::StopPolicy) {
-        self.emit(&Event::stopping(trigger));
-    }
-
-    fn escalated(&mut self, remaining: usize) {
-        self.emit(&Event::Escalated { signal: "SIGKILL", remaining });
-    }
-
+impl Hooks for EventSink {
     fn adoptable_fds(&self) -> Vec<RawFd> {
         // A supervisor that adopts the tree after its keeper's SIGKILL is this program again,
         // parsing `--events-fd N` again: fd N must still be open there. (An fd of 0-2 was

@@ -4,7 +4,7 @@
 //! The loop blocks in one `poll` on: the signal self-pipe (SIGCHLD; SIGTERM, SIGINT, SIGHUP,
 //! which stop; and the signals in [`Signal::FORWARDED`], passed on to the provider's group), the
 //! owner's pidfd, stdin's hang-up (only with `--on-stdin-eof stop`) and whatever fds the
-//! [`Observer`] adds (a managed process's log pipes). After every wake it reaps every child it
+//! [`Hooks`] adds (a managed process's log pipes). After every wake it reaps every child it
 //! has (the provider and any orphan re-parented to it) and re-checks "all gone", so it exits
 //! within a millisecond of the last descendant's death.
 //!
@@ -32,10 +32,10 @@ use crate::tree::{Member, Tree};
 pub const OWNER_POLL: Duration = Duration::from_millis(100);
 
 /// How soon after the spawn (and after each reaped child) the descendants are first handed to
-/// [`Observer::members`]: 10 ms; each later look waits twice as long, up to [`MEMBER_SCAN_MAX`].
+/// [`Hooks::members`]: 10 ms; each later look waits twice as long, up to [`MEMBER_SCAN_MAX`].
 /// Forks send no event, so only looking finds them; most are made right after a start.
 pub const MEMBER_SCAN_MIN: Duration = Duration::from_millis(10);
-/// The longest wait between two looks at the descendants for [`Observer::members`]: 250 ms.
+/// The longest wait between two looks at the descendants for [`Hooks::members`]: 250 ms.
 /// It bounds the window in which a descendant that is orphaned and then loses its supervisor to
 /// a SIGKILL goes unrecorded (only the cgroup tier closes it); a look costs one read of
 /// `/proc/<pid>/task/*/children` per member.
@@ -211,42 +211,68 @@ pub struct Options {
     pub tag: Option<String>,
 }
 
-/// Hooks for a front end: events to report and extra fds to service. All default to nothing.
-pub trait Observer {
+/// What happened in one supervisor's life, as its loop tells it: one value per event, in the
+/// order they happen. Each front end consumes them through [`Listener::on`]: `run`'s
+/// `--events-fd` writer ([`crate::events::EventSink`]) turns them into JSON lines, a managed
+/// supervisor into log markers and registry writes. Told only; nothing a consumer does with
+/// one changes the loop (what the loop asks is [`Hooks`]'s).
+#[derive(Clone, Copy, Debug)]
+pub enum Happened<'a> {
     /// The probe chose the tier, before the spawn: in the cgroup tier the cgroup exists and the
-    /// command will join it before `exec`. Called again (subreaper tier, with the reason) if
-    /// the child could not join and the tier was not demanded.
-    fn contained(&mut self, _record: &cgroup::Record) {}
-    /// The provider is running.
-    fn spawned(&mut self, _spawned: &Spawned, _policy: &StopPolicy) {}
+    /// command will join it before `exec`. Told again (subreaper tier, with the reason) if the
+    /// child could not join and the tier was not demanded.
+    Contained(&'a cgroup::Record),
+    /// The provider is running, under `policy` (the timings its stop uses unless they change
+    /// before it: see [`Hooks::policy_for_stop`]).
+    Spawned { spawned: Spawned, policy: &'a StopPolicy },
     /// The provider could not be started (`argv[0]` is `program`): nothing runs, and the
-    /// supervisor returns `e` next.
-    fn spawn_failed(&mut self, _program: &std::ffi::OsStr, _e: &SpawnError) {}
+    /// supervisor returns `error` next.
+    SpawnFailed { program: &'a std::ffi::OsStr, error: &'a SpawnError },
+    /// This process adopted the tree after its keeper's SIGKILL (crate::keeper): the provider
+    /// is this one. The keeper may have died before it recorded that (a managed entry's record,
+    /// its `started` marker): a consumer records what is missing. Nothing is told again (no
+    /// second [`Happened::Spawned`]).
+    Adopted(Spawned),
+    /// A stop began (or, with [`Trigger::ProviderExited`], cleanup of what an exited provider
+    /// left), with the timings it uses (`policy`: the entry's, or a `stop --term-grace`
+    /// request's one-off grace). Told before the stop's first signal goes out, so a managed
+    /// entry records why it stops even if this process is killed in the middle of it.
+    Stopping { trigger: Trigger, policy: &'a StopPolicy },
+    /// The term grace ran out; SIGKILL went to `remaining` processes.
+    Escalated { remaining: usize },
+    /// A child that is not the provider was reaped (an inherited orphan, or a helper the front
+    /// end spawned itself).
+    Reaped { pid: Pid, status: WaitStatus },
+}
+
+/// A consumer of a supervisor's events ([`Happened`]).
+pub trait Listener {
+    /// `event` happened (see each variant for when).
+    fn on(&mut self, event: &Happened<'_>);
+}
+
+/// What a front end plugs into the loop besides hearing its events: the few questions the loop
+/// asks (the answers steer it) and the extra fds it services. A trait, not values in
+/// [`Options`]: the answers change while the loop runs (a managed entry's log pipes close, its
+/// entry's timings are re-read when a stop begins) and the callbacks reach the front end's own
+/// state (its log pipes, its stdin FIFO). A [`Listener`] too, so the loop takes one object: a
+/// managed front end's answers and its records share its state (the registry, the logs). All
+/// default to nothing.
+pub trait Hooks: Listener {
     /// A stop is about to begin: the timings to use, if they changed since the spawn (a managed
     /// supervisor re-reads its entry here, so `stop --term-grace` applies).
     fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
         None
     }
-    /// This process adopted the tree after its keeper's SIGKILL (crate::keeper): the provider
-    /// is `spawned`. The keeper may have died before it recorded that (a managed entry's
-    /// record, its `started` marker): the observer records what is missing. Nothing is sent
-    /// again (no second `spawned` event).
-    fn adopted(&mut self, _spawned: &Spawned) {}
-    /// A stop began (or, with `ProviderExited`, cleanup of what an exited provider left).
-    fn stopping(&mut self, _trigger: Trigger, _policy: &StopPolicy) {}
-    /// The term grace ran out; SIGKILL went to `remaining` processes.
-    fn escalated(&mut self, _remaining: usize) {}
-    /// A child that is not the provider was reaped (an inherited orphan, or a helper the
-    /// observer spawned itself).
-    fn reaped(&mut self, _pid: Pid, _status: WaitStatus) {}
-    /// True if the observer wants [`Observer::members`] calls (a managed supervisor does).
+    /// True if the front end wants [`Hooks::members`] calls (a managed supervisor does).
     fn wants_members(&self) -> bool {
         false
     }
     /// The live descendants of the provider, now and then while it runs: soon after the spawn
     /// and after each reaped child, then less often (see [`MEMBER_SCAN_MIN`]). A managed
     /// supervisor records them, so `reap` finds members that cleared their environment.
-    /// Returns true if someone new was among them (the next look then comes soon again).
+    /// Returns true if someone new was among them (the next look then comes soon again): a
+    /// question, not an event, because the answer sets when the loop looks next.
     fn members(&mut self, _members: &[Member]) -> bool {
         false
     }
@@ -269,13 +295,16 @@ pub trait Observer {
     fn fds(&self) -> Vec<RawFd> {
         Vec::new()
     }
-    /// One of [`Observer::fds`] is readable or hung up.
+    /// One of [`Hooks::fds`] is readable or hung up.
     fn ready(&mut self, _fd: RawFd) {}
 }
 
-/// The observer that observes nothing.
+/// The front end that hears nothing and asks nothing.
 pub struct Quiet;
-impl Observer for Quiet {}
+impl Listener for Quiet {
+    fn on(&mut self, _event: &Happened<'_>) {}
+}
+impl Hooks for Quiet {}
 
 /// How a supervised provider and its tree ended.
 #[derive(Debug)]
@@ -520,9 +549,9 @@ impl OwnerWatch {
 /// handlers.
 ///
 /// Errors: [`Error`]; on error nothing was spawned.
-pub fn supervise(opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
+pub fn supervise(opts: Options, hooks: &mut dyn Hooks) -> Result<Outcome, Error> {
     let signals = install_signals()?;
-    supervise_with(&signals, opts, observer)
+    supervise_with(&signals, opts, hooks)
 }
 
 /// Installs the supervisor's signal handlers (SIGTERM, SIGINT, SIGHUP, SIGCHLD and the
@@ -542,7 +571,7 @@ fn handled_signals() -> Vec<Signal> {
 /// [`supervise`] with handlers the caller installed ([`install_signals`]) and keeps after the
 /// tree is gone: a managed supervisor goes on listening for a stop while a cleanup is pending
 /// ([`await_trigger`]).
-pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dyn Observer) -> Result<Outcome, Error> {
+pub fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn Hooks) -> Result<Outcome, Error> {
     if let Some(tag) = opts.tag.take() {
         opts.spawn.env.push((crate::tree::TAG_ENV.into(), tag.into()));
     }
@@ -591,11 +620,11 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
     process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
 
     // The tier, before the spawn: in the cgroup tier the child joins the tree's cgroup before
-    // `exec`, and the observer records the cgroup before the command runs.
+    // `exec`, and the front end records the cgroup before the command runs.
     let mut containment = match adoption {
         None => {
             let c = cgroup::probe(&opts.containment)?;
-            observer.contained(&c.record());
+            hooks.on(&Happened::Contained(&c.record()));
             c
         }
         Some(a) => cgroup::Containment {
@@ -645,9 +674,9 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                 .fds()
                 .chain(relay.as_ref().and_then(StdinRelay::write_fd))
                 .chain(output.iter().flat_map(OutputRelay::read_fds))
-                .chain(observer.keeper_only_fds())
+                .chain(hooks.keeper_only_fds())
                 .collect(),
-            inherit: observer.adoptable_fds(),
+            inherit: hooks.adoptable_fds(),
             foreign: foreign.iter().flatten().map(|m| m.pid).collect(),
             cgroup: containment.cgroup.as_ref().map(|c| (c.path().to_path_buf(), c.inode())),
             terminal_home,
@@ -671,7 +700,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                 opts.spawn = SpawnOptions::default();
                 relay = None;
                 output = None;
-                observer.handed_to_keeper();
+                hooks.handed_to_keeper();
                 let report = front.relay(signals);
                 adopted = take_over(&report, foreign.as_deref().unwrap_or_default());
             }
@@ -687,7 +716,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             if provider.is_some() {
                 tree.leader_reaped();
             }
-            observer.adopted(&spawned);
+            hooks.on(&Happened::Adopted(spawned));
             (spawned, provider, tree)
         }
         None => {
@@ -704,21 +733,24 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                     }
                     containment =
                         cgroup::Containment::fallback(format!("unable to move the command into cgroup {path}: {why}"));
-                    observer.contained(&containment.record());
+                    hooks.on(&Happened::Contained(&containment.record()));
                     spawned
                 }
                 Err(e) => {
                     if let Some(cg) = &containment.cgroup {
                         let _ = cg.remove();
                     }
-                    observer.spawn_failed(opts.argv.first().map(OsString::as_os_str).unwrap_or_default(), &e);
+                    hooks.on(&Happened::SpawnFailed {
+                        program: opts.argv.first().map(OsString::as_os_str).unwrap_or_default(),
+                        error: &e,
+                    });
                     return Err(e.into());
                 }
             };
             if let Some(l) = &link {
                 l.tell(Message::Spawned(spawned));
             }
-            observer.spawned(&spawned, &opts.policy);
+            hooks.on(&Happened::Spawned { spawned, policy: &opts.policy });
             let tree =
                 Tree::supervised_except(spawned.pgid, foreign.unwrap_or_default()).contained(containment.cgroup.take());
             (spawned, None, tree)
@@ -728,10 +760,10 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
     let mut machine = StopMachine::new(opts.policy).after_provider_exit(opts.after_provider_exit);
     let timeout_at = opts.timeout.map(|d| started + d);
     let mut scan_every = MEMBER_SCAN_MIN;
-    let mut next_scan = observer.wants_members().then_some(started + scan_every);
+    let mut next_scan = hooks.wants_members().then_some(started + scan_every);
 
     if adopted.is_some() {
-        begin(&mut machine, Trigger::SupervisorKilled, &tree, observer);
+        begin(&mut machine, Trigger::SupervisorKilled, &tree, hooks);
     }
     let mut watch_stdin = false;
     // With the relay, the relay reads stdin and reports its EOF.
@@ -740,7 +772,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         match process::fd_kind(0) {
             FdKind::Fifo | FdKind::Socket | FdKind::Tty => watch_stdin = true,
             FdKind::Closed | FdKind::Other => {
-                begin(&mut machine, Trigger::StdinEof, &tree, observer);
+                begin(&mut machine, Trigger::StdinEof, &tree, hooks);
             }
         }
     }
@@ -788,7 +820,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         let relay_slots = relay.as_ref().map(|r| r.poll_fds(&mut fds)).unwrap_or_default();
         let output_slots = output.as_ref().map(|o| o.poll_fds(&mut fds)).unwrap_or_default();
         let extra_from = fds.len();
-        fds.extend(observer.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
+        fds.extend(hooks.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
 
         let mut deadline = machine.deadline(now);
         if backlog {
@@ -811,7 +843,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         // runs is for its supervisor's death, as recorded (issue 34, item 9).
         if supervisor_slot.is_some_and(|slot| fds[slot].ready()) {
             supervisor_fd = None;
-            begin(&mut machine, Trigger::SupervisorKilled, &tree, observer);
+            begin(&mut machine, Trigger::SupervisorKilled, &tree, hooks);
         }
         for sig in signals.drain() {
             if Signal::FORWARDED.contains(&sig) {
@@ -827,7 +859,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                 // `sheepdog stop --term-grace`: the request's one-off grace, in ms, rides in the
                 // signal's value (nothing is written to the entry for this process to read back).
                 let one_off = signals.take_value(sig).map(|ms| Duration::from_millis(u64::from(ms)));
-                begin_with(&mut machine, trigger, &tree, observer, one_off);
+                begin_with(&mut machine, trigger, &tree, hooks, one_off);
             }
         }
         let mut reaped = 0;
@@ -849,7 +881,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
                     l.tell(Message::Provider(status));
                 }
             } else {
-                observer.reaped(pid, status);
+                hooks.on(&Happened::Reaped { pid, status });
             }
         }
         let reaped_any = reaped > 0;
@@ -864,9 +896,9 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             if opts.on_owner_death == OnOwnerDeath::CloseStdin {
                 // Orca's `stdin-end` close: EOF first (the relay finishes below, as for every
                 // stop), the stdin grace, then the one stop.
-                begin_with_stdin_grace(&mut machine, Trigger::OwnerDied, observer);
+                begin_with_stdin_grace(&mut machine, Trigger::OwnerDied, hooks);
             } else {
-                begin(&mut machine, Trigger::OwnerDied, &tree, observer);
+                begin(&mut machine, Trigger::OwnerDied, &tree, hooks);
             }
         }
         if let (Some(slot), Some(cg)) = (cgroup_slot, tree.cgroup())
@@ -877,18 +909,18 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         }
         if stdin_slot.is_some_and(|slot| fds[slot].hung_up()) {
             watch_stdin = false;
-            begin(&mut machine, Trigger::StdinEof, &tree, observer);
+            begin(&mut machine, Trigger::StdinEof, &tree, hooks);
         }
         if terminal_slot.is_some_and(|slot| fds[slot].hung_up()) {
             // As a SIGHUP to sheepdog: the terminal's hangup is the signal's reason.
             terminal = None;
-            begin(&mut machine, Trigger::Signal(Signal::HUP), &tree, observer);
+            begin(&mut machine, Trigger::Signal(Signal::HUP), &tree, hooks);
         }
         if let Some(r) = relay.as_mut() {
             if r.service(&fds, relay_slots) == Seen::SourceEof {
                 stdin_at_eof = true;
                 if opts.on_stdin_eof == OnStdinEof::Stop {
-                    begin(&mut machine, Trigger::StdinEof, &tree, observer);
+                    begin(&mut machine, Trigger::StdinEof, &tree, hooks);
                 }
             }
             if r.closed() && !stdin_at_eof && !machine.stopping() {
@@ -903,7 +935,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
         }
         for p in &fds[extra_from..] {
             if p.ready() {
-                observer.ready(p.fd);
+                hooks.ready(p.fd);
             }
         }
         let now = Instant::now();
@@ -912,12 +944,12 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             && provider.is_none()
             && (now >= t || reaped_any)
         {
-            let news = observer.members(&tree.live_descendants());
+            let news = hooks.members(&tree.live_descendants());
             scan_every = if reaped_any || news { MEMBER_SCAN_MIN } else { (scan_every * 2).min(MEMBER_SCAN_MAX) };
             next_scan = Some(now + scan_every);
         }
         if timeout_at.is_some_and(|t| now >= t) && !machine.stopping() {
-            begin(&mut machine, Trigger::Timeout, &tree, observer);
+            begin(&mut machine, Trigger::Timeout, &tree, hooks);
         }
 
         // Exited on its own with a status: what it left is handed on, not stopped, and without
@@ -952,19 +984,19 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, observer: &mut dy
             None
         } else if provider.is_some() {
             let was_running = !machine.stopping();
-            if was_running && let Some(policy) = observer.policy_for_stop(Trigger::ProviderExited) {
+            if was_running && let Some(policy) = hooks.policy_for_stop(Trigger::ProviderExited) {
                 machine.set_policy(policy);
             }
             let step = machine.provider_exited(now, &tree);
             if was_running && machine.stopping() {
-                observer.stopping(Trigger::ProviderExited, machine.policy());
+                hooks.on(&Happened::Stopping { trigger: Trigger::ProviderExited, policy: machine.policy() });
             }
             step
         } else {
             machine.advance(now, &tree, false)
         };
         if let Some(Step::Escalated { remaining }) = step {
-            observer.escalated(remaining);
+            hooks.on(&Happened::Escalated { remaining });
         }
         if let Some(r) = relay.as_mut() {
             // Gone, the provider holds no stdin to drain; stopping, nothing more is relayed and
@@ -1123,11 +1155,11 @@ pub fn await_trigger(
     }
 }
 
-/// Begins (or hastens) the stop for `trigger`. The observer hears of a stop before its first
-/// signal goes out, so a managed entry records why it stops even if this process is killed
-/// in the middle of it.
-fn begin(machine: &mut StopMachine, trigger: Trigger, tree: &Tree, observer: &mut dyn Observer) {
-    begin_with(machine, trigger, tree, observer, None);
+/// Begins (or hastens) the stop for `trigger`. The front end hears of a stop
+/// ([`Happened::Stopping`]) before its first signal goes out, so a managed entry records why it
+/// stops even if this process is killed in the middle of it.
+fn begin(machine: &mut StopMachine, trigger: Trigger, tree: &Tree, hooks: &mut dyn Hooks) {
+    begin_with(machine, trigger, tree, hooks, None);
 }
 
 /// [`begin`] with a stop request's one-off term grace, which replaces the entry's for this stop
@@ -1136,28 +1168,28 @@ fn begin_with(
     machine: &mut StopMachine,
     trigger: Trigger,
     tree: &Tree,
-    observer: &mut dyn Observer,
+    hooks: &mut dyn Hooks,
     one_off: Option<Duration>,
 ) {
     if machine.phase() == Phase::Running {
-        if let Some(policy) = observer.policy_for_stop(trigger) {
+        if let Some(policy) = hooks.policy_for_stop(trigger) {
             machine.set_policy(policy);
         }
         if let Some(term_grace) = one_off {
             machine.set_policy(StopPolicy { term_grace, ..*machine.policy() });
         }
-        observer.stopping(trigger, machine.policy());
+        hooks.on(&Happened::Stopping { trigger, policy: machine.policy() });
     }
     machine.begin(trigger, Instant::now(), tree);
 }
 
 /// [`begin`] with the stdin grace first ([`StopMachine::begin_with_stdin_grace`]).
-fn begin_with_stdin_grace(machine: &mut StopMachine, trigger: Trigger, observer: &mut dyn Observer) {
+fn begin_with_stdin_grace(machine: &mut StopMachine, trigger: Trigger, hooks: &mut dyn Hooks) {
     if machine.phase() == Phase::Running {
-        if let Some(policy) = observer.policy_for_stop(trigger) {
+        if let Some(policy) = hooks.policy_for_stop(trigger) {
             machine.set_policy(policy);
         }
-        observer.stopping(trigger, machine.policy());
+        hooks.on(&Happened::Stopping { trigger, policy: machine.policy() });
     }
     machine.begin_with_stdin_grace(trigger, Instant::now());
 }

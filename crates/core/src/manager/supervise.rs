@@ -19,7 +19,7 @@ use crate::registry::{Registry, RegistryError};
 use crate::spawn::{SpawnOptions, Spawned};
 use crate::status::{CleanupRunner, Status, StopReason};
 use crate::stop::{StopPolicy, Trigger};
-use crate::supervisor::{Observer, OnStdinEof, Options, Outcome, Owner};
+use crate::supervisor::{Happened, Hooks, Listener, OnStdinEof, Options, Outcome, Owner};
 use crate::sys::process::{POLL_IN, PollFd};
 use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
 use crate::sys::{Pid, Signal, WaitStatus, process, procfs};
@@ -337,7 +337,7 @@ pub fn run_supervisor(
     0
 }
 
-/// The observer of a managed supervisor: logs and registry writes.
+/// The front end of a managed supervisor: logs and registry writes.
 struct Managed<'a> {
     reg: &'a Registry,
     id: String,
@@ -588,12 +588,32 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (Status, String)
     }
 }
 
-impl Observer for Managed<'_> {
-    fn contained(&mut self, record: &cgroup::Record) {
-        let _ = self.write(&mut |e| record_containment(e, record));
+/// A managed supervisor's events become registry writes and log markers, each written by the
+/// arm of its event: a marker's text depends on what the write found (the command's preview, an
+/// adopting image's missing record), and a stop's record must go in before its first signal.
+impl Listener for Managed<'_> {
+    fn on(&mut self, event: &Happened<'_>) {
+        match *event {
+            Happened::Contained(record) => {
+                let _ = self.write(&mut |e| record_containment(e, record));
+            }
+            Happened::Spawned { spawned, .. } => self.spawned(&spawned),
+            Happened::Adopted(spawned) => self.adopted(&spawned),
+            Happened::Stopping { trigger, policy } => self.stopping(trigger, policy),
+            Happened::Escalated { remaining } => {
+                self.logs
+                    .marker(&format!("escalated: SIGKILL to {remaining} processes still alive after the term grace"));
+            }
+            // The handshake's `failed` line and the entry's removal follow the error the
+            // supervisor returns next (`run_supervisor`); a reaped orphan is not recorded.
+            Happened::SpawnFailed { .. } | Happened::Reaped { .. } => {}
+        }
     }
+}
 
-    fn spawned(&mut self, spawned: &Spawned, _policy: &StopPolicy) {
+impl Managed<'_> {
+    /// [`Happened::Spawned`]: the record, the `started` marker, then the handshake to `start`.
+    fn spawned(&mut self, spawned: &Spawned) {
         let (entry, stopped_meanwhile) = self.record_spawn(spawned);
         if stopped_meanwhile {
             // A stop (or reap) recorded a result while the command was being spawned: honour
@@ -606,6 +626,7 @@ impl Observer for Managed<'_> {
         let _ = process::redirect_to_null(1);
     }
 
+    /// [`Happened::Adopted`]: what a keeper killed before its record left out.
     fn adopted(&mut self, spawned: &Spawned) {
         // The keeper was killed between the spawn and its record: the entry says the command
         // runs (so `start`, which got no handshake, reports it started; and the stop after
@@ -621,18 +642,7 @@ impl Observer for Managed<'_> {
         }
     }
 
-    fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
-        match self.reg.read(&self.id) {
-            Ok(e) => Some(StopPolicy::from_timings(&e.stop)),
-            // Found corrupt as the stop begins: rewritten now, so the stop's result (and the
-            // next `stop` or `reap`) can be recorded.
-            Err(RegistryError::Corrupt { .. }) => {
-                self.repair(&mut |_| {}).ok().map(|e| StopPolicy::from_timings(&e.stop))
-            }
-            Err(_) => None,
-        }
-    }
-
+    /// [`Happened::Stopping`]: the reason and timings, then the `stopping` marker.
     fn stopping(&mut self, trigger: Trigger, policy: &StopPolicy) {
         if trigger != Trigger::ProviderExited {
             // Recorded before the first signal: a supervisor and keeper both killed in the
@@ -650,9 +660,19 @@ impl Observer for Managed<'_> {
         }
         self.logs.marker(&format!("stopping: {trigger}"));
     }
+}
 
-    fn escalated(&mut self, remaining: usize) {
-        self.logs.marker(&format!("escalated: SIGKILL to {remaining} processes still alive after the term grace"));
+impl Hooks for Managed<'_> {
+    fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
+        match self.reg.read(&self.id) {
+            Ok(e) => Some(StopPolicy::from_timings(&e.stop)),
+            // Found corrupt as the stop begins: rewritten now, so the stop's result (and the
+            // next `stop` or `reap`) can be recorded.
+            Err(RegistryError::Corrupt { .. }) => {
+                self.repair(&mut |_| {}).ok().map(|e| StopPolicy::from_timings(&e.stop))
+            }
+            Err(_) => None,
+        }
     }
 
     fn wants_members(&self) -> bool {
