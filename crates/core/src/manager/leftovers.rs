@@ -148,9 +148,11 @@ pub fn hand_off(reg: &Registry, h: Handoff) -> Result<Entry, ManagerError> {
 }
 
 fn register_and_watch(reg: &Registry, h: &Handoff) -> Result<Entry, ManagerError> {
-    let first = named_member(h);
+    let named = named_member(h);
+    let first = named.as_ref().map(|(m, _)| *m);
     let stat = first.and_then(|m| procfs::stat(m.pid).ok());
-    let line = first.map(|m| procfs::cmdline(m.pid)).unwrap_or_default();
+    // The line the member was chosen by: a second read could land in an `execve` and see none.
+    let line = named.map(|(_, l)| l).unwrap_or_default();
     let argv: Vec<String> = line.split(' ').filter(|w| !w.is_empty()).map(str::to_string).collect();
     let me = process::getpid();
     let (containment, cgroup, cgroup_inode) = match &h.kept.cgroup {
@@ -231,20 +233,26 @@ fn register_and_watch(reg: &Registry, h: &Handoff) -> Result<Entry, ManagerError
 /// shell until it execs, and the provider's exit often comes first.
 pub const NAME_WAIT: Duration = Duration::from_millis(50);
 
+/// How long past [`NAME_WAIT`] a hand-off waits while no member shows any command line at all:
+/// 500 ms. A process in the middle of `execve` shows none, and on a loaded machine one was seen
+/// there for longer than 50 ms (the entry then had no name and no command).
+pub const NAME_WAIT_MAX: Duration = Duration::from_millis(500);
+
 /// The member the entry is named from: the oldest that runs a program of its own (its command
 /// line is neither empty, as while it exits, nor the provider's, as a shell's fork before its
 /// `exec`); after [`NAME_WAIT`], the oldest that shows any command line.
-fn named_member(h: &Handoff) -> Option<Member> {
+fn named_member(h: &Handoff) -> Option<(Member, String)> {
     let provider: Vec<String> = h.provider_argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
     let provider = provider.join(" ");
-    let end = Instant::now() + NAME_WAIT;
+    let start = Instant::now();
     loop {
         let lines: Vec<(Member, String)> = h.kept.members.iter().map(|m| (*m, procfs::cmdline(m.pid))).collect();
-        if let Some((m, _)) = lines.iter().find(|(_, l)| !l.is_empty() && *l != provider) {
-            return Some(*m);
+        if let Some(found) = lines.iter().find(|(_, l)| !l.is_empty() && *l != provider) {
+            return Some(found.clone());
         }
-        if Instant::now() >= end {
-            return lines.iter().find(|(_, l)| !l.is_empty()).map(|(m, _)| *m).or(h.kept.members.first().copied());
+        let any = lines.iter().find(|(_, l)| !l.is_empty());
+        if start.elapsed() >= NAME_WAIT && (any.is_some() || start.elapsed() >= NAME_WAIT + NAME_WAIT_MAX) {
+            return any.cloned().or_else(|| h.kept.members.first().map(|m| (*m, String::new())));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
