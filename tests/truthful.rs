@@ -222,7 +222,6 @@ try:
     asked = time.monotonic()
     stop = subprocess.Popen([S, "--state-dir", state, "stop", "--term-grace", "300ms", v["id"]],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    gone_after = None
     while time.monotonic() - asked < 20:
         try:
             if open("/proc/%d/stat" % v["pid"]).read().split(") ")[1].split()[0] == "Z":

@@ -319,7 +319,7 @@ fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Res
     // a stuck supervisor); the supervisor hears it with the signal, not from the entry.
     let one_off = |e: &mut Entry| {
         if let Some(g) = term_grace {
-            e.stop = StopPolicy { term_grace: g, ..StopPolicy::from_timings(&e.stop) }.timings();
+            with_term_grace(e, g);
         }
     };
     one_off(&mut entry);
@@ -413,6 +413,11 @@ fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Res
     Ok(Stopped::FromOutside { entry: Box::new(settle_cgroup(reg, e)), gone: report.gone })
 }
 
+/// `e`'s stop timings with the term grace `g` in place of its own.
+fn with_term_grace(e: &mut Entry, g: Duration) {
+    e.stop = StopPolicy { term_grace: g, ..StopPolicy::from_timings(&e.stop) }.timings();
+}
+
 /// Asks a verified supervisor for the one stop: SIGTERM, carrying `term_grace` (ms) as the
 /// signal's value when given (`sys::process::PidFd::send_with_value`), which the supervisor
 /// uses for this stop only and records with it. Where a signal cannot carry a value (not 64-bit
@@ -426,9 +431,7 @@ fn ask_to_stop(reg: &Registry, id: &str, sup: &crate::sys::process::PidFd, term_
         {
             return;
         }
-        let _ = reg.update(id, |e| {
-            e.stop = StopPolicy { term_grace: g, ..StopPolicy::from_timings(&e.stop) }.timings();
-        });
+        let _ = reg.update(id, |e| with_term_grace(e, g));
     }
     let _ = sup.send(Signal::TERM);
 }
