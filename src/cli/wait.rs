@@ -3,13 +3,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sheepdog::entry::Entry;
 use sheepdog::inspect;
-use sheepdog::manager::{self, Waited};
+use sheepdog::manager::{self, Selected, Selection, Waited};
 use sheepdog::registry::{Registry, RegistryError};
 use sheepdog::view;
 
-use super::common::{resolve, to_json, warn_set_aside};
+use super::common::{to_json, warn_set_aside};
 use super::{CliError, parse_positive_duration};
 
 /// `sheepdog wait`.
@@ -43,18 +42,12 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         }
         return Err(RegistryError::NotFound(what).into());
     };
-    let targets: Vec<Entry> = match &a.session {
-        Some(s) => {
-            let (entries, aside) = reg.list();
-            warn_set_aside(&aside);
-            let census = std::cell::OnceCell::new();
-            entries
-                .into_iter()
-                .filter(|e| e.session_id.as_ref() == Some(s) && inspect::live_status(e, &census).is_live())
-                .collect()
-        }
-        None => resolve(&reg, &a.targets)?,
+    let selection = match &a.session {
+        Some(s) => Selection::Session(s.clone()),
+        None => Selection::Keys(a.targets.clone()),
     };
+    let Selected { entries: targets, set_aside } = selection.for_wait(&reg)?;
+    warn_set_aside(&set_aside);
     if targets.is_empty() {
         if json {
             let doc = view::WaitDoc { v: view::Version, waited: Vec::new(), exit_status: 0, exit_code: 0 };

@@ -89,6 +89,13 @@ impl ReadyOutcome {
         matches!(self, ReadyOutcome::Ready { .. })
     }
 
+    /// True when the command ended before it was ready: a failed start. A wait that timed out
+    /// is not a failure (the process keeps running, and may be ready later): MCP's `isError`
+    /// follows this, the CLI's status [`Self::exit_status`].
+    pub fn failed(&self) -> bool {
+        matches!(self, ReadyOutcome::Exited { .. })
+    }
+
     /// The exit status this readiness gives `start` and `restart` ([`crate::exit`]): 0 when
     /// ready; 1 when the command exited first; 124 when the wait timed out (the process keeps
     /// running).

@@ -65,4 +65,36 @@ impl Selection {
             }
         }
     }
+    /// The entries a wait of this selection waits for. By keys: each key's entry
+    /// ([`Registry::find`]), finished or not (its wait returns at once), an entry named twice
+    /// taken once. By session: its entries that have not finished, oldest first; by every
+    /// entry: every entry that has not finished. The listing's unreadable entries are in
+    /// [`Selected::set_aside`].
+    ///
+    /// Errors: the first key that names no entry, or names an entry that cannot be read;
+    /// nothing is selected then.
+    pub fn for_wait(&self, reg: &Registry) -> Result<Selected, RegistryError> {
+        let session = match self {
+            Selection::Keys(keys) => {
+                let mut entries: Vec<Entry> = Vec::new();
+                for k in keys {
+                    let e = reg.find(k)?;
+                    if !entries.iter().any(|x| x.id == e.id) {
+                        entries.push(e);
+                    }
+                }
+                return Ok(Selected { entries, set_aside: Vec::new() });
+            }
+            Selection::Session(s) => Some(s),
+            Selection::Every => None,
+        };
+        let (entries, set_aside) = reg.list();
+        let census = std::cell::OnceCell::new();
+        let entries = entries
+            .into_iter()
+            .filter(|e| session.is_none_or(|s| e.session_id.as_ref() == Some(s)))
+            .filter(|e| crate::inspect::live_status(e, &census).is_live())
+            .collect();
+        Ok(Selected { entries, set_aside })
+    }
 }

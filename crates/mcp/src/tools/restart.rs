@@ -55,12 +55,13 @@ pub(crate) fn restart(ctx: &Ctx, a: RestartArgs) -> Result<Done<RestartResult>, 
         e.label(),
         process.pid.map(|p| format!(", pid {p}")).unwrap_or_default()
     ));
-    let mut is_error = false;
+    // The call failed when the old tree's stop did (as `process_stop` says it) or the new
+    // command ended before it was ready (as `process_start` says it).
+    let is_error = !r.stopped.ok() || r.ready.as_ref().is_some_and(ReadyOutcome::failed);
     if let Some(o) = &r.ready {
         text.push('\n');
         text.push_str(&ready_text(o, &e));
         if let ReadyOutcome::Exited { last_lines, .. } = o {
-            is_error = true;
             for l in cut_lines(last_lines, RESULT_LINES) {
                 text.push_str(&format!("\n    {l}"));
             }

@@ -202,9 +202,8 @@ pub(crate) fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolEr
         text.push_str(&ready_text(o, &e));
         if let ReadyOutcome::Exited { last_lines, .. } = o {
             tail = Some(cut_lines(last_lines, RESULT_LINES));
-            // It ended before it was ready: the CLI exits 1 there; the call failed.
-            is_error = true;
         }
+        is_error = o.failed();
     }
     if process.finished() {
         told.push(e.id.clone());

@@ -9,11 +9,11 @@ use serde_json::json;
 
 use crate::news;
 use crate::server::{
-    Ctx, Done, Proc, RESULT_LINES, ToolError, WAIT_CAP_MS, call_hint, cut_lines, find, proc_as, sentence,
+    Ctx, Done, Proc, RESULT_LINES, ToolError, WAIT_CAP_MS, call_hint, cut_lines, proc_as, sentence,
 };
 use sheepdog::entry::Entry;
 use sheepdog::inspect;
-use sheepdog::manager::{self, Waited};
+use sheepdog::manager::{self, Selection, Waited};
 
 /// Arguments of `process_wait`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -60,32 +60,21 @@ pub struct WaitResult {
 pub(crate) fn wait(ctx: &Ctx, a: WaitArgs) -> Result<Done<WaitResult>, ToolError> {
     let timeout = a.timeout_ms.unwrap_or(WAIT_CAP_MS).min(WAIT_CAP_MS);
     let verbose = a.verbose.unwrap_or(false);
-    let targets: Vec<Entry> = match (&a.ids, &a.session) {
+    let selection = match (&a.ids, &a.session) {
         (Some(_), Some(_)) => return Err("Give either `ids` or `session`, not both.".into()),
-        (Some(ids), None) if !ids.is_empty() => {
-            let mut out: Vec<Entry> = Vec::new();
-            for k in ids {
-                let e = find(&ctx.reg, k)?;
-                if !out.iter().any(|x| x.id == e.id) {
-                    out.push(e);
-                }
-            }
-            out
-        }
+        (Some(ids), None) if !ids.is_empty() => Selection::Keys(ids.clone()),
         (Some(_), None) => return Err("`ids` is empty: give the ids or names to wait for.".into()),
-        (None, session) => {
-            let session = session.clone().unwrap_or_else(|| ctx.session.clone());
-            let (entries, _) = ctx.reg.list();
-            let census = OnceCell::new();
-            // Those expected to end: started without `ready` (a server is not waited for).
-            entries
-                .into_iter()
-                .filter(|e| e.session_id.as_deref() == Some(session.as_str()))
-                .filter(|e| e.ready.is_none())
-                .filter(|e| !inspect::live_status(e, &census).is_finished())
-                .collect()
-        }
+        (None, session) => Selection::Session(session.clone().unwrap_or_else(|| ctx.session.clone())),
     };
+    let by_keys = matches!(selection, Selection::Keys(_));
+    let targets: Vec<Entry> = selection
+        .for_wait(&ctx.reg)
+        .map_err(|e| sentence(&e.to_string()))?
+        .entries
+        .into_iter()
+        // By session, those expected to end: started without `ready` (a server is not waited for).
+        .filter(|e| by_keys || e.ready.is_none())
+        .collect();
     if targets.is_empty() {
         let text = "No running processes to wait for (those started with `ready` are waited for only by `ids`).";
         return Ok(Done::ok(WaitResult { done: true, waited: Vec::new(), truncated: None }, text.into()));
