@@ -366,16 +366,63 @@ fn geminis_rewritten_call_runs_under_sheepdog_with_the_bare_output_status_and_si
     }
 }
 
+/// What a hooked call of `session` leaves running: `run --leftovers keep` (what the guard line
+/// execs) of a command that leaves a `sleep 300` in the background, which is kept as an entry of the
+/// session. Returns that entry, with its leftover and supervisor tracked by `guard`.
+fn keep_a_leftover(st: &State, session: &str, guard: &Guard) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("left");
+    let cmd = format!("sleep 300 >/dev/null 2>&1 & echo $! > {}", file.display());
+    let out = st.cmd(&["run", "--leftovers", "keep", "--session", session, "--", "sh", "-c", &cmd]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let left: i32 = std::fs::read_to_string(&file).unwrap().trim().parse().unwrap();
+    guard.track(left);
+    let kept = st.entries().into_iter().find(|e| e["sessionId"] == session && e["pid"] == left).expect("a kept entry");
+    guard.track(kept["supervisorPid"].as_i64().unwrap() as i32);
+    kept
+}
+
+/// This process as the hooks' agent: its session, `agent-<pid>-<start time>`.
+fn agent_session_of_me() -> String {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let start = stat.rsplit(')').next().unwrap().split_whitespace().nth(19).unwrap().to_string();
+    format!("agent-{}-{start}", std::process::id())
+}
+
+#[test]
+fn post_tool_use_tells_what_a_call_left_once_and_never_an_entry_the_model_started() {
+    let st = State::new();
+    let guard = Guard::new();
+    let session = agent_session_of_me();
+    // The model's own start (MCP `process_start`) is in the same session, and is no leftover.
+    let own = st.start(&["--session", &session, "--name", "own-start", "--", "sleep", "300"]);
+    guard.track(own["pid"].as_i64().unwrap() as i32);
+    let input =
+        r#"{"hook_event_name":"PostToolUse","tool_name":"Bash","tool_input":{"command":"x"},"tool_response":{}}"#;
+    for host in ["claude", "codex"] {
+        assert_eq!(hook(&st, host, "post-tool-use", input, &[]), (0, String::new()), "{host}: no leftover yet");
+    }
+    let kept = keep_a_leftover(&st, &session, &guard);
+    let (code, out) = hook(&st, "claude", "post-tool-use", input, &[]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["hookSpecificOutput"]["hookEventName"], "PostToolUse");
+    let told = v["hookSpecificOutput"]["additionalContext"].as_str().unwrap();
+    assert_eq!(told.lines().count(), 1, "{told}");
+    assert!(told.contains(&format!("kept as entry {}", kept["id"].as_str().unwrap())), "{told}");
+    assert!(!told.contains("own-start"), "{told}");
+    for host in ["claude", "codex"] {
+        assert_eq!(hook(&st, host, "post-tool-use", input, &[]), (0, String::new()), "{host}: told once");
+    }
+    st.ok(&["stop", "--session", &session]);
+}
+
 #[test]
 fn gemini_after_tool_tells_a_kept_entry_once_in_geminis_format() {
     let st = State::new();
     let guard = Guard::new();
-    // This process is the hook's agent: its session, as `agent-<pid>-<start time>`.
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let start = stat.rsplit(')').next().unwrap().split_whitespace().nth(19).unwrap().to_string();
-    let session = format!("agent-{}-{start}", std::process::id());
-    let e = st.start(&["--session", &session, "--", "sleep", "300"]);
-    guard.track(e["pid"].as_i64().unwrap() as i32);
+    let session = agent_session_of_me();
+    let e = keep_a_leftover(&st, &session, &guard);
     let input =
         r#"{"tool_name":"run_shell_command","tool_input":{"command":"x"},"tool_response":{"llmContent":"Output: x"}}"#;
     let (code, out) = hook(&st, "gemini", "after-tool", input, &[]);
@@ -385,6 +432,7 @@ fn gemini_after_tool_tells_a_kept_entry_once_in_geminis_format() {
     let told = v["hookSpecificOutput"]["additionalContext"].as_str().unwrap();
     assert!(told.contains(&format!("kept as entry {}", e["id"].as_str().unwrap())), "{told}");
     assert_eq!(hook(&st, "gemini", "after-tool", input, &[]), (0, String::new()), "told once");
+    st.ok(&["stop", "--session", &session]);
 }
 
 #[test]
@@ -648,8 +696,7 @@ fn opencode_post_tool_use_appends_a_kept_entry_once() {
     let session = opencode_env(&st, &[])["SHEEPDOG_SESSION"].as_str().unwrap().to_string();
     let after = r#"{"input":{"tool":"bash","sessionID":"ses_1","callID":"call_1","args":{"command":"x"}},"output":{"title":"x","metadata":{"exit":0},"output":"started\n"}}"#;
     assert_eq!(hook(&st, "opencode", "post-tool-use", after, &[]), (0, String::new()), "nothing kept yet");
-    let e = st.start(&["--session", &session, "--", "sleep", "300"]);
-    guard.track(e["pid"].as_i64().unwrap() as i32);
+    let e = keep_a_leftover(&st, &session, &guard);
     let (_, out) = hook(&st, "opencode", "post-tool-use", after, &[]);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let text = v["output"]["output"].as_str().unwrap();
@@ -657,6 +704,7 @@ fn opencode_post_tool_use_appends_a_kept_entry_once() {
     assert!(text.contains(&format!("kept as entry {}", e["id"].as_str().unwrap())), "{text}");
     assert_eq!(v.as_object().unwrap().len(), 1, "nothing else is changed: {v}");
     assert_eq!(hook(&st, "opencode", "post-tool-use", after, &[]), (0, String::new()), "told once");
+    st.ok(&["stop", "--session", &session]);
 }
 
 /// The plugin's load runs `session-start`, which answers the static binary the per-call hooks

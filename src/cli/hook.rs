@@ -450,28 +450,48 @@ fn gemini_shell_allowlist(text: &str) -> bool {
     })
 }
 
-/// The session's running entries not yet told to the model, each told once (an `announced`
-/// file created exclusively in the entry's directory).
+/// What a hooked call of `session` left running and the model was not told yet: the session's
+/// running entries kept from a call ([`kept_from_a_call`]), each returned once (an `announced`
+/// file created exclusively in the entry's directory). An entry the model started itself (MCP's
+/// `process_start`, pi's `process` tool) is in the same session but is no leftover, and is
+/// never told as one.
+fn untold_leftovers(reg: &Registry, session: &str) -> Vec<sheepdog::entry::Entry> {
+    let (entries, _) = reg.list();
+    entries
+        .into_iter()
+        .filter(|e| e.session_id.as_deref() == Some(session) && !e.is_finished())
+        .filter(|e| !reg.file(&e.id, "announced").exists() && kept_from_a_call(e))
+        .filter(|e| std::fs::OpenOptions::new().write(true).create_new(true).open(reg.file(&e.id, "announced")).is_ok())
+        .collect()
+}
+
+/// True if `e` is what a hooked call left running: its supervisor (alive, the same process
+/// that recorded itself) is `supervise-leftovers`.
+fn kept_from_a_call(e: &sheepdog::entry::Entry) -> bool {
+    let Some(sup) = e.supervisor_pid.and_then(Pid::new) else { return false };
+    sheepdog::os::procfs::start_time(sup) == e.supervisor_start_time
+        && sheepdog::os::procfs::cmdline(sup).split(' ').any(|w| w == "supervise-leftovers")
+}
+
+/// What the agent's calls left running and the model was not told yet ([`untold_leftovers`]),
+/// as Claude Code's and Codex's `PostToolUse` `additionalContext`.
 fn post_tool_use(dir: Option<PathBuf>, _input: &Value) -> Option<Value> {
     let reg = Registry::open(dir).ok()?;
     let (_, session) = agent_session();
-    let (entries, _) = reg.list();
-    let mut lines = Vec::new();
-    for e in entries.iter().filter(|e| e.session_id.as_deref() == Some(&session) && !e.is_finished()) {
-        let told = std::fs::OpenOptions::new().write(true).create_new(true).open(reg.file(&e.id, "announced"));
-        if told.is_err() {
-            continue;
-        }
-        lines.push(format!(
-            "sheepdog: `{}` (pid {}) is still running from that command, kept as entry {} ({}) of this session; it is stopped when the session ends. Stop it earlier with `sheepdog stop {}`, read its output with `sheepdog logs {}`.",
-            e.command_preview,
-            e.pid.unwrap_or(0),
-            e.id,
-            e.label(),
-            e.id,
-            e.id
-        ));
-    }
+    let lines: Vec<String> = untold_leftovers(&reg, &session)
+        .iter()
+        .map(|e| {
+            format!(
+                "sheepdog: `{}` (pid {}) is still running from that command, kept as entry {} ({}) of this session; it is stopped when the session ends. Stop it earlier with `sheepdog stop {}`, read its output with `sheepdog logs {}`.",
+                e.command_preview,
+                e.pid.unwrap_or(0),
+                e.id,
+                e.label(),
+                e.id,
+                e.id
+            )
+        })
+        .collect();
     if lines.is_empty() {
         return None;
     }
@@ -659,7 +679,7 @@ mod pi {
     use sheepdog::os::Pid;
     use sheepdog::registry::Registry;
 
-    use super::{rewrite, spawn_detached};
+    use super::{rewrite, spawn_detached, untold_leftovers};
 
     /// Runs one pi event: 0 (an answer, or none), or 2 for an event it does not know.
     pub(super) fn hook(dir: Option<PathBuf>, event: &str, input: &Value) -> i32 {
@@ -704,40 +724,24 @@ mod pi {
         Some(json!({ "input": { "command": rewrite(command, &exe, &state, &session) } }))
     }
 
-    /// True if `e` is what a hooked call left running: its supervisor (alive, the same process
-    /// that recorded itself) is `supervise-leftovers`. The `process` tool's entries, in the same
-    /// session, are the model's own starts and are never told as leftovers.
-    fn kept_from_a_call(e: &sheepdog::entry::Entry) -> bool {
-        let Some(sup) = e.supervisor_pid.and_then(Pid::new) else { return false };
-        sheepdog::os::procfs::start_time(sup) == e.supervisor_start_time
-            && sheepdog::os::procfs::cmdline(sup).split(' ').any(|w| w == "supervise-leftovers")
-    }
-
     fn tool_result(dir: Option<PathBuf>, input: &Value) -> Option<Value> {
         if !bash_call(input) {
             return None;
         }
         let session = session()?;
         let reg = Registry::open(dir).ok()?;
-        let (entries, _) = reg.list();
-        let mut lines = Vec::new();
-        for e in entries.iter().filter(|e| e.session_id.as_deref() == Some(&session) && !e.is_finished()) {
-            if reg.file(&e.id, "announced").exists() || !kept_from_a_call(e) {
-                continue;
-            }
-            let told = std::fs::OpenOptions::new().write(true).create_new(true).open(reg.file(&e.id, "announced"));
-            if told.is_err() {
-                continue;
-            }
-            lines.push(format!(
+        // The `process` tool's entries, in the same session, are the model's own starts.
+        let lines: Vec<String> = untold_leftovers(&reg, &session)
+            .iter()
+            .map(|e| format!(
                 "sheepdog: `{}` (pid {}) is still running from that command, kept as process {} of this pi session; it is stopped when pi exits. Stop it earlier with the process tool (action stop, id {}); read its output with action output, id {}.",
                 e.command_preview,
                 e.pid.unwrap_or(0),
                 e.label(),
                 e.id,
                 e.id
-            ));
-        }
+            ))
+            .collect();
         if lines.is_empty() {
             return None;
         }

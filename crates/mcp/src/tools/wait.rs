@@ -8,9 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::news;
-use crate::server::{
-    Ctx, Done, Proc, RESULT_LINES, ToolError, WAIT_CAP_MS, call_hint, cut_lines, proc_as, sentence,
-};
+use crate::server::{Ctx, Done, Proc, RESULT_LINES, ToolError, WAIT_CAP_MS, call_hint, cut_lines, proc_as, sentence};
 use sheepdog::entry::Entry;
 use sheepdog::inspect;
 use sheepdog::manager::{self, Selection, Waited};
