@@ -134,6 +134,47 @@ fn the_rewritten_command_runs_under_sheepdog_with_the_bare_output_status_and_cwd
     assert_eq!(code, 7);
 }
 
+/// A sheepdog that cannot supervise (here its state dir is world-writable, which it refuses)
+/// never blocks the call: the command runs as written, with the bare output, status and cwd,
+/// and one line on stderr says it ran unsupervised.
+#[test]
+fn a_sheepdog_that_cannot_supervise_lets_the_call_run_as_written() {
+    use std::os::unix::fs::PermissionsExt;
+    let st = State::new();
+    let dir = tempfile::tempdir().unwrap();
+    let cwd_file = dir.path().join("cwd");
+    let original = "mkdir -p sub && cd sub && echo out && echo err >&2 && cat /proc/$PPID/comm; exit 3";
+    let (_, out) = hook(&st, "claude", "pre-tool-use", &bash_input(original, "default"), &[]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let rewritten = v["hookSpecificOutput"]["updatedInput"]["command"].as_str().unwrap().to_string();
+    std::fs::set_permissions(st.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let bare = as_claude_runs(original, dir.path(), &cwd_file);
+    let hooked = as_claude_runs(&rewritten, dir.path(), &cwd_file);
+    assert_eq!((&hooked.0, hooked.2, &hooked.3), (&bare.0, bare.2, &bare.3), "stdout, status and cwd");
+    assert_eq!(hooked.2, 3);
+    let lines: Vec<&str> = hooked.1.lines().collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].starts_with("sheepdog: not supervised (") && lines[0].ends_with("running the command as written"));
+    assert!(lines[0].contains(&st.path().display().to_string()), "says where: {}", lines[0]);
+    assert_eq!(lines[1], "err");
+    std::fs::set_permissions(st.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+/// The same for Gemini CLI's runner (`hook gemini run`, which its guard line execs).
+#[test]
+fn geminis_runner_that_cannot_supervise_runs_the_command_as_written() {
+    use std::os::unix::fs::PermissionsExt;
+    let st = State::new();
+    std::fs::set_permissions(st.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let me = std::process::id().to_string();
+    let args = ["hook", "gemini", "run", "--owner", &me, "--shell", &me, "--session", "s", "--"];
+    let out = st.cmd(&args).args(["sh", "-c", "echo out; exit 4"]).output().unwrap();
+    std::fs::set_permissions(st.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!((out.status.code(), String::from_utf8_lossy(&out.stdout).as_ref()), (Some(4), "out\n"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("sheepdog: not supervised (") && err.lines().count() == 1, "{err}");
+}
+
 #[test]
 fn session_start_gives_claude_codes_shells_the_agents_session_and_session_end_stops_it_detached() {
     let st = State::new();

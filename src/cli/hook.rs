@@ -159,7 +159,7 @@ fn quote(s: &str) -> String {
 pub(super) fn guard_line(exe: &Path, state: &Path, session: &str) -> String {
     let exe = quote(&exe.to_string_lossy());
     let run = format!(
-        "{exe} --state-dir {} run --owner \"$PPID\" --leftovers keep --session {} --term-grace {HOOK_TERM_GRACE} --",
+        "{exe} --state-dir {} run --owner \"$PPID\" --leftovers keep --session {} --term-grace {HOOK_TERM_GRACE} --fail-open --",
         quote(&state.to_string_lossy()),
         quote(session),
     );
@@ -269,10 +269,11 @@ pub(super) fn gemini_guard_line(exe: &Path, state: &Path, session: &str) -> Stri
 }
 
 /// `hook gemini run --owner PID --shell PID --session S -- CMD...`: `sheepdog run --owner PID
-/// --leftovers keep --session S --term-grace 2s -- CMD...`, except that the owner is any live
+/// --leftovers keep --session S --term-grace 2s --fail-open -- CMD...`, except that the owner is any live
 /// process (identity-checked by its start time, watched by pidfd), not only sheepdog's parent:
 /// in Gemini CLI's shell the agent is the grandparent ([`gemini_guard_line`]). Exits as `run`
-/// does: CMD's status, its signal, 125 for sheepdog's own error with one line.
+/// does: CMD's status, its signal; 125 with one line for a bad invocation; and, as `--fail-open`,
+/// CMD run unsupervised where sheepdog cannot supervise it.
 ///
 /// CMD is the host's shell run again, so a signal that ended it was sent to that shell's `$$`
 /// (`kill -TERM $$`): in the bare host that is the top shell (`--shell`), whose death by the
@@ -294,10 +295,9 @@ fn gemini_run(dir: Option<PathBuf>, args: &[String]) -> i32 {
     }
     let pid = |raw: &str| raw.parse::<i32>().ok().and_then(Pid::new);
     let (Some(owner), Some(shell)) = (pid(owner), pid(shell)) else { return usage() };
-    let fail = |e: String| {
-        eprintln!("sheepdog: {e}");
-        sheepdog::exit::USAGE
-    };
+    let argv: Vec<OsString> = cmd.iter().map(OsString::from).collect();
+    // As `run --fail-open`: what keeps sheepdog from supervising never blocks the call.
+    let fail = |e: String| super::run::run_unsupervised(&argv, &e);
     if let Err(e) = sheepdog::entry::check_session(session) {
         return fail(e);
     }
@@ -313,7 +313,6 @@ fn gemini_run(dir: Option<PathBuf>, args: &[String]) -> i32 {
         Ok(t) => t,
         Err(e) => return fail(format!("unable to read random bytes for the tag: {e}")),
     };
-    let argv: Vec<OsString> = cmd.iter().map(OsString::from).collect();
     let policy = sheepdog::stop::StopPolicy {
         stdin_grace: std::time::Duration::from_secs(1),
         term_grace: std::time::Duration::from_secs(2),
@@ -330,6 +329,7 @@ fn gemini_run(dir: Option<PathBuf>, args: &[String]) -> i32 {
     };
     let mut outcome = match supervisor::supervise(opts, &mut Quiet) {
         Ok(o) => o,
+        Err(e) if e.before_command() => return fail(e.to_string()),
         Err(e) => {
             eprintln!("sheepdog: {e}");
             return e.exit_code();

@@ -185,6 +185,12 @@ struct RunArgs {
     /// The session kept leftovers join (`ps --session`, `stop --session`).
     #[arg(long, value_name = "ID", env = "SHEEPDOG_SESSION")]
     session: Option<String>,
+    /// If sheepdog cannot supervise CMD (its state dir, session, owner or containment refused,
+    /// before CMD runs), run CMD unsupervised in its place after one line on stderr, instead of
+    /// exiting 125. CMD's own failure to start (126, 127) is not such a refusal. The agent
+    /// hooks' mode: a broken sheepdog never blocks the agent's shell.
+    #[arg(long)]
+    fail_open: bool,
     #[command(flatten)]
     containment: ContainmentArgs,
     /// The command to supervise, after `--`.

@@ -9,10 +9,51 @@ use sheepdog::supervisor::{self, Exit, OnOwnerDeath, OnStdinEof, Options, Owner,
 
 use super::{CliError, RunArgs, pid_arg};
 
-pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> Result<i32, CliError> {
+pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, json: bool) -> Result<i32, CliError> {
     if a.command.is_empty() {
         return Err(CliError::usage("run: missing command (usage: sheepdog run [OPTIONS] -- CMD [ARGS...])"));
     }
+    let fail_open = a.fail_open.then(|| a.command.clone());
+    match supervised(a, dir, json) {
+        Err(Refusal { error, before_command: true }) if let Some(argv) = fail_open => {
+            Ok(run_unsupervised(&argv, &error.message))
+        }
+        r => r.map_err(|r| r.error),
+    }
+}
+
+/// Why `run` did not supervise CMD, and whether CMD had not run yet (`--fail-open` may run it).
+struct Refusal {
+    error: CliError,
+    before_command: bool,
+}
+
+/// Every refusal before the supervisor starts comes before CMD.
+impl From<CliError> for Refusal {
+    fn from(error: CliError) -> Self {
+        Refusal { error, before_command: true }
+    }
+}
+
+/// `--fail-open`: CMD in this process's place, as written and unsupervised, after one line
+/// saying why (the agent hooks' guard line: a broken sheepdog never blocks the agent's shell).
+/// Returns only if CMD could not be run: 127 or 126, with the shell's line.
+pub(super) fn run_unsupervised(argv: &[std::ffi::OsString], why: &str) -> i32 {
+    use std::os::unix::process::CommandExt;
+    eprintln!("sheepdog: not supervised ({why}); running the command as written");
+    let Some((program, args)) = argv.split_first() else { return sheepdog::exit::USAGE };
+    let e = std::process::Command::new(program).args(args).exec();
+    let name = program.to_string_lossy();
+    if e.kind() == std::io::ErrorKind::NotFound {
+        eprintln!("sheepdog: {name}: command not found");
+        sheepdog::exit::NOT_FOUND
+    } else {
+        eprintln!("sheepdog: {name}: cannot execute: {e}");
+        sheepdog::exit::NOT_EXECUTABLE
+    }
+}
+
+fn supervised(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> Result<i32, Refusal> {
     let owner = a.owner.map(|p| pid_arg("--owner", p)).transpose()?.map(Owner::Parent);
     let mut events = match a.events_fd {
         Some(fd) => Some(
@@ -31,7 +72,7 @@ pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> R
     let registry = if keep { Some(super::common::open(dir)?) } else { None };
     let tag = match keep.then(sheepdog::registry::new_tag).transpose() {
         Ok(t) => t,
-        Err(e) => return Err(CliError::usage(format!("unable to read random bytes for the tag: {e}"))),
+        Err(e) => return Err(CliError::usage(format!("unable to read random bytes for the tag: {e}")).into()),
     };
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let owner_pid = a.owner.and_then(sheepdog::os::Pid::new);
@@ -57,13 +98,16 @@ pub(super) fn run(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> R
         Some(sink) => supervisor::supervise(opts, sink),
         None => supervisor::supervise(opts, &mut Quiet),
     }
-    .map_err(|e| match e {
-        supervisor::Error::Containment(r) => CliError::new(sheepdog::exit::USAGE, r.render(&super::flag)),
-        supervisor::Error::RelayTerminal => CliError::usage(format!("--stdin relay: {e}")),
-        supervisor::Error::CloseStdinWithoutRelay => {
-            CliError::usage(format!("--on-owner-death close-stdin: {e} (add --stdin relay)"))
-        }
-        e => CliError::new(e.exit_code(), e.to_string()),
+    .map_err(|e| Refusal {
+        before_command: e.before_command(),
+        error: match e {
+            supervisor::Error::Containment(r) => CliError::new(sheepdog::exit::USAGE, r.render(&super::flag)),
+            supervisor::Error::RelayTerminal => CliError::usage(format!("--stdin relay: {e}")),
+            supervisor::Error::CloseStdinWithoutRelay => {
+                CliError::usage(format!("--on-owner-death close-stdin: {e} (add --stdin relay)"))
+            }
+            e => CliError::new(e.exit_code(), e.to_string()),
+        },
     })?;
     if let Some(sink) = &events {
         sink.exited(&outcome);

@@ -447,6 +447,9 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The loop's `poll` failed: CMD was already running.
+    #[error("unable to poll: {0}")]
+    Poll(#[source] io::Error),
 }
 
 impl Error {
@@ -455,6 +458,18 @@ impl Error {
         match self {
             Error::Spawn(e) => e.exit_code(),
             _ => crate::exit::USAGE,
+        }
+    }
+
+    /// True when CMD never ran and the refusal is sheepdog's own (its owner, relays, tier or a
+    /// fork that failed), not CMD's: a command not found or not executable (127, 126) is CMD's
+    /// own failure, and a failed `poll` comes after CMD started. `run --fail-open` runs CMD
+    /// unsupervised in its place exactly then.
+    pub fn before_command(&self) -> bool {
+        match self {
+            Error::Spawn(e) => e.exit_code() == crate::exit::USAGE,
+            Error::Poll(_) => false,
+            _ => true,
         }
     }
 }
@@ -836,7 +851,7 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn H
         if machine.stopping() && tree.cgroup().is_some() {
             deadline = earliest(deadline, Some(now + CGROUP_RECHECK));
         }
-        process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).map_err(io_err("poll"))?;
+        process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).map_err(Error::Poll)?;
 
         // Before the signals: a keeper whose supervisor died in a stopped process group is sent
         // SIGHUP and SIGCONT by the kernel (the group became orphaned), and the stop it then
