@@ -450,35 +450,14 @@ fn gemini_shell_allowlist(text: &str) -> bool {
     })
 }
 
-/// What a hooked call of `session` left running and the model was not told yet: the session's
-/// running entries kept from a call ([`kept_from_a_call`]), each returned once (an `announced`
-/// file created exclusively in the entry's directory). An entry the model started itself (MCP's
-/// `process_start`, pi's `process` tool) is in the same session but is no leftover, and is
-/// never told as one.
-fn untold_leftovers(reg: &Registry, session: &str) -> Vec<sheepdog::entry::Entry> {
-    let (entries, _) = reg.list();
-    entries
-        .into_iter()
-        .filter(|e| e.session_id.as_deref() == Some(session) && !e.is_finished())
-        .filter(|e| !reg.file(&e.id, "announced").exists() && kept_from_a_call(e))
-        .filter(|e| std::fs::OpenOptions::new().write(true).create_new(true).open(reg.file(&e.id, "announced")).is_ok())
-        .collect()
-}
-
-/// True if `e` is what a hooked call left running: its supervisor (alive, the same process
-/// that recorded itself) is `supervise-leftovers`.
-fn kept_from_a_call(e: &sheepdog::entry::Entry) -> bool {
-    let Some(sup) = e.supervisor_pid.and_then(Pid::new) else { return false };
-    sheepdog::os::procfs::start_time(sup) == e.supervisor_start_time
-        && sheepdog::os::procfs::cmdline(sup).split(' ').any(|w| w == "supervise-leftovers")
-}
-
-/// What the agent's calls left running and the model was not told yet ([`untold_leftovers`]),
-/// as Claude Code's and Codex's `PostToolUse` `additionalContext`.
+/// What the agent's calls left running and the model was not told yet, each told once
+/// ([`Registry::take_untold`]: the leftovers hand-off marks each entry it makes; an entry the
+/// model started itself, in the same session, is no leftover and is never told as one), as
+/// Claude Code's and Codex's `PostToolUse` `additionalContext`.
 fn post_tool_use(dir: Option<PathBuf>, _input: &Value) -> Option<Value> {
     let reg = Registry::open(dir).ok()?;
     let (_, session) = agent_session();
-    let lines: Vec<String> = untold_leftovers(&reg, &session)
+    let lines: Vec<String> = reg.take_untold(&session)
         .iter()
         .map(|e| {
             format!(
@@ -663,7 +642,7 @@ fn detached(args: &[String]) -> i32 {
 /// - `tool-result` (pi's `tool_result` of a `bash` call): `{"append":[{"type":"text","text":T}]}`,
 ///   a content block to add after the tool's own (pi joins a result's text blocks with a line
 ///   break; the command's output is not rewritten): which entries of the session, kept from a
-///   `bash` call, are running and not told yet, each told once (the same `announced` file as
+///   `bash` call, are running and not told yet, each told once (the same marks as
 ///   `post-tool-use`), with the `process` tool's words to stop them.
 /// - `session-start` (pi's `session_start`, `{"reason":"startup"|"reload"|...}`): on a pi
 ///   process's start, a detached `reap` of what earlier pi processes' crashes left (the rest
@@ -679,7 +658,7 @@ mod pi {
     use sheepdog::os::Pid;
     use sheepdog::registry::Registry;
 
-    use super::{rewrite, spawn_detached, untold_leftovers};
+    use super::{rewrite, spawn_detached};
 
     /// Runs one pi event: 0 (an answer, or none), or 2 for an event it does not know.
     pub(super) fn hook(dir: Option<PathBuf>, event: &str, input: &Value) -> i32 {
@@ -731,7 +710,7 @@ mod pi {
         let session = session()?;
         let reg = Registry::open(dir).ok()?;
         // The `process` tool's entries, in the same session, are the model's own starts.
-        let lines: Vec<String> = untold_leftovers(&reg, &session)
+        let lines: Vec<String> = reg.take_untold(&session)
             .iter()
             .map(|e| format!(
                 "sheepdog: `{}` (pid {}) is still running from that command, kept as process {} of this pi session; it is stopped when pi exits. Stop it earlier with the process tool (action stop, id {}); read its output with action output, id {}.",

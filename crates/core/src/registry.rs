@@ -241,6 +241,59 @@ impl Registry {
         self.root.join("procs")
     }
 
+    /// `untold/<hash of the session>/`: the session's kept entries whose agent was not told of
+    /// them yet, one empty file per entry id. A directory per session, so that the agent hooks'
+    /// per-call look costs one `readdir` of it, whatever the size of the registry.
+    fn untold_dir(&self, session: &str) -> PathBuf {
+        // FNV-1a (64 bits): a session id may hold `/` and be longer than a file name may.
+        let hash =
+            session.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        self.root.join("untold").join(format!("{hash:016x}"))
+    }
+
+    /// Marks entry `id` of `session` as not told to its agent yet (the leftovers hand-off:
+    /// what a hooked shell call left running). Errors: the marker could not be written.
+    pub fn mark_untold(&self, session: &str, id: &str) -> Result<(), RegistryError> {
+        let dir = self.untold_dir(session);
+        let create = || OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(dir.join(id));
+        mkdir_private(&dir)?;
+        // A concurrent `take_untold` may remove the emptied directory between the two calls.
+        match create() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                mkdir_private(&dir)?;
+                create().map_err(io_at(&dir))?
+            }
+            r => r.map_err(io_at(&dir))?,
+        };
+        Ok(())
+    }
+
+    /// The entries of `session` marked by [`Registry::mark_untold`] that still run, each
+    /// returned to one caller once (its marker is removed first; of two concurrent callers,
+    /// the one whose removal succeeds has it), oldest first. A marker of an entry that is gone
+    /// or finished is removed too; one of another session (a hash collision) is left alone.
+    pub fn take_untold(&self, session: &str) -> Vec<Entry> {
+        let dir = self.untold_dir(session);
+        let Ok(files) = fs::read_dir(&dir) else { return Vec::new() };
+        let mut ids: Vec<String> = files.flatten().filter_map(|f| f.file_name().into_string().ok()).collect();
+        ids.sort_by_key(|id| id_number(id));
+        let mut out = Vec::new();
+        for id in ids {
+            let entry = self.read(&id).ok();
+            if entry.as_ref().is_some_and(|e| e.session_id.as_deref() != Some(session)) {
+                continue;
+            }
+            if fs::remove_file(dir.join(&id)).is_ok()
+                && let Some(e) = entry.filter(|e| !e.is_finished())
+            {
+                out.push(e);
+            }
+        }
+        // Emptied: gone (an entry marked meanwhile makes it again).
+        let _ = fs::remove_dir(&dir);
+        out
+    }
+
     /// `procs/<id>`.
     pub fn dir(&self, id: &str) -> PathBuf {
         self.procs().join(id)

@@ -218,7 +218,15 @@ fn register_and_watch(reg: &Registry, h: &Handoff) -> Result<Entry, ManagerError
     }
     let keep = args.output_fds.map(|fd| fd.unwrap_or(-1));
     match super::start::launch_supervisor(reg, &id, &args.to_args(), keep) {
-        Ok(Some(supervise::Handshake::Spawned)) => Ok(reg.read(&id)?),
+        Ok(Some(supervise::Handshake::Spawned)) => {
+            // For the agent's hooks: told to the agent once, on its next call.
+            if let Some(s) = &h.session_id
+                && let Err(e) = reg.mark_untold(s, &id)
+            {
+                eprintln!("sheepdog: {} will not be told to the agent: {e}", id);
+            }
+            Ok(reg.read(&id)?)
+        }
         Ok(Some(supervise::Handshake::Failed { code, message })) => Err(fail(ManagerError::Start { code, message })),
         Ok(None) => Err(fail(ManagerError::Start {
             code: exit::USAGE,
