@@ -5,7 +5,6 @@ still matches (never by name); zombies count as dead."""
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -18,9 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-PACKAGES = Path(os.environ.get("SHEEPDOG_PACKAGES", REPO / "target" / "package")).resolve()
 
 
 def stat(pid):
@@ -79,23 +75,6 @@ class Guard:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
-
-
-@pytest.fixture(scope="session")
-def venv():
-    wheels = sorted(glob.glob(str(PACKAGES / "sheepdog_cli-*.whl")))
-    if not wheels:
-        pytest.fail(f"no sheepdog_cli-*.whl in {PACKAGES}: run scripts/package {PACKAGES} first")
-    d = Path(tempfile.mkdtemp(prefix="sheepdog-venv-"))
-    try:
-        subprocess.run([sys.executable, "-m", "venv", str(d)], check=True)
-        subprocess.run(
-            [str(d / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--disable-pip-version-check", wheels[-1]],
-            check=True,
-        )
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture
@@ -451,3 +430,4 @@ def test_send_and_events_are_typed_documents_with_v_and_events_resume_after_a_se
     assert got["resumed"] is True, got
     assert got["sendKeys"] == ["bytes", "eof", "id", "v"], got
     assert got["since"] == "typing.Optional[int]", got
+
