@@ -18,7 +18,7 @@
 import { spawnSync } from "node:child_process";
 
 const MISSING =
-  "sheepdog is not on PATH: this session's shell calls run unsupervised. Install it with: npm install -g sheepdog, pipx install sheepdog-cli, or cargo install sheepdog.";
+  "sheepdog is not on PATH: this session's shell calls run unsupervised. Nothing is published yet: build it from the sheepdog repository (README.md, Install) and put it on PATH.";
 
 /** Sets `patch`'s fields on `target`, recursing into objects both have (so `output.env` stays the object opencode reads). */
 function merge(target, patch) {

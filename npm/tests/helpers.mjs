@@ -221,3 +221,22 @@ export function closed(child) {
   child.closing ??= new Promise((resolve) => child.once("close", (code, signal) => resolve([code, signal])));
   return child.closing;
 }
+
+/**
+ * TypeScript and @types/node, from the global npm root (as .ci/run installs them) or the
+ * repository's node_modules: `{ bin, types }` (tsc's entry and the @types dir), or null.
+ */
+export function findTsc() {
+  const roots = [];
+  try {
+    roots.push(execFileSync("npm", ["root", "-g"], { encoding: "utf8" }).trim());
+  } catch {
+    // no global root
+  }
+  roots.push(path.join(repo, "node_modules"));
+  for (const r of roots) {
+    const bin = path.join(r, "typescript/bin/tsc");
+    if (fs.existsSync(bin) && fs.existsSync(path.join(r, "@types/node"))) return { bin, types: path.join(r, "@types") };
+  }
+  return null;
+}

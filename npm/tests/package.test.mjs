@@ -10,7 +10,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createRequire } from "node:module";
-import { api, closed, here, installProject, lines, packages, repo, stateDir } from "./helpers.mjs";
+import { api, closed, findTsc, here, installProject, lines, packages, repo, stateDir } from "./helpers.mjs";
 
 const npx = (args, opts = {}) =>
   spawnSync("npx", ["--offline", ...args], { cwd: installProject(), encoding: "utf8", ...opts });
@@ -170,21 +170,6 @@ test("the types check an example host (tsc --noEmit --strict)", (t) => {
   const r = spawnSync(process.execPath, [tsc.bin, "-p", "."], { cwd: dir, encoding: "utf8" });
   assert.equal(r.status, 0, r.stdout + r.stderr);
 });
-
-function findTsc() {
-  const roots = [];
-  try {
-    roots.push(execFileSync("npm", ["root", "-g"], { encoding: "utf8" }).trim());
-  } catch {
-    // no global root
-  }
-  roots.push(path.join(repo, "node_modules"));
-  for (const r of roots) {
-    const bin = path.join(r, "typescript/bin/tsc");
-    if (fs.existsSync(bin) && fs.existsSync(path.join(r, "@types/node"))) return { bin, types: path.join(r, "@types") };
-  }
-  return null;
-}
 
 function hasSubcommand(name) {
   const r = spawnSync(api().binaryPath(), [name, "--help"], { encoding: "utf8" });

@@ -7,8 +7,8 @@
 // calls; pi itself in `--mode rpc`. Processes are checked, and on cleanup killed, by recorded pid
 // and start time, never by name. Zombies count as dead.
 //
-// SHEEPDOG_PI_PACKAGE names another pi (`@mariozechner/pi-coding-agent@0.73.1`, the last
-// release under that name, also runs these tests).
+// SHEEPDOG_PI_PACKAGE names another pi, run by hand: `@mariozechner/pi-coding-agent@0.73.1`, the
+// last release under that name, can be run this way; CI tests only pi 1.x (versions.json).
 
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { after } from "node:test";

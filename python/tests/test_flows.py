@@ -5,7 +5,6 @@ still matches (never by name); zombies count as dead."""
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -18,9 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-PACKAGES = Path(os.environ.get("SHEEPDOG_PACKAGES", REPO / "target" / "package")).resolve()
 
 
 def stat(pid):
@@ -79,23 +75,6 @@ class Guard:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
-
-
-@pytest.fixture(scope="session")
-def venv():
-    wheels = sorted(glob.glob(str(PACKAGES / "sheepdog_cli-*.whl")))
-    if not wheels:
-        pytest.fail(f"no sheepdog_cli-*.whl in {PACKAGES}: run scripts/package {PACKAGES} first")
-    d = Path(tempfile.mkdtemp(prefix="sheepdog-venv-"))
-    try:
-        subprocess.run([sys.executable, "-m", "venv", str(d)], check=True)
-        subprocess.run(
-            [str(d / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--disable-pip-version-check", wheels[-1]],
-            check=True,
-        )
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture
@@ -451,3 +430,46 @@ def test_send_and_events_are_typed_documents_with_v_and_events_resume_after_a_se
     assert got["resumed"] is True, got
     assert got["sendKeys"] == ["bytes", "eof", "id", "v"], got
     assert got["since"] == "typing.Optional[int]", got
+
+
+def test_start_with_owner_stops_the_entry_when_the_owner_is_sigkilled(venv, state):
+    # The README's bot: `start(..., owner=os.getpid())`, so that a crash of the bot stops its
+    # turns' work. Here the bot is SIGKILLed; the entry's supervisor stops the whole tree (a
+    # grandchild included), and the entry says why. The other entry, owned by no one, runs on.
+    d, guard = state
+    bot = host(
+        venv,
+        """
+        import json, os, sys, time, sheepdog
+        d = sys.argv[1]
+        mine = sheepdog.start("sh", ["-c", "sleep 100 & wait"], state_dir=d, session="chat-1", owner=os.getpid())
+        free = sheepdog.start("sleep", ["100"], state_dir=d, session="chat-2")
+        print(json.dumps([mine, free]), flush=True)
+        time.sleep(100)
+        """,
+        d,
+    )
+    guard.track(bot.pid)
+    mine, free = json.loads(bot.stdout.readline())
+    for e in (mine, free):
+        guard.track(e["pid"])
+        guard.track(e["supervisorPid"])
+    assert mine["pid"] and alive(mine["pid"])
+    listed = run_host(venv, "import json, sys, sheepdog; print(json.dumps(sheepdog.list(state_dir=sys.argv[1])))", d)
+    assert {e["id"]: e["ownerPid"] for e in listed}[mine["id"]] == bot.pid, listed
+    # The backgrounded sleep, once sh has forked it.
+    end = time.monotonic() + 5
+    while not (tree := [int(p) for p in Path(f"/proc/{mine['pid']}/task/{mine['pid']}/children").read_text().split()]):
+        assert time.monotonic() < end, "sh did not fork its sleep"
+        time.sleep(0.01)
+    for p in tree:
+        guard.track(p)
+    bot.kill()
+    bot.wait()
+    assert wait_gone([mine["pid"], *tree, mine["supervisorPid"]], 10) == [], "the owned tree outlived its owner"
+    got = run_host(venv, "import json, sys, sheepdog; print(json.dumps(sheepdog.list(all=True, state_dir=sys.argv[1])))", d)
+    views = {e["id"]: e for e in got}
+    assert views[mine["id"]]["status"] == "stopped", views[mine["id"]]
+    assert views[mine["id"]]["stopReason"] == "owner", views[mine["id"]]
+    assert views[mine["id"]]["treeGone"] is True, views[mine["id"]]
+    assert views[free["id"]]["status"] == "running" and alive(free["pid"])

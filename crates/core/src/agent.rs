@@ -249,9 +249,11 @@ mod tests {
         assert!(is_launcher(&v("node /p/node_modules/sheepdog/bin/sheepdog mcp"), "node"));
         assert!(!is_launcher(&v("node /usr/local/bin/claude"), "node"));
         assert!(!is_launcher(&v("node /usr/local/bin/gemini"), "node"));
-        assert!(is_launcher(&v("uvx sheepdog"), "uvx"));
-        // Issue 31: the PyPI distribution is sheepdog-cli.
+        // Issue 31: the PyPI distribution is sheepdog-cli, so uvx and pipx name it apart from
+        // the command. uvx runs `uv tool uvx ...` as its child.
         assert!(is_launcher(&v("uvx --from sheepdog-cli sheepdog mcp"), "uvx"));
+        assert!(is_launcher(&v("/home/u/.local/bin/uv tool uvx --from sheepdog-cli sheepdog mcp"), "uv"));
+        assert!(is_launcher(&v("pipx run --spec sheepdog-cli sheepdog mcp"), "pipx"));
         assert!(is_launcher(&v("/usr/bin/env FOO=1 sheepdog mcp"), "env"));
         assert!(!is_launcher(&v("codex"), "codex"));
         // Issue 33: opencode runs its plugins, `sheepdog mcp` and its bash tool's shells
@@ -259,6 +261,8 @@ mod tests {
         assert!(!is_launcher(&v("/p/node_modules/opencode-linux-x64/bin/opencode run go"), "opencode"));
         assert!(!is_launcher(&v("/p/node_modules/opencode-ai/bin/opencode.exe"), "opencode.exe"));
         assert!(!is_launcher(&v("python3 agent.py"), "python3"));
-        assert!(is_launcher(&v("python3 -m pipx run sheepdog"), "python3"));
+        // pipx is a Python script: its shebang's interpreter, or `python3 -m pipx`.
+        assert!(is_launcher(&v("/usr/bin/python3 /usr/bin/pipx run --spec sheepdog-cli sheepdog mcp"), "pipx"));
+        assert!(is_launcher(&v("python3 -m pipx run --spec sheepdog-cli sheepdog mcp"), "python3"));
     }
 }
