@@ -276,3 +276,30 @@ fn the_output_relay_passes_every_byte_in_order() {
     assert!(text == want, "{} bytes, not the {} written", text.len(), want.len());
     assert!(st.entries().is_empty(), "nothing was left, so nothing is kept");
 }
+
+/// bash's `disown`, the fourth way a command leaves a process it means to keep: kept like the
+/// others, and the entry is named from the leftover's own command.
+#[test]
+fn a_disowned_job_is_kept_and_the_entry_is_named_from_its_command() {
+    let guard = Guard::new();
+    let st = State::new();
+    let script = format!(
+        "{bin} --state-dir {dir} run --owner $$ --leftovers keep --session s-disown --term-grace 1s -- bash -c {cmd}; echo run $?; exec sleep 100",
+        bin = bin(),
+        dir = st.path().display(),
+        cmd = shell_quote("sleep 303 & disown; echo left $!; exit 0"),
+    );
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", &script]).stdin(Stdio::null());
+    let (_owner, lines) = spawn_lines(cmd, &guard);
+    let left = lines.pids("left", SECS(10));
+    left.iter().for_each(|p| guard.track(*p));
+    assert_eq!(lines.expect("run", SECS(10)), vec!["0"]);
+    let e = kept_entry(&st, "s-disown");
+    guard.track(e["supervisorPid"].as_i64().unwrap() as i32);
+    assert_eq!((e["status"].as_str(), e["pid"].as_i64()), (Some("running"), Some(i64::from(left[0]))), "{e}");
+    assert_eq!(e["name"], "sleep", "named from the leftover's command: {e}");
+    assert_eq!(e["commandPreview"], "sleep 303", "{e}");
+    st.ok(&["stop", "--session", "s-disown"]);
+    assert_eq!(wait_gone(&left, SECS(5)), Vec::<i32>::new());
+}
