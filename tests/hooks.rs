@@ -510,14 +510,15 @@ fn pi_session_of_me() -> String {
 }
 
 /// Runs `command` as pi's bash tool does: `bash -c COMMAND` as this process's child, in a
-/// session of its own (Node's `detached: true`); stdout, stderr and the status.
-fn as_pi_runs(command: &str, dir: &std::path::Path) -> (String, String, i32) {
-    let out = Command::new("setsid")
-        .args(["/bin/bash", "-c", command])
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+/// session of its own (Node's `detached: true`), with `env` added to this process's
+/// environment (pi's `process.env`); stdout, stderr and the status.
+fn as_pi_runs(command: &str, dir: &std::path::Path, env: &serde_json::Value) -> (String, String, i32) {
+    let mut c = Command::new("setsid");
+    c.args(["/bin/bash", "-c", command]).current_dir(dir).stdin(Stdio::null());
+    for (k, v) in env.as_object().into_iter().flatten() {
+        c.env(k, v.as_str().unwrap());
+    }
+    let out = c.output().unwrap();
     (
         String::from_utf8_lossy(&out.stdout).into(),
         String::from_utf8_lossy(&out.stderr).into(),
@@ -525,50 +526,52 @@ fn as_pi_runs(command: &str, dir: &std::path::Path) -> (String, String, i32) {
     )
 }
 
-fn pi_rewrite(st: &State, command: &str) -> String {
-    let (code, out) = hook(st, "pi", "tool-call", &pi_bash(command), &[]);
+/// What pi-sheepdog adds to pi's `process.env` at pi's start (`hook pi shell-env`).
+fn pi_env(st: &State, env: &[(&str, &str)]) -> serde_json::Value {
+    let (code, out) = hook(st, "pi", "shell-env", r#"{"type":"session_start","reason":"startup"}"#, env);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
-    v["input"]["command"].as_str().unwrap().to_string()
+    assert_eq!(v.as_object().unwrap().keys().collect::<Vec<_>>(), ["env"], "{v}");
+    v["env"].clone()
 }
 
 #[test]
-fn pi_gets_a_rewrite_of_bash_calls_only_never_a_block_and_fails_open() {
+fn pi_gets_an_environment_never_a_rewrite_or_a_block_and_fails_open() {
     let st = State::new();
-    let (code, out) = hook(&st, "pi", "tool-call", &pi_bash("echo hi"), &[]);
-    assert_eq!(code, 0);
-    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(v.as_object().unwrap().keys().collect::<Vec<_>>(), ["input"], "only the input to patch: {v}");
-    assert_eq!(v["input"].as_object().unwrap().len(), 1, "only the command changes (the timeout is pi's): {v}");
-    let cmd = v["input"]["command"].as_str().unwrap();
-    assert!(cmd.ends_with("\necho hi"), "{cmd}");
-    assert!(cmd.contains(" run --owner \"$PPID\" --leftovers keep"), "{cmd}");
-    assert!(cmd.contains(&format!("--session '{}'", pi_session_of_me())), "pi's own session: {cmd}");
+    let env = pi_env(&st, &[]);
+    let keys: Vec<&String> = env.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["BASH_ENV", "ZDOTDIR", "SHEEPDOG_SESSION"], "{env}");
+    assert_eq!(env["SHEEPDOG_SESSION"], pi_session_of_me().as_str(), "pi's own session");
+    let bash_env = std::fs::read_to_string(env["BASH_ENV"].as_str().unwrap()).unwrap();
+    assert!(bash_env.contains(" run --owner \"$PPID\" --leftovers keep"), "{bash_env}");
+    assert!(bash_env.contains(&format!("--session '{}'", pi_session_of_me())), "{bash_env}");
+    // The user's own BASH_ENV is kept, to be read after the guard; asked again with ours in
+    // place (pi's environment already has it), ours is not kept: the file would read itself.
+    let theirs = pi_env(&st, &[("BASH_ENV", "/home/u/.bash_env")]);
+    assert_eq!(theirs["SHEEPDOG_BASH_ENV"], "/home/u/.bash_env");
+    let again = pi_env(&st, &[("BASH_ENV", env["BASH_ENV"].as_str().unwrap())]);
+    assert!(again.get("SHEEPDOG_BASH_ENV").is_none(), "{again}");
     let none = (0, String::new());
-    let read = r#"{"toolName":"read","input":{"path":"/etc/hosts"}}"#;
-    assert_eq!(hook(&st, "pi", "tool-call", read, &[]), none);
-    // The process tool has a `command` too: it starts its own supervised entries.
-    let process = r#"{"toolName":"process","input":{"action":"start","name":"w","command":"sleep 1"}}"#;
-    assert_eq!(hook(&st, "pi", "tool-call", process, &[]), none);
-    assert_eq!(hook(&st, "pi", "tool-call", &pi_bash("  \n"), &[]), none);
-    assert_eq!(hook(&st, "pi", "tool-call", r#"{"toolName":"bash","input":{}}"#, &[]), none);
-    assert_eq!(hook(&st, "pi", "tool-call", "not json", &[]), none);
+    // No event sees the model's command: nothing is rewritten, nothing blocked.
+    assert_eq!(hook(&st, "pi", "tool-call", &pi_bash("echo hi"), &[]).0, 2, "no tool-call event");
     assert_eq!(hook(&st, "pi", "tool-result", r#"{"toolName":"read","content":[]}"#, &[]), none);
+    assert_eq!(hook(&st, "pi", "tool-result", "not json", &[]), none);
     assert_eq!(hook(&st, "pi", "session-start", r#"{"reason":"new"}"#, &[]), none);
     assert_eq!(hook(&st, "pi", "pre-tool-use", "{}", &[]).0, 2, "pi's events have pi's names");
 }
 
 #[test]
-fn pis_rewritten_bash_call_has_the_bare_output_and_status_and_runs_under_sheepdog() {
+fn pis_bash_calls_with_that_environment_have_the_bare_output_and_status_and_run_under_sheepdog() {
     let st = State::new();
     let dir = tempfile::tempdir().unwrap();
+    let env = pi_env(&st, &[]);
     for original in ["echo out; echo err >&2; printf 'no newline'", "echo out; exit 3", "kill -TERM $$", "cd / && pwd"]
     {
-        let bare = as_pi_runs(original, dir.path());
-        let hooked = as_pi_runs(&pi_rewrite(&st, original), dir.path());
+        let bare = as_pi_runs(original, dir.path(), &serde_json::json!({}));
+        let hooked = as_pi_runs(original, dir.path(), &env);
         assert_eq!(hooked, bare, "{original}");
     }
-    let (out, _, _) = as_pi_runs(&pi_rewrite(&st, "cat /proc/$PPID/comm"), dir.path());
+    let (out, _, _) = as_pi_runs("cat /proc/$PPID/comm", dir.path(), &env);
     assert_eq!(out, "sheepdog\n", "the call ran under sheepdog");
 }
 
@@ -590,7 +593,7 @@ fn what_a_pi_bash_call_leaves_is_kept_in_pis_session_and_told_once() {
         f = file.display()
     );
     let t = std::time::Instant::now();
-    let (out, _, code) = as_pi_runs(&pi_rewrite(&st, &original), dir.path());
+    let (out, _, code) = as_pi_runs(&original, dir.path(), &pi_env(&st, &[]));
     assert_eq!((out.as_str(), code), ("started\n", 0));
     assert!(t.elapsed() < SECS(5), "the call returned once its command ended: {:?}", t.elapsed());
     let left: Vec<i32> = std::fs::read_to_string(&file).unwrap().lines().map(|l| l.parse().unwrap()).collect();

@@ -5,10 +5,14 @@
 // tree, and what the command leaves running on purpose is kept as an entry of pi's session (the
 // `process` tool's list), told to the model once, and stopped when pi goes.
 //
-// The logic is the static binary's (`sheepdog hook pi EVENT`, src/cli/hook.rs): this file hands
-// it pi's event on stdin through a synchronous spawn of the binary the `sheepdog` package
-// resolves, and applies the answer. It fails open: with no binary, a failed spawn or no answer,
-// the call runs as the model wrote it (said once, at the session's start).
+// The model's command is never rewritten. pi's bash tool runs `bash -c COMMAND` with pi's
+// `process.env` of the moment, so at pi's start this file adds the environment that the static
+// binary answers (`sheepdog hook pi shell-env`, src/cli/hook.rs): `BASH_ENV` names a file whose
+// guard line makes that bash `exec` `sheepdog run --owner <pi> --leftovers keep` on itself. Every
+// other extension's `tool_call` handler, in any load order, sees the command as the model wrote
+// it. The binary is run through a synchronous spawn of the path the `sheepdog` package resolves.
+// It fails open: with no binary, a failed spawn or no answer, the calls run as the model wrote
+// them (said once, at the session's start).
 
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -21,9 +25,8 @@ interface Block {
   text?: string;
 }
 
-/** The part of pi's ExtensionAPI this file uses (pi 0.73 and 1.x). */
+/** The part of pi's ExtensionAPI this file uses (pi 1.x). */
 export interface BashPi {
-  on(event: "tool_call", handler: (event: { toolName: string; toolCallId: string; input: Record<string, unknown> }, ctx: Ctx) => unknown): void;
   on(
     event: "tool_result",
     handler: (
@@ -31,7 +34,6 @@ export interface BashPi {
       ctx: Ctx,
     ) => unknown,
   ): void;
-  on(event: "tool_execution_end", handler: (event: { toolCallId: string }) => unknown): void;
 }
 
 /** How long one hook run may take before the call goes on unsupervised: 5 s (it takes ~2 ms). */
@@ -39,8 +41,8 @@ const HOOK_TIMEOUT_MS = 5000;
 
 const KEY = Symbol.for("sheepdog.pi.bash");
 /** Per pi process (kept across reloads, as state.ts keeps the rest): the binary, once found. */
-function memo(): { binary?: string | null; told?: boolean } {
-  const g = globalThis as unknown as Record<symbol, { binary?: string | null; told?: boolean } | undefined>;
+function memo(): { binary?: string | null; told?: boolean; env?: boolean } {
+  const g = globalThis as unknown as Record<symbol, { binary?: string | null; told?: boolean; env?: boolean } | undefined>;
   return (g[KEY] ??= {});
 }
 
@@ -78,10 +80,14 @@ function hook(event: string, payload: unknown): Record<string, unknown> | null {
   }
 }
 
-/** At the session's start: a reap of what earlier pi processes' crashes left, on startup. */
+/**
+ * At the session's start: the environment that puts pi's bash calls under sheepdog, added to
+ * `process.env` once per pi process (a reload keeps it), and a reap of what earlier pi
+ * processes' crashes left, on startup.
+ */
 export function bashSessionStart(reason: string, ctx: Ctx): void {
+  const m = memo();
   if (!binary()) {
-    const m = memo();
     if (!m.told && ctx.hasUI) {
       ctx.ui.notify(
         "sheepdog is missing: pi's bash calls run unsupervised (what they leave running can outlive pi). Install the sheepdog package next to pi-sheepdog, or set SHEEPDOG_BINARY.",
@@ -91,28 +97,22 @@ export function bashSessionStart(reason: string, ctx: Ctx): void {
     m.told = true;
     return;
   }
+  if (!m.env) {
+    const env = hook("shell-env", { type: "session_start", reason })?.env;
+    if (env && typeof env === "object") {
+      for (const [k, v] of Object.entries(env as Record<string, unknown>)) {
+        if (typeof v === "string") process.env[k] = v;
+      }
+      m.env = true;
+    }
+  }
   hook("session-start", { type: "session_start", reason });
 }
 
-/** Puts pi's `bash` tool under sheepdog (see the top of this file). */
+/** Tells the model, after a bash call, what the calls left running (see the top of this file). */
 export function superviseBash(pi: BashPi): void {
-  // The calls this instance rewrote: only their results are handed to the hook.
-  const rewritten = new Set<string>();
-
-  pi.on("tool_call", (event) => {
-    if (event.toolName !== "bash" || typeof event.input?.command !== "string") return;
-    const answer = hook("tool-call", { type: "tool_call", toolName: event.toolName, toolCallId: event.toolCallId, input: event.input });
-    const input = answer?.input as Record<string, unknown> | undefined;
-    if (typeof input?.command !== "string") return;
-    // In place, as pi asks: the tool runs this input; the transcript keeps the model's own
-    // command (pi hands handlers a copy of the call's arguments).
-    event.input.command = input.command;
-    rewritten.add(event.toolCallId);
-    // Never a block: what pi and the user's other extensions allow or block stays as it was.
-  });
-
   pi.on("tool_result", (event) => {
-    if (!rewritten.delete(event.toolCallId)) return;
+    if (event.toolName !== "bash" || !memo().env) return;
     // The output is not sent: the hook needs only which call ended (its session's entries are
     // on disk), and a bash result can be a megabyte.
     const answer = hook("tool-result", { type: "tool_result", toolName: event.toolName, toolCallId: event.toolCallId, isError: event.isError });
@@ -123,10 +123,5 @@ export function superviseBash(pi: BashPi): void {
     const patch: Record<string, unknown> = { content: [...event.content, ...(append as Block[])] };
     if (event.structuredContent !== undefined) patch.structuredContent = event.structuredContent;
     return patch;
-  });
-
-  // A call that another extension blocked after the rewrite gets no tool_result.
-  pi.on("tool_execution_end", (event) => {
-    rewritten.delete(event.toolCallId);
   });
 }

@@ -161,7 +161,7 @@ test("what the model reads (output, exit code, signals, stderr) is bare pi's", a
   assert.deepEqual(hooked, bare);
 });
 
-test("the model's own call is what pi's transcript keeps (the rewrite is the tool's input only)", async (t) => {
+test("the model's own call is what pi's transcript keeps, and what pi runs (nothing is rewritten)", async (t) => {
   const m = await scripted(t);
   const pi = startPi(t, m);
   m.steps.push(() => bash("cat /proc/$PPID/comm"), () => ({ text: "done" }));
@@ -171,6 +171,31 @@ test("the model's own call is what pi's transcript keeps (the rewrite is the too
   assert.deepEqual(JSON.parse(call.function.arguments), { command: "cat /proc/$PPID/comm" });
   const start = pi.events.find((e) => e.type === "tool_execution_start" && e.toolName === "bash");
   assert.equal(start.args.command, "cat /proc/$PPID/comm", "what pi's UI shows");
+});
+
+test("a gate extension loaded after pi-sheepdog sees the model's own command, and its block holds", async (t) => {
+  const dir = tempDir(t, "sheepdog-pi-gate-");
+  const gate = path.join(dir, "gate.ts");
+  // A gate as users write them: the command's first word. A rewrite ahead of the command
+  // would hide it.
+  fs.writeFileSync(
+    gate,
+    `export default function (pi) {
+  pi.on("tool_call", (event) => {
+    if (event.toolName === "bash" && String(event.input.command).startsWith("rm ")) return { block: true, reason: "rm is not allowed" };
+  });
+}
+`,
+  );
+  const victim = path.join(dir, "victim");
+  fs.writeFileSync(victim, "x");
+  const m = await scripted(t);
+  const pi = startPi(t, m, { after: [gate] });
+  m.steps.push(() => bash(`rm -f ${victim}`), () => bash("cat /proc/$PPID/comm"), () => ({ text: "done" }));
+  await pi.prompt("go");
+  assert.match(lastToolResult(m.requests[1]), /rm is not allowed/);
+  assert.ok(fs.existsSync(victim), "the blocked command did not run");
+  assert.equal(lastToolResult(m.requests[2]), "sheepdog\n", "the next call ran under sheepdog");
 });
 
 test("without a sheepdog binary the call runs as written, and pi says so once", async (t) => {

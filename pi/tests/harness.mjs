@@ -195,7 +195,7 @@ export function allText(body) {
  * sheepdog state dir (`state` names another one, an earlier pi's; removed afterwards, after a
  * stop of whatever is left in the state dir; then what the test tracked is killed).
  */
-export function startPi(t, m, { env = {}, cwd, extension = true, state } = {}) {
+export function startPi(t, m, { env = {}, cwd, extension = true, state, after = [] } = {}) {
   const dir = installProject();
   const { node, cli } = piCommand();
   const home = fs.mkdtempSync(path.join(os.tmpdir(), "sheepdog-pi-home-"));
@@ -220,7 +220,7 @@ export function startPi(t, m, { env = {}, cwd, extension = true, state } = {}) {
   const ext = path.join(dir, "node_modules/pi-sheepdog");
   const child = spawn(
     node,
-    [cli, "--mode", "rpc", "--provider", "scripted", "--model", "scripted", "--no-session", "--no-skills", "--no-extensions", "--offline", ...(extension ? ["-e", ext] : [])],
+    [cli, "--mode", "rpc", "--provider", "scripted", "--model", "scripted", "--no-session", "--no-skills", "--no-extensions", "--offline", ...(extension ? ["-e", ext] : []), ...after.flatMap((e) => ["-e", e])],
     {
       cwd: cwd || home,
       stdio: ["pipe", "pipe", "pipe"],

@@ -525,32 +525,42 @@ fn session_end(dir: Option<PathBuf>) -> Option<Value> {
 /// unsupervised.
 fn opencode_shell_env(dir: Option<PathBuf>, input: &Value) -> Option<Value> {
     input.pointer("/input/callID")?.as_str()?;
+    let (_, session) = agent_session();
+    Some(json!({ "output": { "env": shell_env(dir, "opencode", &session)? } }))
+}
+
+/// The environment that puts a host's `bash -c` and `zsh -c` calls under sheepdog without
+/// rewriting them (opencode's `shell.env`, pi's `process.env`): `BASH_ENV` and `ZDOTDIR` naming
+/// files of `<state>/<host>/<session>/` that hold [`guard_line`], `SHEEPDOG_SESSION`, and the
+/// user's own `BASH_ENV` and `ZDOTDIR` kept as `SHEEPDOG_BASH_ENV` and `SHEEPDOG_ZDOTDIR` (the
+/// files read them after the guard). A `BASH_ENV` or `ZDOTDIR` that already names these files
+/// (the host asked twice) is not kept: the file would read itself.
+fn shell_env(dir: Option<PathBuf>, host: &str, session: &str) -> Option<Value> {
     let exe = std::env::current_exe().ok()?;
     let state = sheepdog::registry::state_dir(dir).ok()?;
-    let (_, session) = agent_session();
-    let files = opencode_env_files(&exe, &state, &session)?;
+    let files = shell_env_files(&exe, &state, host, session)?;
     let mut env = json!({
-        "BASH_ENV": files.join(OPENCODE_BASH_ENV).to_string_lossy(),
+        "BASH_ENV": files.join(SHELL_BASH_ENV).to_string_lossy(),
         "ZDOTDIR": files.to_string_lossy(),
         "SHEEPDOG_SESSION": session,
     });
     for (theirs, kept) in [("BASH_ENV", "SHEEPDOG_BASH_ENV"), ("ZDOTDIR", "SHEEPDOG_ZDOTDIR")] {
-        if let Some(v) = std::env::var_os(theirs).filter(|v| !v.is_empty()) {
+        if let Some(v) = std::env::var_os(theirs).filter(|v| !v.is_empty() && !Path::new(v).starts_with(&files)) {
             env[kept] = json!(v.to_string_lossy());
         }
     }
-    Some(json!({ "output": { "env": env } }))
+    Some(env)
 }
 
-/// The file bash reads first in an opencode session's calls (`BASH_ENV`), in that session's
-/// directory under the state dir, next to zsh's `.zshenv`.
-pub const OPENCODE_BASH_ENV: &str = "bash-env";
+/// The file bash reads first in a session's calls (`BASH_ENV`, [`shell_env`]), in that
+/// session's directory under the state dir, next to zsh's `.zshenv`.
+pub const SHELL_BASH_ENV: &str = "bash-env";
 
-/// Writes (once) `<state>/opencode/<session>/{bash-env,.zshenv}` and returns that directory. The
+/// Writes (once) `<state>/<host>/<session>/{bash-env,.zshenv}` and returns that directory. The
 /// files stay after the session: what a call left running keeps them in its environment, and a
 /// bash it starts later would complain of a missing `BASH_ENV`.
-fn opencode_env_files(exe: &Path, state: &Path, session: &str) -> Option<PathBuf> {
-    let dir = state.join("opencode").join(session);
+fn shell_env_files(exe: &Path, state: &Path, host: &str, session: &str) -> Option<PathBuf> {
+    let dir = state.join(host).join(session);
     let guard = guard_line(exe, state, session);
     let bash = format!("{guard}\nif [ -n \"${{SHEEPDOG_BASH_ENV-}}\" ]; then . \"$SHEEPDOG_BASH_ENV\"; fi\n");
     // zsh: ZDOTDIR is the user's again before anything else runs (the call under sheepdog, and
@@ -560,7 +570,7 @@ fn opencode_env_files(exe: &Path, state: &Path, session: &str) -> Option<PathBuf
         "if [ -n \"${{SHEEPDOG_ZDOTDIR-}}\" ]; then ZDOTDIR=\"$SHEEPDOG_ZDOTDIR\"; else unset ZDOTDIR; fi\n{guard}\n\
          if [ -f \"${{ZDOTDIR:-$HOME}}/.zshenv\" ]; then . \"${{ZDOTDIR:-$HOME}}/.zshenv\"; fi\n"
     );
-    for (name, text) in [(OPENCODE_BASH_ENV, bash), (".zshenv", zsh)] {
+    for (name, text) in [(SHELL_BASH_ENV, bash), (".zshenv", zsh)] {
         let path = dir.join(name);
         if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
             std::fs::create_dir_all(&dir).ok()?;
@@ -631,14 +641,15 @@ fn detached(args: &[String]) -> i32 {
 /// in place or block it, and may change a result in `tool_result`. So the answers here are in a
 /// form of this binary's own, one JSON document or nothing:
 ///
-/// - `tool-call` (pi's `tool_call` event, `{"toolName":"bash","input":{"command":C,...}}`):
-///   `{"input":{"command":C2}}`, the input fields to replace: C with [`guard_line`] ahead of it,
-///   as for Codex. pi runs `bash -c` as its own child, so `$PPID` in that shell is pi, the
-///   owner: pi's exit, its `kill -9` and its stop (Esc, the call's timeout: a SIGKILL of the
-///   call's process group, which misses `run`'s keeper) each end the tree, and what the
-///   command leaves running (`&`, `nohup`, `setsid`) becomes an entry of pi's session. Other
-///   tools, and a blank command, get no answer. Never a block: the hook takes nothing away
-///   from, and adds nothing to, what pi and the user's other extensions decide.
+/// - `shell-env` (once, at pi's start): `{"env":{...}}`, what the extension adds to pi's
+///   `process.env`, which pi's bash tool passes to each `bash -c` it runs ([`shell_env`], as
+///   opencode's `shell.env`): `BASH_ENV` names a file holding [`guard_line`]. pi runs `bash -c`
+///   as its own child, so `$PPID` in that shell is pi, the owner: pi's exit, its `kill -9` and
+///   its stop (Esc, the call's timeout: a SIGKILL of the call's process group, which misses
+///   `run`'s keeper) each end the tree, and what the command leaves running (`&`, `nohup`,
+///   `setsid`) becomes an entry of pi's session. The model's command is never rewritten, so
+///   every other extension's `tool_call` handler, in any load order, sees it as the model
+///   wrote it: the hook takes nothing away from, and adds nothing to, what they decide.
 /// - `tool-result` (pi's `tool_result` of a `bash` call): `{"append":[{"type":"text","text":T}]}`,
 ///   a content block to add after the tool's own (pi joins a result's text blocks with a line
 ///   break; the command's output is not rewritten): which entries of the session, kept from a
@@ -658,16 +669,16 @@ mod pi {
     use sheepdog::os::Pid;
     use sheepdog::registry::Registry;
 
-    use super::{rewrite, spawn_detached};
+    use super::spawn_detached;
 
     /// Runs one pi event: 0 (an answer, or none), or 2 for an event it does not know.
     pub(super) fn hook(dir: Option<PathBuf>, event: &str, input: &Value) -> i32 {
         let answer = match event {
-            "tool-call" => tool_call(dir.as_deref(), input),
+            "shell-env" => shell_env(dir, input),
             "tool-result" => tool_result(dir, input),
             "session-start" => session_start(dir.as_deref(), input),
             _ => {
-                eprintln!("sheepdog: hook: unknown pi event '{event}' (tool-call, tool-result, session-start)");
+                eprintln!("sheepdog: hook: unknown pi event '{event}' (shell-env, tool-result, session-start)");
                 return 2;
             }
         };
@@ -689,18 +700,11 @@ mod pi {
         input.get("toolName").and_then(Value::as_str) == Some("bash")
     }
 
-    fn tool_call(dir: Option<&Path>, input: &Value) -> Option<Value> {
-        if !bash_call(input) {
-            return None;
-        }
-        let command = input.get("input")?.get("command")?.as_str()?;
-        if command.trim().is_empty() {
-            return None;
-        }
-        let exe = std::env::current_exe().ok()?;
-        let state = sheepdog::registry::state_dir(dir.map(Path::to_path_buf)).ok()?;
+    /// pi's bash tool runs `bash -c` with pi's `process.env` of the moment: the extension puts
+    /// this answer there once, at pi's start.
+    fn shell_env(dir: Option<PathBuf>, _input: &Value) -> Option<Value> {
         let session = session()?;
-        Some(json!({ "input": { "command": rewrite(command, &exe, &state, &session) } }))
+        Some(json!({ "env": super::shell_env(dir, "pi", &session)? }))
     }
 
     fn tool_result(dir: Option<PathBuf>, input: &Value) -> Option<Value> {
