@@ -11,7 +11,8 @@ process start included:
   codex pre-tool-use`, which rewrites the call), and the PostToolUse both hosts run after a call
   (`hook claude post-tool-use`), against `sh -c true` (the floor of any command hook). Claude
   Code has no PreToolUse hook: its calls get the guard line from `CLAUDE_ENV_FILE`. pi's
-  `tool-call` (the rewrite pi-sheepdog asks for, spawned directly). Gemini CLI's `before-tool`
+  `tool-result` (the tell pi-sheepdog asks for after each bash call, spawned directly; pi's
+  calls get the guard line from the environment set once at pi's start). Gemini CLI's `before-tool`
   is left out: it rewrites only for a `--yolo` agent, which the bench is not;
 - one shell call as Claude Code runs it (`bash -c 'ENV_FILE_TEXT; eval CMD && pwd -P >| FILE'`),
   bare and with the plugin's env file (the same bash `exec`s `sheepdog run`, which runs bash
@@ -72,10 +73,10 @@ peers = {
     "hook: sh -c true (floor)": (["sh", "-c", "true"], None),
     "hook: sheepdog hook codex pre-tool-use": (["sh", "-c", f"CODEX_HOME={codex_home} exec {exe} hook codex pre-tool-use"], hook_input("npm test")),
     "hook: sheepdog hook claude post-tool-use": (["sh", "-c", f"exec {exe} hook claude post-tool-use"], hook_input("npm test", "PostToolUse")),
-    # pi-sheepdog spawns the binary itself (no `sh -c`), once before and once after each call:
-    # its floor is a direct spawn of `true`.
+    # pi-sheepdog spawns the binary itself (no `sh -c`), once after each bash call: its floor
+    # is a direct spawn of `true`.
     "spawn: true (floor)": (["true"], None),
-    "spawn: sheepdog hook pi tool-call": ([exe, "hook", "pi", "tool-call"], json.dumps({"type": "tool_call", "toolName": "bash", "toolCallId": "bench", "input": {"command": "npm test"}}).encode()),
+    "spawn: sheepdog hook pi tool-result": ([exe, "hook", "pi", "tool-result"], json.dumps({"type": "tool_result", "toolName": "bash", "toolCallId": "bench", "isError": False}).encode()),
     "call `true`: bare host": (claude_shell("true"), None),
     "call `true`: hooked": (claude_shell("true", env_text), None),
     "call printing 16 MiB: bare host": (claude_shell(prints), None),
