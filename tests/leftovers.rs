@@ -303,3 +303,33 @@ fn a_disowned_job_is_kept_and_the_entry_is_named_from_its_command() {
     st.ok(&["stop", "--session", "s-disown"]);
     assert_eq!(wait_gone(&left, SECS(5)), Vec::<i32>::new());
 }
+
+/// A leftover older than the process the entry is named from is still the entry's. Here the
+/// older one is a subshell blocked in `read` (no program of its own: it shows the provider's
+/// command line), so the entry is named from the younger `sleep 0.3`; once that ends, the
+/// subshell is all that is left, and the entry must still run, and its stop end it (the
+/// recorded tree used to skip every process older than the one the entry is named from: the
+/// entry said `exited` while the subshell ran on, unowned).
+#[test]
+fn a_leftover_older_than_the_one_the_entry_is_named_from_is_still_the_entrys() {
+    let guard = Guard::new();
+    let st = State::new();
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = "mkfifo \"$D/fifo\"; (read x < \"$D/fifo\"; exec sleep 300) & a=$!; sleep 0.1; sleep 0.3 & echo left $a; exit 0";
+    let mut c = std::process::Command::new("sh");
+    c.args(["-c", &owner_script(&st, "s-older", cmd)]).env("D", dir.path()).stdin(Stdio::null());
+    let (_owner, lines) = spawn_lines(c, &guard);
+    let left = lines.pids("left", SECS(10));
+    left.iter().for_each(|p| guard.track(*p));
+    assert_eq!(lines.expect("run", SECS(10)), vec!["0"]);
+    let e = kept_entry(&st, "s-older");
+    guard.track(e["supervisorPid"].as_i64().unwrap() as i32);
+    assert_eq!(e["commandPreview"], "sleep 0.3", "named from the younger leftover: {e}");
+    // `sleep 0.3` has ended; the subshell is all that is left.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(alive(left[0]));
+    let e = kept_entry(&st, "s-older");
+    assert_eq!(e["status"], "running", "the subshell still runs: {e}");
+    st.ok(&["stop", "--session", "s-older"]);
+    assert_eq!(wait_gone(&left, SECS(5)), Vec::<i32>::new(), "the stop ended the older leftover: {e}");
+}

@@ -258,11 +258,15 @@ impl Tree {
                 }
             }
             Scope::Recorded { provider, provider_start, uid, tag, members, sid, leaders } => {
+                // The tree is as old as its oldest recorded process: a hand-off's entry is named
+                // from one leftover, which may be younger than the others (a subshell that
+                // forked it), and nothing older than the tree can be of it.
+                let floor = members.iter().filter_map(|m| m.start_time).fold(*provider_start, u64::min);
                 // Looked at once: the recorded group and session are the entry's only while
                 // their numbers have not been handed to new ones.
-                let sid = sid.filter(|sid| !numbers_reused(&[self.pgid.as_raw(), *sid], leaders, *provider_start));
+                let sid = sid.filter(|sid| !numbers_reused(&[self.pgid.as_raw(), *sid], leaders, floor));
                 for s in procfs::all() {
-                    if s.is_zombie() || s.start_time < *provider_start {
+                    if s.is_zombie() || s.start_time < floor {
                         continue;
                     }
                     let is_provider = Some(s.pid) == *provider && s.start_time == *provider_start;
