@@ -708,8 +708,9 @@ mod pi {
     /// that recorded itself) is `supervise-leftovers`. The `process` tool's entries, in the same
     /// session, are the model's own starts and are never told as leftovers.
     fn kept_from_a_call(e: &sheepdog::entry::Entry) -> bool {
-        let Some(sup) = e.supervisor_pid.and_then(Pid::new) else { return false };
-        sheepdog::os::procfs::start_time(sup) == e.supervisor_start_time
+        let Some(rec) = e.supervisor else { return false };
+        let Some(sup) = Pid::new(rec.pid) else { return false };
+        sheepdog::os::procfs::start_time(sup) == rec.start_time
             && sheepdog::os::procfs::cmdline(sup).split(' ').any(|w| w == "supervise-leftovers")
     }
 
