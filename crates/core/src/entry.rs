@@ -1,10 +1,13 @@
 //! What an entry *is*: the record of one managed process as `procs/<id>/entry.json` stores it
-//! ([`Entry`]), the data it carries (byte-exact text, stop timings, the cleanup and readiness
-//! specs, a cleanup's result, recorded members) and the transitions a writer makes on it
-//! (`record_spawned`, `record_result`, `finish_from_outside`, ...). Data only: nothing here
-//! reads the disk or the kernel. Storage is `registry` (above, with what the kernel says of an
-//! entry's recorded processes: `supervisor_alive`, `owner_gone`, ...); the vocabularies
-//! (statuses, stop reasons, who ran a cleanup) are `status`.
+//! ([`Entry`]), the data it carries (byte-exact text, stop timings, processes by identity
+//! ([`ProcRef`]), the cleanup and readiness specs, the cleanup's one run ([`CleanupState`]) and
+//! its result, recorded members) and the transitions a writer makes on it (`record_spawned`,
+//! `record_result`, `finish_from_outside`, ...). Data only: nothing here reads the disk or the
+//! kernel. The Rust types are typed; the file keeps the flat keys and their order that every
+//! earlier sheepdog wrote (`wire`), so old files read as before and `v` is unchanged. Storage
+//! is `registry` (above, with what the kernel says of an entry's recorded processes:
+//! `supervisor_alive`, `owner_gone`, ...); the vocabularies (statuses, stop reasons, who ran a
+//! cleanup, tiers, signal names) are `status`.
 
 use regex::Regex;
 use serde::{Deserialize, Serialize};
@@ -211,6 +214,7 @@ pub struct RecordedMember {
 /// of the entry (`supervisorPid`, `supervisorStartTime`, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ProcRef {
+    /// The process id.
     pub pid: i32,
     /// Clock ticks since boot.
     pub start_time: Option<u64>,
@@ -381,7 +385,7 @@ pub struct SupervisorResult {
 /// hosts written in TypeScript. The Rust fields are typed ([`ProcRef`], [`CleanupState`]);
 /// on disk the entry keeps the flat keys it always had (`ownerPid`, `ownerStartTime`,
 /// `cleanupStartedAt`, ...), in the same order: it is read and written through
-/// [`wire::EntryWire`], the layout of the file, so `v` did not change with the types.
+/// `wire::EntryWire`, the layout of the file, so `v` did not change with the types.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(from = "wire::EntryWire", into = "wire::EntryWire")]
 pub struct Entry {
