@@ -352,13 +352,8 @@ impl CleanupState {
     }
 
     /// The flat keys of this state: claim time, runner, child, result.
-    fn into_keys(self) -> (Option<u64>, Option<ProcRef>, Option<ProcRef>, Option<CleanupResult>) {
-        match self {
-            CleanupState::Pending => (None, None, None, None),
-            CleanupState::Claimed { at_ms, runner } => (Some(at_ms), runner, None, None),
-            CleanupState::Running { at_ms, runner, child } => (Some(at_ms), runner, Some(child), None),
-            CleanupState::Done { at_ms, runner, child, result } => (at_ms, runner, child, Some(result)),
-        }
+    fn keys(&self) -> (Option<u64>, Option<ProcRef>, Option<ProcRef>, Option<&CleanupResult>) {
+        (self.claimed_at(), self.runner(), self.child(), self.result())
     }
 }
 
@@ -386,8 +381,7 @@ pub struct SupervisorResult {
 /// on disk the entry keeps the flat keys it always had (`ownerPid`, `ownerStartTime`,
 /// `cleanupStartedAt`, ...), in the same order: it is read and written through
 /// `wire::EntryWire`, the layout of the file, so `v` did not change with the types.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(from = "wire::EntryWire", into = "wire::EntryWire")]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Entry {
     pub id: String,
     pub name: Option<String>,
@@ -612,28 +606,32 @@ impl Entry {
 /// The file's layout ([`wire::EntryWire`]) and the conversions to and from [`Entry`]. Kept flat
 /// (not `#[serde(flatten)]` per pair) because the keys of one process are not adjacent on disk
 /// (`supervisorPid` ... `bootId`, `startTime`, `supervisorStartTime`), and a new file must be
-/// byte-identical to what earlier versions wrote.
+/// byte-identical to what earlier versions wrote. Writing borrows the entry (no copy of its
+/// argv, environment and unknown keys per write: a supervisor's memory is measured).
 mod wire {
-    use serde::{Deserialize, Serialize};
+    use std::borrow::Cow;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     use super::{Cleanup, CleanupResult, CleanupState, Entry, OsText, ProcRef, ReadySpec, RecordedMember, StopTimings};
     use crate::status::{SignalName, Status, StopReason, Tier};
 
     /// `procs/<id>/entry.json` as it is on disk, key by key and in order: the layout every
     /// sheepdog since the first has written (new keys only added). [`Entry`] is read and written
-    /// through it; its doc comments are on [`Entry`]'s fields.
+    /// through it (borrowed to write, owned once read); its doc comments are on [`Entry`]'s
+    /// fields.
     #[derive(Serialize, Deserialize)]
     #[serde(rename_all = "camelCase")]
-    pub(super) struct EntryWire {
-        id: String,
-        name: Option<String>,
-        session_id: Option<String>,
+    struct EntryWire<'a> {
+        id: Cow<'a, str>,
+        name: Option<Cow<'a, str>>,
+        session_id: Option<Cow<'a, str>>,
         pid: Option<i32>,
         pgid: Option<i32>,
         started_at: u64,
-        command_preview: String,
-        argv: Vec<OsText>,
-        cwd: OsText,
+        command_preview: Cow<'a, str>,
+        argv: Cow<'a, [OsText]>,
+        cwd: Cow<'a, OsText>,
         owner_pid: Option<i32>,
         #[serde(default)]
         owner_start_time: Option<u64>,
@@ -644,16 +642,16 @@ mod wire {
         keeper_pid: Option<i32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         keeper_start_time: Option<u64>,
-        boot_id: String,
+        boot_id: Cow<'a, str>,
         start_time: Option<u64>,
         supervisor_start_time: Option<u64>,
         uid: u32,
         #[serde(default)]
         sid: Option<i32>,
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        members: Vec<RecordedMember>,
-        tag: String,
-        cleanup: Option<Cleanup>,
+        #[serde(default, skip_serializing_if = "<[RecordedMember]>::is_empty")]
+        members: Cow<'a, [RecordedMember]>,
+        tag: Cow<'a, str>,
+        cleanup: Option<Cow<'a, Cleanup>>,
         cleanup_started_at: Option<u64>,
         cleanup_runner_pid: Option<i32>,
         cleanup_runner_start_time: Option<u64>,
@@ -661,23 +659,23 @@ mod wire {
         cleanup_pid: Option<i32>,
         #[serde(default)]
         cleanup_start_time: Option<u64>,
-        cleanup_result: Option<CleanupResult>,
-        env: Vec<OsText>,
+        cleanup_result: Option<Cow<'a, CleanupResult>>,
+        env: Cow<'a, [OsText]>,
         stop: StopTimings,
         timeout_ms: Option<u64>,
         log_max_bytes: Option<u64>,
         status: Status,
-        status_text: Option<String>,
+        status_text: Option<Cow<'a, str>>,
         exit_code: Option<i32>,
-        signal: Option<SignalName>,
+        signal: Option<Cow<'a, SignalName>>,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         core_dumped: bool,
-        stop_reason: Option<StopReason>,
+        stop_reason: Option<Cow<'a, StopReason>>,
         tree_gone: Option<bool>,
         ended_at: Option<u64>,
         containment: Option<Tier>,
-        containment_reason: Option<String>,
-        cgroup: Option<String>,
+        containment_reason: Option<Cow<'a, str>>,
+        cgroup: Option<Cow<'a, str>>,
         cgroup_inode: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cgroup_leftover: Option<bool>,
@@ -690,78 +688,23 @@ mod wire {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         finished_reported_at: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        auto_name: Option<String>,
+        auto_name: Option<Cow<'a, str>>,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         stdin_pipe: bool,
-        ready: Option<ReadySpec>,
-        restart_of: Option<String>,
+        ready: Option<Cow<'a, ReadySpec>>,
+        restart_of: Option<Cow<'a, str>>,
         #[serde(flatten)]
-        extra: serde_json::Map<String, serde_json::Value>,
+        extra: Cow<'a, serde_json::Map<String, serde_json::Value>>,
     }
 
-    impl From<EntryWire> for Entry {
-        fn from(w: EntryWire) -> Entry {
-            let runner = ProcRef::from_keys(w.cleanup_runner_pid, w.cleanup_runner_start_time);
-            let child = ProcRef::from_keys(w.cleanup_pid, w.cleanup_start_time);
-            Entry {
-                owner: ProcRef::from_keys(w.owner_pid, w.owner_start_time),
-                starter: ProcRef::from_keys(w.starter_pid, w.starter_start_time),
-                supervisor: ProcRef::from_keys(w.supervisor_pid, w.supervisor_start_time),
-                keeper: ProcRef::from_keys(w.keeper_pid, w.keeper_start_time),
-                cleanup_state: CleanupState::from_keys(w.cleanup_started_at, runner, child, w.cleanup_result),
-                id: w.id,
-                name: w.name,
-                session_id: w.session_id,
-                pid: w.pid,
-                pgid: w.pgid,
-                started_at: w.started_at,
-                command_preview: w.command_preview,
-                argv: w.argv,
-                cwd: w.cwd,
-                boot_id: w.boot_id,
-                start_time: w.start_time,
-                uid: w.uid,
-                sid: w.sid,
-                members: w.members,
-                tag: w.tag,
-                cleanup: w.cleanup,
-                env: w.env,
-                stop: w.stop,
-                timeout_ms: w.timeout_ms,
-                log_max_bytes: w.log_max_bytes,
-                status: w.status,
-                status_text: w.status_text,
-                exit_code: w.exit_code,
-                signal: w.signal,
-                core_dumped: w.core_dumped,
-                stop_reason: w.stop_reason,
-                tree_gone: w.tree_gone,
-                ended_at: w.ended_at,
-                containment: w.containment,
-                containment_reason: w.containment_reason,
-                cgroup: w.cgroup,
-                cgroup_inode: w.cgroup_inode,
-                cgroup_leftover: w.cgroup_leftover,
-                containment_asked: w.containment_asked,
-                memory_max: w.memory_max,
-                pids_max: w.pids_max,
-                finished_reported_at: w.finished_reported_at,
-                auto_name: w.auto_name,
-                stdin_pipe: w.stdin_pipe,
-                ready: w.ready,
-                restart_of: w.restart_of,
-                extra: w.extra,
-            }
-        }
-    }
-
-    impl From<Entry> for EntryWire {
-        fn from(e: Entry) -> EntryWire {
+    impl Serialize for Entry {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let e = self;
             let (owner_pid, owner_start_time) = ProcRef::keys(e.owner);
             let (starter_pid, starter_start_time) = ProcRef::keys(e.starter);
             let (supervisor_pid, supervisor_start_time) = ProcRef::keys(e.supervisor);
             let (keeper_pid, keeper_start_time) = ProcRef::keys(e.keeper);
-            let (cleanup_started_at, runner, child, cleanup_result) = e.cleanup_state.into_keys();
+            let (cleanup_started_at, runner, child, cleanup_result) = e.cleanup_state.keys();
             let (cleanup_runner_pid, cleanup_runner_start_time) = ProcRef::keys(runner);
             let (cleanup_pid, cleanup_start_time) = ProcRef::keys(child);
             EntryWire {
@@ -778,50 +721,109 @@ mod wire {
                 cleanup_runner_start_time,
                 cleanup_pid,
                 cleanup_start_time,
-                cleanup_result,
-                id: e.id,
-                name: e.name,
-                session_id: e.session_id,
+                cleanup_result: cleanup_result.map(Cow::Borrowed),
+                id: Cow::Borrowed(&e.id),
+                name: e.name.as_deref().map(Cow::Borrowed),
+                session_id: e.session_id.as_deref().map(Cow::Borrowed),
                 pid: e.pid,
                 pgid: e.pgid,
                 started_at: e.started_at,
-                command_preview: e.command_preview,
-                argv: e.argv,
-                cwd: e.cwd,
-                boot_id: e.boot_id,
+                command_preview: Cow::Borrowed(&e.command_preview),
+                argv: Cow::Borrowed(&e.argv),
+                cwd: Cow::Borrowed(&e.cwd),
+                boot_id: Cow::Borrowed(&e.boot_id),
                 start_time: e.start_time,
                 uid: e.uid,
                 sid: e.sid,
-                members: e.members,
-                tag: e.tag,
-                cleanup: e.cleanup,
-                env: e.env,
+                members: Cow::Borrowed(&e.members),
+                tag: Cow::Borrowed(&e.tag),
+                cleanup: e.cleanup.as_ref().map(Cow::Borrowed),
+                env: Cow::Borrowed(&e.env),
                 stop: e.stop,
                 timeout_ms: e.timeout_ms,
                 log_max_bytes: e.log_max_bytes,
                 status: e.status,
-                status_text: e.status_text,
+                status_text: e.status_text.as_deref().map(Cow::Borrowed),
                 exit_code: e.exit_code,
-                signal: e.signal,
+                signal: e.signal.as_ref().map(Cow::Borrowed),
                 core_dumped: e.core_dumped,
-                stop_reason: e.stop_reason,
+                stop_reason: e.stop_reason.as_ref().map(Cow::Borrowed),
                 tree_gone: e.tree_gone,
                 ended_at: e.ended_at,
                 containment: e.containment,
-                containment_reason: e.containment_reason,
-                cgroup: e.cgroup,
+                containment_reason: e.containment_reason.as_deref().map(Cow::Borrowed),
+                cgroup: e.cgroup.as_deref().map(Cow::Borrowed),
                 cgroup_inode: e.cgroup_inode,
                 cgroup_leftover: e.cgroup_leftover,
                 containment_asked: e.containment_asked,
                 memory_max: e.memory_max,
                 pids_max: e.pids_max,
                 finished_reported_at: e.finished_reported_at,
-                auto_name: e.auto_name,
+                auto_name: e.auto_name.as_deref().map(Cow::Borrowed),
                 stdin_pipe: e.stdin_pipe,
-                ready: e.ready,
-                restart_of: e.restart_of,
-                extra: e.extra,
+                ready: e.ready.as_ref().map(Cow::Borrowed),
+                restart_of: e.restart_of.as_deref().map(Cow::Borrowed),
+                extra: Cow::Borrowed(&e.extra),
             }
+            .serialize(s)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Entry {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Entry, D::Error> {
+            let w = EntryWire::deserialize(d)?;
+            let runner = ProcRef::from_keys(w.cleanup_runner_pid, w.cleanup_runner_start_time);
+            let child = ProcRef::from_keys(w.cleanup_pid, w.cleanup_start_time);
+            let result = w.cleanup_result.map(Cow::into_owned);
+            Ok(Entry {
+                owner: ProcRef::from_keys(w.owner_pid, w.owner_start_time),
+                starter: ProcRef::from_keys(w.starter_pid, w.starter_start_time),
+                supervisor: ProcRef::from_keys(w.supervisor_pid, w.supervisor_start_time),
+                keeper: ProcRef::from_keys(w.keeper_pid, w.keeper_start_time),
+                cleanup_state: CleanupState::from_keys(w.cleanup_started_at, runner, child, result),
+                id: w.id.into_owned(),
+                name: w.name.map(Cow::into_owned),
+                session_id: w.session_id.map(Cow::into_owned),
+                pid: w.pid,
+                pgid: w.pgid,
+                started_at: w.started_at,
+                command_preview: w.command_preview.into_owned(),
+                argv: w.argv.into_owned(),
+                cwd: w.cwd.into_owned(),
+                boot_id: w.boot_id.into_owned(),
+                start_time: w.start_time,
+                uid: w.uid,
+                sid: w.sid,
+                members: w.members.into_owned(),
+                tag: w.tag.into_owned(),
+                cleanup: w.cleanup.map(Cow::into_owned),
+                env: w.env.into_owned(),
+                stop: w.stop,
+                timeout_ms: w.timeout_ms,
+                log_max_bytes: w.log_max_bytes,
+                status: w.status,
+                status_text: w.status_text.map(Cow::into_owned),
+                exit_code: w.exit_code,
+                signal: w.signal.map(Cow::into_owned),
+                core_dumped: w.core_dumped,
+                stop_reason: w.stop_reason.map(Cow::into_owned),
+                tree_gone: w.tree_gone,
+                ended_at: w.ended_at,
+                containment: w.containment,
+                containment_reason: w.containment_reason.map(Cow::into_owned),
+                cgroup: w.cgroup.map(Cow::into_owned),
+                cgroup_inode: w.cgroup_inode,
+                cgroup_leftover: w.cgroup_leftover,
+                containment_asked: w.containment_asked,
+                memory_max: w.memory_max,
+                pids_max: w.pids_max,
+                finished_reported_at: w.finished_reported_at,
+                auto_name: w.auto_name.map(Cow::into_owned),
+                stdin_pipe: w.stdin_pipe,
+                ready: w.ready.map(Cow::into_owned),
+                restart_of: w.restart_of.map(Cow::into_owned),
+                extra: w.extra.into_owned(),
+            })
         }
     }
 }
@@ -1169,6 +1171,20 @@ mod wire_tests {
         assert_eq!(odd2.signal.as_ref().and_then(SignalName::signal), None);
         assert_eq!(odd2.containment, Some(Tier::Group));
         assert_eq!(serde_json::to_string(&odd2).unwrap(), before("odd2"));
+    }
+
+    #[test]
+    fn every_key_an_old_file_can_hold_writes_back_the_same() {
+        let every: Entry = serde_json::from_str(before("every")).unwrap();
+        assert_eq!(
+            every.cleanup_state,
+            CleanupState::Running { at_ms: 24, runner: None, child: ProcRef::new(25, None) }
+        );
+        assert_eq!((every.starter, every.keeper), (Some(ProcRef::new(15, None)), Some(ProcRef::new(17, None))));
+        assert_eq!(serde_json::to_string(&every).unwrap(), before("every"));
+        // The fewest keys the old code read: what it wrote back, this writes.
+        let minimal: Entry = serde_json::from_str(before("minimal_in")).unwrap();
+        assert_eq!(serde_json::to_string(&minimal).unwrap(), before("minimal_out"));
     }
 
     #[test]
