@@ -116,9 +116,9 @@ fn main() {
             let mut sups = Vec::new();
             let mut keepers = Vec::new();
             for e in &entries {
-                if let Some(s) = e.supervisor_pid {
+                if let Some(s) = e.supervisor.map(|s| s.pid) {
                     sups.push(pss_kib(s));
-                    if let Some(kp) = e.keeper_pid {
+                    if let Some(kp) = e.keeper.map(|k| k.pid) {
                         let shared = shares_memory(s, kp);
                         keepers.push(if shared { 0.0 } else { pss_kib(kp) });
                     }

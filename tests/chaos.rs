@@ -142,8 +142,7 @@ fn iteration(seed: u64) -> Result<(), String> {
         let e = &list[rng.below(list.len() as u64) as usize];
         match rng.below(5) {
             0 => {
-                if let (Some(p), Some(t)) = (e.supervisor_pid.and_then(sheepdog::os::Pid::new), e.supervisor_start_time)
-                {
+                if let Some((p, t)) = e.supervisor.and_then(|s| Some((sheepdog::os::Pid::new(s.pid)?, s.start_time?))) {
                     signal_member(&Member { pid: p, start_time: Some(t) }, sheepdog::os::Signal::KILL);
                 }
             }

@@ -697,10 +697,11 @@ fn cleanup_without_a_pid(st: &State, guard: &Guard, timeout_ms: u64) -> (String,
         e.start_time = Some(1);
         e.pgid = Some(i32::MAX - 1);
         e.cleanup = Some(sheepdog::entry::Cleanup { command: "sleep 206".into(), timeout_ms });
-        e.cleanup_started_at = Some(sheepdog::files::now_ms());
         // A runner that is gone (no such pid), and no `cleanupPid`.
-        e.cleanup_runner_pid = Some(i32::MAX - 2);
-        e.cleanup_runner_start_time = Some(1);
+        e.cleanup_state = sheepdog::entry::CleanupState::Claimed {
+            at_ms: sheepdog::files::now_ms(),
+            runner: Some(sheepdog::entry::ProcRef::new(i32::MAX - 2, Some(1))),
+        };
     });
     let lines = tagged("setsid sh -c 'echo $$; exec sleep 207' & echo $$; exec sleep 208");
     let mut cleanup = lines.pids("", SECS(5));

@@ -141,8 +141,7 @@ fn forged_entries_with_a_reused_pid_or_another_boot_are_never_signalled() {
         e.pid = Some(vpid);
         e.pgid = Some(vpid);
         e.start_time = Some(real_start + 1);
-        e.supervisor_pid = Some(vpid);
-        e.supervisor_start_time = Some(real_start + 1);
+        e.supervisor = Some(sheepdog::entry::ProcRef::new(vpid, Some(real_start + 1)));
     });
     // Every identity field right but the boot id: an entry from before a reboot.
     let old_boot = forge(&st, |e| {
@@ -150,8 +149,7 @@ fn forged_entries_with_a_reused_pid_or_another_boot_are_never_signalled() {
         e.pid = Some(vpid);
         e.pgid = Some(vpid);
         e.start_time = Some(real_start);
-        e.supervisor_pid = Some(vpid);
-        e.supervisor_start_time = Some(real_start);
+        e.supervisor = Some(sheepdog::entry::ProcRef::new(vpid, Some(real_start)));
         e.boot_id = "00000000-0000-0000-0000-000000000000".into();
     });
     let out = st.run(&["stop", "reused", "oldboot"]);
@@ -226,10 +224,10 @@ fn sigkill_of_writers_at_random_moments_never_leaves_an_unreadable_entry() {
             std::thread::sleep(Duration::from_micros(rnd(10_000)));
             let reg = sheepdog::registry::Registry::open(Some(st.path().to_path_buf())).unwrap();
             if let Ok(e) = reg.find(&format!("w{round}"))
-                && let Some(s) = e.supervisor_pid
-                && sheepdog::identity::alive(Some(s), e.supervisor_start_time)
+                && let Some(s) = e.supervisor
+                && sheepdog::identity::alive(s)
             {
-                signal(s, libc::SIGKILL);
+                signal(s.pid, libc::SIGKILL);
             }
         }
     }

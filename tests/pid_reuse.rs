@@ -55,8 +55,7 @@ fn issue16_reap_leaves_a_new_group_alone_whose_numbers_an_old_entry_recorded() {
         e.pgid = Some(bp);
         e.sid = Some(bs);
         e.start_time = Some(b["startTime"].as_u64().unwrap() - 100);
-        e.supervisor_pid = Some(bs);
-        e.supervisor_start_time = Some(b["supervisorStartTime"].as_u64().unwrap() - 100);
+        e.supervisor = Some(sheepdog::entry::ProcRef::new(bs, Some(b["supervisorStartTime"].as_u64().unwrap() - 100)));
     };
     let a = forge_entry(&st, 60_000, old);
     let a2 = forge_entry(&st, 60_000, old);

@@ -295,8 +295,8 @@ impl Drop for State {
         let (entries, _) = reg.list();
         for e in entries {
             // The supervisor and its keeper (either would stop the tree after the other's death).
-            for (p, t) in [(e.supervisor_pid, e.supervisor_start_time), (e.keeper_pid, e.keeper_start_time)] {
-                if let (Some(p), Some(t)) = (p.and_then(Pid::new), t) {
+            for r in [e.supervisor, e.keeper].into_iter().flatten() {
+                if let (Some(p), Some(t)) = (Pid::new(r.pid), r.start_time) {
                     signal_member(&Member { pid: p, start_time: Some(t) }, sheepdog::os::Signal::KILL);
                 }
             }

@@ -21,11 +21,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::duration;
-use crate::entry::{CleanupResult, Entry};
+use crate::entry::{CleanupResult, CleanupState, Entry, ProcRef};
 use crate::files;
 use crate::logs::{COMBINED_LOG, CappedFile, DEFAULT_LOG_MAX};
 use crate::registry::Registry;
-use crate::status::CleanupRunner;
+use crate::status::{CleanupRunner, SignalName};
 use crate::stop::{self, StopPolicy};
 use crate::sys::process::{self, POLL_IN, PidFd, PollFd};
 use crate::sys::signal::{pipe_cloexec, set_nonblocking};
@@ -53,17 +53,14 @@ pub fn claim(e: &mut Entry) -> bool {
     if !e.cleanup_pending() {
         return false;
     }
-    let me = process::getpid();
-    e.cleanup_started_at = Some(files::now_ms());
-    e.cleanup_runner_pid = Some(me.as_raw());
-    e.cleanup_runner_start_time = crate::sys::procfs::start_time(me);
+    e.cleanup_state.claim(files::now_ms(), crate::identity::me());
     true
 }
 
 /// Runs a cleanup this process has [`claim`]ed and records its result.
 pub fn run_claimed(reg: &Registry, entry: &Entry, ran_by: CleanupRunner) -> CleanupResult {
     let result = execute(reg, entry, ran_by);
-    let _ = reg.update(&entry.id, |e| e.cleanup_result = Some(result.clone()));
+    let _ = reg.update(&entry.id, |e| e.cleanup_state.finish(result.clone()));
     result
 }
 
@@ -90,15 +87,16 @@ fn wait_for_runner(reg: &Registry, mut entry: Entry) -> Option<CleanupResult> {
         std::thread::sleep(Duration::from_millis(20));
         entry = reg.read(&entry.id).ok()?;
     }
-    entry.cleanup_result
+    entry.cleanup_state.result().cloned()
 }
 
 /// The cleanup's own tree as `reap` sees it when its runner is gone: its `sh` (by pid and start
 /// time), that process's descendants, and every later process of the entry's uid that carries
 /// the entry's tag (the cleanup inherits it). `None` when the cleanup never spawned.
 fn recorded_cleanup_tree(e: &Entry) -> Option<Tree> {
-    let pid = Pid::new(e.cleanup_pid?)?;
-    let start = e.cleanup_start_time?;
+    let child = e.cleanup_state.child()?;
+    let pid = Pid::new(child.pid)?;
+    let start = child.start_time?;
     let tag = if e.tag.is_empty() { "\0untagged" } else { e.tag.as_str() };
     Some(Tree::recorded(pid, pid.as_group(), start, e.uid, tag))
 }
@@ -126,8 +124,7 @@ fn tagged_since_claim(e: &Entry, claimed_ms: u64) -> Option<Tree> {
 /// disk says so).
 fn registry_view(e: &Entry, pid: Pid, start: Option<u64>) -> Entry {
     let mut v = e.clone();
-    v.cleanup_pid = Some(pid.as_raw());
-    v.cleanup_start_time = start;
+    v.cleanup_state.spawned(ProcRef::new(pid.as_raw(), start));
     v
 }
 
@@ -174,11 +171,11 @@ fn abandoned_tree(e: &Entry, started: u64) -> Option<Tree> {
 /// - Its tree lives within the deadline: false (it may still finish by itself).
 pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool) -> bool {
     let Ok(e) = reg.read(id) else { return true };
-    let (Some(started), Some(c)) = (e.cleanup_started_at, e.cleanup.clone()) else { return true };
-    if e.cleanup_result.is_some() || !e.this_boot() {
+    let (Some(started), Some(c)) = (e.cleanup_state.claimed_at(), e.cleanup.clone()) else { return true };
+    if e.cleanup_state.result().is_some() || !e.this_boot() {
         return true;
     }
-    if !force && crate::identity::alive(e.cleanup_runner_pid, e.cleanup_runner_start_time) {
+    if !force && e.cleanup_state.runner().is_some_and(crate::identity::alive) {
         return false;
     }
     let Some(tree) = abandoned_tree(&e, started) else { return true };
@@ -203,8 +200,8 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
         ..CleanupResult::default()
     };
     let _ = reg.update(id, |x| {
-        if x.cleanup_result.is_none() {
-            x.cleanup_result = Some(result.clone());
+        if x.cleanup_state.result().is_none() {
+            x.cleanup_state.finish(result.clone());
         }
     });
     crate::logs::append_marker(
@@ -256,10 +253,7 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
         let child = cmd.spawn()?;
         let pid = Pid::new(child.id() as i32).ok_or_else(|| std::io::Error::other("pid 0"))?;
         let start = crate::sys::procfs::start_time(pid);
-        let _ = reg.update(&e.id, |x| {
-            x.cleanup_pid = Some(pid.as_raw());
-            x.cleanup_start_time = start;
-        });
+        let _ = reg.update(&e.id, |x| x.cleanup_state.spawned(ProcRef::new(pid.as_raw(), start)));
         Ok((pid, start, File::from(r)))
     })();
     let (pid, start_time, mut out) = match spawned {
@@ -333,7 +327,7 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
     }
     match status {
         Some(WaitStatus::Exited(code)) => result.exit_code = Some(code),
-        Some(WaitStatus::Signaled(s, _)) => result.signal = Some(s.name()),
+        Some(WaitStatus::Signaled(s, _)) => result.signal = Some(SignalName::of(s)),
         None => {}
     }
     result.duration_ms = started.elapsed().as_millis() as u64;
@@ -356,7 +350,7 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
 fn ended_by(result: &CleanupResult) -> String {
     match (result.exit_code, &result.signal) {
         (Some(c), _) => format!("exited with code {c}"),
-        (None, s) => format!("was killed by {}", s.clone().unwrap_or_default()),
+        (None, s) => format!("was killed by {}", s.as_ref().map(|s| s.name()).unwrap_or_default()),
     }
 }
 
@@ -368,8 +362,8 @@ fn ended_by(result: &CleanupResult) -> String {
 /// already recorded (a stop past its bound).
 pub fn record_reaped(reg: &Registry, id: &str, status: WaitStatus, by: CleanupRunner) {
     let Ok(e) = reg.read(id) else { return };
-    let Some(c) = e.cleanup.as_ref().filter(|_| e.cleanup_result.is_none()) else { return };
-    if let Some(left) = e.cleanup_started_at.and_then(|started| abandoned_tree(&e, started))
+    let Some(c) = e.cleanup.as_ref().filter(|_| e.cleanup_state.result().is_none()) else { return };
+    if let Some(left) = e.cleanup_state.claimed_at().and_then(|started| abandoned_tree(&e, started))
         && !left.is_gone()
     {
         stop::stop_blocking(&left, cleanup_policy(&e));
@@ -381,19 +375,19 @@ pub fn record_reaped(reg: &Registry, id: &str, status: WaitStatus, by: CleanupRu
             WaitStatus::Signaled(..) => None,
         },
         signal: match status {
-            WaitStatus::Signaled(s, _) => Some(s.name().to_string()),
+            WaitStatus::Signaled(s, _) => Some(SignalName::of(s)),
             WaitStatus::Exited(_) => None,
         },
-        duration_ms: files::now_ms().saturating_sub(e.cleanup_started_at.unwrap_or_default()),
+        duration_ms: files::now_ms().saturating_sub(e.cleanup_state.claimed_at().unwrap_or_default()),
         output: vec!["sheepdog: the cleanup's output went with its runner, which was killed".into()],
         ran_by: by,
         ..CleanupResult::default()
     };
     let mut recorded = false;
     let _ = reg.update(id, |x| {
-        recorded = x.cleanup_result.is_none();
+        recorded = x.cleanup_state.result().is_none();
         if recorded {
-            x.cleanup_result = Some(result.clone());
+            x.cleanup_state.finish(result.clone());
         }
     });
     if recorded {
@@ -415,11 +409,13 @@ fn push_line(tail: &mut VecDeque<String>, line: String) {
 /// The second line `sheepdog stop` prints when the cleanup failed, exactly:
 /// `Cleanup command failed with exit code 1.` or `Cleanup command timed out after 10s.`
 pub fn failure_line(e: &Entry) -> Option<String> {
-    if e.cleanup.is_some() && e.cleanup_started_at.is_some() && e.cleanup_result.is_none() {
+    let r = match &e.cleanup_state {
         // Claimed, and its runner died before recording how it ended.
-        return Some("Cleanup command did not finish.".into());
-    }
-    let r = e.cleanup_result.as_ref()?;
+        CleanupState::Claimed { .. } | CleanupState::Running { .. } if e.cleanup.is_some() => {
+            return Some("Cleanup command did not finish.".into());
+        }
+        s => s.result()?,
+    };
     if r.timed_out {
         let t = e.cleanup.as_ref().map(|c| c.timeout_ms).unwrap_or(r.duration_ms);
         return Some(format!("Cleanup command timed out after {}.", duration::format(Duration::from_millis(t))));

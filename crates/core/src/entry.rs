@@ -1,16 +1,19 @@
 //! What an entry *is*: the record of one managed process as `procs/<id>/entry.json` stores it
-//! ([`Entry`]), the data it carries (byte-exact text, stop timings, the cleanup and readiness
-//! specs, a cleanup's result, recorded members) and the transitions a writer makes on it
-//! (`record_spawned`, `record_result`, `finish_from_outside`, ...). Data only: nothing here
-//! reads the disk or the kernel. Storage is `registry` (above, with what the kernel says of an
-//! entry's recorded processes: `supervisor_alive`, `owner_gone`, ...); the vocabularies
-//! (statuses, stop reasons, who ran a cleanup) are `status`.
+//! ([`Entry`]), the data it carries (byte-exact text, stop timings, processes by identity
+//! ([`ProcRef`]), the cleanup and readiness specs, the cleanup's one run ([`CleanupState`]) and
+//! its result, recorded members) and the transitions a writer makes on it (`record_spawned`,
+//! `record_result`, `finish_from_outside`, ...). Data only: nothing here reads the disk or the
+//! kernel. The Rust types are typed; the file keeps the flat keys and their order that every
+//! earlier sheepdog wrote (`wire`), so old files read as before and `v` is unchanged. Storage
+//! is `registry` (above, with what the kernel says of an entry's recorded processes:
+//! `supervisor_alive`, `owner_gone`, ...); the vocabularies (statuses, stop reasons, who ran a
+//! cleanup, tiers, signal names) are `status`.
 
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::files::now_ms;
-use crate::status::{Status, StopReason};
+use crate::status::{SignalName, Status, StopReason, Tier};
 
 /// An argument, a path or an environment entry exactly as the OS gave it: bytes, usually UTF-8.
 /// On disk it is a JSON string when the bytes are UTF-8 (every entry written so far), else an
@@ -179,7 +182,7 @@ pub struct Cleanup {
 pub struct CleanupResult {
     pub command: String,
     pub exit_code: Option<i32>,
-    pub signal: Option<String>,
+    pub signal: Option<SignalName>,
     pub timed_out: bool,
     pub duration_ms: u64,
     /// The last 20 lines of its output (stdout and stderr together).
@@ -203,6 +206,157 @@ pub struct RecordedMember {
     pub start_time: u64,
 }
 
+/// A process by identity as an entry records it: its pid and its start time in clock ticks
+/// since boot (`/proc/<pid>/stat` field 22), `None` when that could not be read (not Linux, or
+/// the process was already gone). With the entry's boot id and uid it is the identity that
+/// `identity::alive` checks; without a start time a process is never taken as alive (only an
+/// owner is then judged by its pid: `identity::Probe::owner_gone`). On disk it is two flat keys
+/// of the entry (`supervisorPid`, `supervisorStartTime`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProcRef {
+    /// The process id.
+    pub pid: i32,
+    /// Clock ticks since boot.
+    pub start_time: Option<u64>,
+}
+
+impl ProcRef {
+    /// `pid` with its start time.
+    pub fn new(pid: i32, start_time: Option<u64>) -> ProcRef {
+        ProcRef { pid, start_time }
+    }
+
+    /// The process of two flat keys: none without a pid (a start time alone names no process,
+    /// and no sheepdog records one).
+    fn from_keys(pid: Option<i32>, start_time: Option<u64>) -> Option<ProcRef> {
+        pid.map(|pid| ProcRef { pid, start_time })
+    }
+
+    /// The two flat keys of `r`.
+    fn keys(r: Option<ProcRef>) -> (Option<i32>, Option<u64>) {
+        (r.map(|r| r.pid), r.and_then(|r| r.start_time))
+    }
+}
+
+/// Where an entry's cleanup run is: at most one run per entry, claimed before it starts. The
+/// variants carry what each stage has; the `cleanup` spec itself is [`Entry::cleanup`] (a
+/// state with no spec stays `Pending`). On disk it is the flat keys `cleanupStartedAt`,
+/// `cleanupRunnerPid`, `cleanupRunnerStartTime`, `cleanupPid`, `cleanupStartTime` and
+/// `cleanupResult`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CleanupState {
+    /// Not claimed: a stop, owner death, the turn timeout or `reap` will run it (when the entry
+    /// has a cleanup, this boot).
+    #[default]
+    Pending,
+    /// Claimed by `runner` at `at_ms` (unix ms), not yet spawned: the claim makes "at most once"
+    /// hold even if the runner is killed midway. While the runner lives, others wait for its
+    /// result. `runner` is `None` only in entries written before runners were recorded.
+    Claimed { at_ms: u64, runner: Option<ProcRef> },
+    /// Its command (`sh -c`, its group leader) is spawned as `child`: a cleanup whose runner was
+    /// killed may still run, and counts as running while it does.
+    Running { at_ms: u64, runner: Option<ProcRef>, child: ProcRef },
+    /// It ended: `result` says how. What it went through stays recorded (`at_ms` is `None` only
+    /// for a result written without a claim, which no sheepdog does; kept so such a file reads
+    /// back as it was).
+    Done { at_ms: Option<u64>, runner: Option<ProcRef>, child: Option<ProcRef>, result: CleanupResult },
+}
+
+impl CleanupState {
+    /// Unix ms of the claim, once claimed.
+    pub fn claimed_at(&self) -> Option<u64> {
+        match self {
+            CleanupState::Pending => None,
+            CleanupState::Claimed { at_ms, .. } | CleanupState::Running { at_ms, .. } => Some(*at_ms),
+            CleanupState::Done { at_ms, .. } => *at_ms,
+        }
+    }
+
+    /// True once claimed (running or done included).
+    pub fn is_claimed(&self) -> bool {
+        self.claimed_at().is_some()
+    }
+
+    /// Claimed and not done: a runner holds it, or held it and died without a result.
+    pub fn is_unsettled(&self) -> bool {
+        matches!(self, CleanupState::Claimed { .. } | CleanupState::Running { .. })
+    }
+
+    /// Who claimed the run.
+    pub fn runner(&self) -> Option<ProcRef> {
+        match self {
+            CleanupState::Pending => None,
+            CleanupState::Claimed { runner, .. }
+            | CleanupState::Running { runner, .. }
+            | CleanupState::Done { runner, .. } => *runner,
+        }
+    }
+
+    /// The cleanup command's own process, once spawned.
+    pub fn child(&self) -> Option<ProcRef> {
+        match self {
+            CleanupState::Running { child, .. } => Some(*child),
+            CleanupState::Done { child, .. } => *child,
+            _ => None,
+        }
+    }
+
+    /// How it ended, once it has.
+    pub fn result(&self) -> Option<&CleanupResult> {
+        match self {
+            CleanupState::Done { result, .. } => Some(result),
+            _ => None,
+        }
+    }
+
+    /// The claim: `Pending` becomes `Claimed` by `runner` at `at_ms`. Does nothing once claimed.
+    pub fn claim(&mut self, at_ms: u64, runner: ProcRef) {
+        if *self == CleanupState::Pending {
+            *self = CleanupState::Claimed { at_ms, runner: Some(runner) };
+        }
+    }
+
+    /// The command was spawned as `child`: a claimed run becomes `Running` (a done one keeps its
+    /// result and records the child). Nothing happens to an unclaimed one.
+    pub fn spawned(&mut self, child: ProcRef) {
+        match self {
+            CleanupState::Pending => {}
+            CleanupState::Claimed { at_ms, runner } | CleanupState::Running { at_ms, runner, .. } => {
+                *self = CleanupState::Running { at_ms: *at_ms, runner: *runner, child }
+            }
+            CleanupState::Done { child: c, .. } => *c = Some(child),
+        }
+    }
+
+    /// Records how it ended, replacing an earlier result; what it went through is kept.
+    pub fn finish(&mut self, result: CleanupResult) {
+        let (at_ms, runner, child) = (self.claimed_at(), self.runner(), self.child());
+        *self = CleanupState::Done { at_ms, runner, child, result };
+    }
+
+    /// The state of the six flat keys: a result makes it `Done`, else a spawned child
+    /// `Running`, else a claim time `Claimed`. Keys no sheepdog writes alone (a runner or a
+    /// child without a claim) are dropped.
+    fn from_keys(
+        at_ms: Option<u64>,
+        runner: Option<ProcRef>,
+        child: Option<ProcRef>,
+        result: Option<CleanupResult>,
+    ) -> CleanupState {
+        match (at_ms, child, result) {
+            (at_ms, child, Some(result)) => CleanupState::Done { at_ms, runner, child, result },
+            (Some(at_ms), Some(child), None) => CleanupState::Running { at_ms, runner, child },
+            (Some(at_ms), None, None) => CleanupState::Claimed { at_ms, runner },
+            (None, _, None) => CleanupState::Pending,
+        }
+    }
+
+    /// The flat keys of this state: claim time, runner, child, result.
+    fn keys(&self) -> (Option<u64>, Option<ProcRef>, Option<ProcRef>, Option<&CleanupResult>) {
+        (self.claimed_at(), self.runner(), self.child(), self.result())
+    }
+}
+
 /// What a supervisor records when its tree is done ([`Entry::record_result`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SupervisorResult {
@@ -212,7 +366,7 @@ pub struct SupervisorResult {
     /// The command's own exit code, when it exited.
     pub exit_code: Option<i32>,
     /// The signal that killed the command (`SIGTERM`), when one did.
-    pub signal: Option<String>,
+    pub signal: Option<SignalName>,
     /// The kernel wrote a core dump when that signal killed it (`WCOREDUMP`).
     pub core_dumped: bool,
     /// What began the stop; `None` when the command exited on its own.
@@ -223,9 +377,11 @@ pub struct SupervisorResult {
 }
 
 /// One managed process, as stored in `procs/<id>/entry.json`. Field names are camelCase for
-/// hosts written in TypeScript.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// hosts written in TypeScript. The Rust fields are typed ([`ProcRef`], [`CleanupState`]);
+/// on disk the entry keeps the flat keys it always had (`ownerPid`, `ownerStartTime`,
+/// `cleanupStartedAt`, ...), in the same order: it is read and written through
+/// `wire::EntryWire`, the layout of the file, so `v` did not change with the types.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Entry {
     pub id: String,
     pub name: Option<String>,
@@ -240,60 +396,40 @@ pub struct Entry {
     /// Byte-exact (see [`OsText`]).
     pub argv: Vec<OsText>,
     pub cwd: OsText,
-    pub owner_pid: Option<i32>,
-    /// The owner's start time (clock ticks) when the entry was made: with the pid, its identity,
-    /// so `reap` can tell that the owner died even after its pid was reused.
-    #[serde(default)]
-    pub owner_start_time: Option<u64>,
-    /// The `sheepdog start` process that created the entry, while the entry is `starting`:
-    /// never signalled, only checked for life, so a `start` in progress is not mistaken for a
-    /// crash.
-    pub starter_pid: Option<i32>,
-    pub starter_start_time: Option<u64>,
-    pub supervisor_pid: Option<i32>,
-    /// The supervisor's keeper (`crate::keeper`): the forked copy that spawned the provider and
-    /// runs the supervision loop, with its start time (clock ticks). While either it or the
-    /// supervisor lives, the entry is supervised: the survivor of the other's SIGKILL stops
-    /// the tree and records it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keeper_pid: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keeper_start_time: Option<u64>,
-    /// Identity: boot id, provider start time (clock ticks), supervisor start time, uid.
+    /// The owner, when the entry has one (`ownerPid`, `ownerStartTime`): its start time, taken
+    /// when the entry was made, lets `reap` tell that the owner died even after its pid was
+    /// reused.
+    pub owner: Option<ProcRef>,
+    /// The `sheepdog start` process that created the entry, while the entry is `starting`
+    /// (`starterPid`, `starterStartTime`): never signalled, only checked for life, so a `start`
+    /// in progress is not mistaken for a crash.
+    pub starter: Option<ProcRef>,
+    /// The detached supervisor (`supervisorPid`, `supervisorStartTime`).
+    pub supervisor: Option<ProcRef>,
+    /// The supervisor's keeper (`crate::keeper`; `keeperPid`, `keeperStartTime`, absent when
+    /// none): the copy that spawned the provider and runs the supervision loop. While either it
+    /// or the supervisor lives, the entry is supervised: the survivor of the other's SIGKILL
+    /// stops the tree and records it.
+    pub keeper: Option<ProcRef>,
+    /// Identity: boot id, provider start time (clock ticks), uid.
     pub boot_id: String,
     pub start_time: Option<u64>,
-    pub supervisor_start_time: Option<u64>,
     pub uid: u32,
     /// The provider's session id (for a managed entry, the supervisor's own session). A process
     /// in the recorded group *and* session, of the same uid, started no earlier than the
     /// provider, is the entry's even after the provider is gone: the group and session numbers
     /// could only have been reused if every one of their members had died first.
-    #[serde(default)]
     pub sid: Option<i32>,
     /// Descendants the supervisor saw while it ran (subreaper tier), by identity: `reap` and
     /// `stop` find them without a tag, so members that cleared their environment (`env -i`,
     /// `su -`, `sudo`) are still caught. Dead ones are pruned on each write.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<RecordedMember>,
     /// The random token in the provider's `SHEEPDOG_TAG`, by which `reap` recognises its
     /// descendants after the supervisor is gone.
     pub tag: String,
     pub cleanup: Option<Cleanup>,
-    /// Unix ms when a cleanup run was claimed: the claim makes "at most once" hold even if the
-    /// runner is killed midway.
-    pub cleanup_started_at: Option<u64>,
-    /// Who claimed the cleanup run (pid and start time): while it lives, others wait for its
-    /// result instead of reporting the cleanup as unfinished.
-    pub cleanup_runner_pid: Option<i32>,
-    pub cleanup_runner_start_time: Option<u64>,
-    /// The cleanup command's own process (`sh -c`, its group leader), once spawned: a cleanup
-    /// whose runner was killed may still run, and counts as running while it does.
-    #[serde(default)]
-    pub cleanup_pid: Option<i32>,
-    #[serde(default)]
-    pub cleanup_start_time: Option<u64>,
-    /// How the cleanup ended, once it has.
-    pub cleanup_result: Option<CleanupResult>,
+    /// Where the cleanup's one run is: pending, claimed, running, done (see [`CleanupState`]).
+    pub cleanup_state: CleanupState,
     /// The extra environment given with `--env`, as `K=V`, byte-exact (the cleanup gets it too).
     pub env: Vec<OsText>,
     pub stop: StopTimings,
@@ -307,10 +443,9 @@ pub struct Entry {
     /// The human form: `exited (0)`, `killed (SIGKILL)`, `timed out after 2s`, ...
     pub status_text: Option<String>,
     pub exit_code: Option<i32>,
-    pub signal: Option<String>,
+    pub signal: Option<SignalName>,
     /// True when the signal that killed the command dumped core (`WCOREDUMP`, as the shell's
     /// `(core dumped)`); absent otherwise.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub core_dumped: bool,
     /// What began the stop: `signal` (sheepdog stop), `owner`, `timeout`, `reap`, ...
     pub stop_reason: Option<crate::status::StopReason>,
@@ -319,7 +454,7 @@ pub struct Entry {
     pub ended_at: Option<u64>,
     /// The tier that keeps the tree: `cgroup`, `subreaper` or `group` (recorded before the
     /// spawn; `None` in entries written before the tiers existed: treated as `subreaper`).
-    pub containment: Option<String>,
+    pub containment: Option<Tier>,
     /// Why a stronger tier was not used (the cgroup probe's refusal); `None` in the cgroup tier.
     pub containment_reason: Option<String>,
     /// The tree's cgroup directory (absolute path), in the cgroup tier.
@@ -327,27 +462,20 @@ pub struct Entry {
     /// The inode of that directory: nothing acts on the path unless it still matches.
     pub cgroup_inode: Option<u64>,
     /// True when the cgroup could not be removed after the tree was gone; `reap` removes it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup_leftover: Option<bool>,
-    /// What `start` asked for (`--containment`, `--memory-max` in bytes, `--pids-max`), kept
-    /// for `restart`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub containment_asked: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What `start` asked for (`--containment` as the tier it names, `None` for `auto`;
+    /// `--memory-max` in bytes, `--pids-max`), kept for `restart`.
+    pub containment_asked: Option<Tier>,
     pub memory_max: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids_max: Option<u64>,
     /// Unix ms when a reply of `sheepdog mcp` told the agent that this entry finished: each
     /// finished entry is reported once, also across server restarts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_reported_at: Option<u64>,
     /// A name derived from what the command runs (`npm run dev` -> `npm-run-dev`), shown when
     /// none was given; not unique, never looked up (see [`derived_name`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_name: Option<String>,
     /// Started with `--stdin pipe`: its stdin is the FIFO `procs/<id>/stdin` its supervisor
     /// holds open (see `manager::send`); false: `/dev/null`.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stdin_pipe: bool,
     /// The readiness options it was started with (`--ready-port`, `--ready-log`,
     /// `--ready-listen`, `--ready-timeout`), kept for `restart`.
@@ -355,7 +483,6 @@ pub struct Entry {
     /// The entry this one replaced (`restart`, `start --replace`).
     pub restart_of: Option<String>,
     /// Fields this version does not know, carried through every rewrite.
-    #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
@@ -473,6 +600,231 @@ impl Entry {
     /// outside the boot the entry was made in.
     pub(crate) fn wall_elapsed_ms(&self) -> u64 {
         now_ms().saturating_sub(self.started_at)
+    }
+}
+
+/// The file's layout ([`wire::EntryWire`]) and the conversions to and from [`Entry`]. Kept flat
+/// (not `#[serde(flatten)]` per pair) because the keys of one process are not adjacent on disk
+/// (`supervisorPid` ... `bootId`, `startTime`, `supervisorStartTime`), and a new file must be
+/// byte-identical to what earlier versions wrote. Writing borrows the entry (no copy of its
+/// argv, environment and unknown keys per write: a supervisor's memory is measured).
+mod wire {
+    use std::borrow::Cow;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::{Cleanup, CleanupResult, CleanupState, Entry, OsText, ProcRef, ReadySpec, RecordedMember, StopTimings};
+    use crate::status::{SignalName, Status, StopReason, Tier};
+
+    /// `procs/<id>/entry.json` as it is on disk, key by key and in order: the layout every
+    /// sheepdog since the first has written (new keys only added). [`Entry`] is read and written
+    /// through it (borrowed to write, owned once read); its doc comments are on [`Entry`]'s
+    /// fields.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct EntryWire<'a> {
+        id: Cow<'a, str>,
+        name: Option<Cow<'a, str>>,
+        session_id: Option<Cow<'a, str>>,
+        pid: Option<i32>,
+        pgid: Option<i32>,
+        started_at: u64,
+        command_preview: Cow<'a, str>,
+        argv: Cow<'a, [OsText]>,
+        cwd: Cow<'a, OsText>,
+        owner_pid: Option<i32>,
+        #[serde(default)]
+        owner_start_time: Option<u64>,
+        starter_pid: Option<i32>,
+        starter_start_time: Option<u64>,
+        supervisor_pid: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        keeper_pid: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        keeper_start_time: Option<u64>,
+        boot_id: Cow<'a, str>,
+        start_time: Option<u64>,
+        supervisor_start_time: Option<u64>,
+        uid: u32,
+        #[serde(default)]
+        sid: Option<i32>,
+        #[serde(default, skip_serializing_if = "<[RecordedMember]>::is_empty")]
+        members: Cow<'a, [RecordedMember]>,
+        tag: Cow<'a, str>,
+        cleanup: Option<Cow<'a, Cleanup>>,
+        cleanup_started_at: Option<u64>,
+        cleanup_runner_pid: Option<i32>,
+        cleanup_runner_start_time: Option<u64>,
+        #[serde(default)]
+        cleanup_pid: Option<i32>,
+        #[serde(default)]
+        cleanup_start_time: Option<u64>,
+        cleanup_result: Option<Cow<'a, CleanupResult>>,
+        env: Cow<'a, [OsText]>,
+        stop: StopTimings,
+        timeout_ms: Option<u64>,
+        log_max_bytes: Option<u64>,
+        status: Status,
+        status_text: Option<Cow<'a, str>>,
+        exit_code: Option<i32>,
+        signal: Option<Cow<'a, SignalName>>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        core_dumped: bool,
+        stop_reason: Option<Cow<'a, StopReason>>,
+        tree_gone: Option<bool>,
+        ended_at: Option<u64>,
+        containment: Option<Tier>,
+        containment_reason: Option<Cow<'a, str>>,
+        cgroup: Option<Cow<'a, str>>,
+        cgroup_inode: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cgroup_leftover: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        containment_asked: Option<Tier>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory_max: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pids_max: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finished_reported_at: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        auto_name: Option<Cow<'a, str>>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stdin_pipe: bool,
+        ready: Option<Cow<'a, ReadySpec>>,
+        restart_of: Option<Cow<'a, str>>,
+        #[serde(flatten)]
+        extra: Cow<'a, serde_json::Map<String, serde_json::Value>>,
+    }
+
+    impl Serialize for Entry {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let e = self;
+            let (owner_pid, owner_start_time) = ProcRef::keys(e.owner);
+            let (starter_pid, starter_start_time) = ProcRef::keys(e.starter);
+            let (supervisor_pid, supervisor_start_time) = ProcRef::keys(e.supervisor);
+            let (keeper_pid, keeper_start_time) = ProcRef::keys(e.keeper);
+            let (cleanup_started_at, runner, child, cleanup_result) = e.cleanup_state.keys();
+            let (cleanup_runner_pid, cleanup_runner_start_time) = ProcRef::keys(runner);
+            let (cleanup_pid, cleanup_start_time) = ProcRef::keys(child);
+            EntryWire {
+                owner_pid,
+                owner_start_time,
+                starter_pid,
+                starter_start_time,
+                supervisor_pid,
+                supervisor_start_time,
+                keeper_pid,
+                keeper_start_time,
+                cleanup_started_at,
+                cleanup_runner_pid,
+                cleanup_runner_start_time,
+                cleanup_pid,
+                cleanup_start_time,
+                cleanup_result: cleanup_result.map(Cow::Borrowed),
+                id: Cow::Borrowed(&e.id),
+                name: e.name.as_deref().map(Cow::Borrowed),
+                session_id: e.session_id.as_deref().map(Cow::Borrowed),
+                pid: e.pid,
+                pgid: e.pgid,
+                started_at: e.started_at,
+                command_preview: Cow::Borrowed(&e.command_preview),
+                argv: Cow::Borrowed(&e.argv),
+                cwd: Cow::Borrowed(&e.cwd),
+                boot_id: Cow::Borrowed(&e.boot_id),
+                start_time: e.start_time,
+                uid: e.uid,
+                sid: e.sid,
+                members: Cow::Borrowed(&e.members),
+                tag: Cow::Borrowed(&e.tag),
+                cleanup: e.cleanup.as_ref().map(Cow::Borrowed),
+                env: Cow::Borrowed(&e.env),
+                stop: e.stop,
+                timeout_ms: e.timeout_ms,
+                log_max_bytes: e.log_max_bytes,
+                status: e.status,
+                status_text: e.status_text.as_deref().map(Cow::Borrowed),
+                exit_code: e.exit_code,
+                signal: e.signal.as_ref().map(Cow::Borrowed),
+                core_dumped: e.core_dumped,
+                stop_reason: e.stop_reason.as_ref().map(Cow::Borrowed),
+                tree_gone: e.tree_gone,
+                ended_at: e.ended_at,
+                containment: e.containment,
+                containment_reason: e.containment_reason.as_deref().map(Cow::Borrowed),
+                cgroup: e.cgroup.as_deref().map(Cow::Borrowed),
+                cgroup_inode: e.cgroup_inode,
+                cgroup_leftover: e.cgroup_leftover,
+                containment_asked: e.containment_asked,
+                memory_max: e.memory_max,
+                pids_max: e.pids_max,
+                finished_reported_at: e.finished_reported_at,
+                auto_name: e.auto_name.as_deref().map(Cow::Borrowed),
+                stdin_pipe: e.stdin_pipe,
+                ready: e.ready.as_ref().map(Cow::Borrowed),
+                restart_of: e.restart_of.as_deref().map(Cow::Borrowed),
+                extra: Cow::Borrowed(&e.extra),
+            }
+            .serialize(s)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Entry {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Entry, D::Error> {
+            let w = EntryWire::deserialize(d)?;
+            let runner = ProcRef::from_keys(w.cleanup_runner_pid, w.cleanup_runner_start_time);
+            let child = ProcRef::from_keys(w.cleanup_pid, w.cleanup_start_time);
+            let result = w.cleanup_result.map(Cow::into_owned);
+            Ok(Entry {
+                owner: ProcRef::from_keys(w.owner_pid, w.owner_start_time),
+                starter: ProcRef::from_keys(w.starter_pid, w.starter_start_time),
+                supervisor: ProcRef::from_keys(w.supervisor_pid, w.supervisor_start_time),
+                keeper: ProcRef::from_keys(w.keeper_pid, w.keeper_start_time),
+                cleanup_state: CleanupState::from_keys(w.cleanup_started_at, runner, child, result),
+                id: w.id.into_owned(),
+                name: w.name.map(Cow::into_owned),
+                session_id: w.session_id.map(Cow::into_owned),
+                pid: w.pid,
+                pgid: w.pgid,
+                started_at: w.started_at,
+                command_preview: w.command_preview.into_owned(),
+                argv: w.argv.into_owned(),
+                cwd: w.cwd.into_owned(),
+                boot_id: w.boot_id.into_owned(),
+                start_time: w.start_time,
+                uid: w.uid,
+                sid: w.sid,
+                members: w.members.into_owned(),
+                tag: w.tag.into_owned(),
+                cleanup: w.cleanup.map(Cow::into_owned),
+                env: w.env.into_owned(),
+                stop: w.stop,
+                timeout_ms: w.timeout_ms,
+                log_max_bytes: w.log_max_bytes,
+                status: w.status,
+                status_text: w.status_text.map(Cow::into_owned),
+                exit_code: w.exit_code,
+                signal: w.signal.map(Cow::into_owned),
+                core_dumped: w.core_dumped,
+                stop_reason: w.stop_reason.map(Cow::into_owned),
+                tree_gone: w.tree_gone,
+                ended_at: w.ended_at,
+                containment: w.containment,
+                containment_reason: w.containment_reason.map(Cow::into_owned),
+                cgroup: w.cgroup.map(Cow::into_owned),
+                cgroup_inode: w.cgroup_inode,
+                cgroup_leftover: w.cgroup_leftover,
+                containment_asked: w.containment_asked,
+                memory_max: w.memory_max,
+                pids_max: w.pids_max,
+                finished_reported_at: w.finished_reported_at,
+                auto_name: w.auto_name.map(Cow::into_owned),
+                stdin_pipe: w.stdin_pipe,
+                ready: w.ready.map(Cow::into_owned),
+                restart_of: w.restart_of.map(Cow::into_owned),
+                extra: w.extra.into_owned(),
+            })
+        }
     }
 }
 
@@ -696,7 +1048,7 @@ mod transition_tests {
         });
         assert_eq!(e.status, Status::Killed);
         assert_eq!(e.status_text.as_deref(), Some("killed (SIGKILL)"));
-        assert_eq!((e.signal.as_deref(), e.exit_code), (Some("SIGKILL"), None));
+        assert_eq!((e.signal.as_ref().map(|s| s.name()), e.exit_code), (Some("SIGKILL".to_string()), None));
         assert_eq!((e.stop_reason, e.tree_gone, e.cgroup_leftover), (Some(StopReason::Signal), Some(true), Some(true)));
         assert!(e.ended_at.is_some());
     }
@@ -728,5 +1080,140 @@ mod derived_name_tests {
         assert_eq!(name(&["sh", "-c", "sleep 100"]).as_deref(), Some("sleep"));
         assert_eq!(name(&["/usr/bin/tail", "-f", "x"]).as_deref(), Some("tail"));
         assert_eq!(name(&["sh", "-c", "   "]), None);
+    }
+}
+
+#[cfg(test)]
+mod wire_tests {
+    use crate::status::{CleanupRunner, SignalName, Tier};
+
+    use super::{CleanupResult, CleanupState, Entry, ProcRef};
+
+    /// Entries as the sheepdog before the typed record wrote them (`name<TAB>entry.json`), one
+    /// per cleanup state and a few odd words: each must read into its state and write back
+    /// byte for byte.
+    const BEFORE: &str = include_str!("../testdata/entries-before-typed-record.txt");
+
+    fn before(name: &str) -> &'static str {
+        BEFORE.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix('\t')).unwrap()
+    }
+
+    fn result() -> CleanupResult {
+        CleanupResult {
+            command: "docker rm -f web".into(),
+            exit_code: None,
+            signal: Some(SignalName::of(crate::sys::Signal::KILL)),
+            timed_out: false,
+            duration_ms: 5,
+            output: vec!["bye".into()],
+            ran_by: CleanupRunner::Stop,
+        }
+    }
+
+    const AT: u64 = 1_800_000_004_000;
+    const RUNNER: ProcRef = ProcRef { pid: 4300, start_time: Some(901) };
+    const CHILD: ProcRef = ProcRef { pid: 4301, start_time: Some(902) };
+
+    #[test]
+    fn every_old_file_reads_into_its_state_and_writes_back_the_same_bytes() {
+        let cases = [
+            ("pending", CleanupState::Pending),
+            ("claimed", CleanupState::Claimed { at_ms: AT, runner: Some(RUNNER) }),
+            ("claimed_old", CleanupState::Claimed { at_ms: AT, runner: None }),
+            ("running", CleanupState::Running { at_ms: AT, runner: Some(RUNNER), child: CHILD }),
+            (
+                "running_no_start",
+                CleanupState::Running { at_ms: AT, runner: Some(RUNNER), child: ProcRef::new(4301, None) },
+            ),
+            (
+                "done",
+                CleanupState::Done { at_ms: Some(AT), runner: Some(RUNNER), child: Some(CHILD), result: result() },
+            ),
+            (
+                "done_unspawned",
+                CleanupState::Done { at_ms: Some(AT), runner: Some(RUNNER), child: None, result: result() },
+            ),
+            ("done_unclaimed", CleanupState::Done { at_ms: None, runner: None, child: None, result: result() }),
+        ];
+        for (name, state) in cases {
+            let text = before(name);
+            let e: Entry = serde_json::from_str(text).unwrap();
+            assert_eq!(e.cleanup_state, state, "{name}");
+            assert_eq!(serde_json::to_string(&e).unwrap(), text, "{name}");
+            // The state, made by the new code, writes what the old flat fields wrote.
+            let made = Entry { cleanup_state: state, ..serde_json::from_str(before("pending")).unwrap() };
+            assert_eq!(serde_json::to_string(&made).unwrap(), text, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_processes_tiers_and_signals_keep_their_keys_and_words() {
+        let text = before("full");
+        let e: Entry = serde_json::from_str(text).unwrap();
+        assert_eq!(e.owner, Some(ProcRef::new(100, None)), "an owner whose start time was not read");
+        assert_eq!(e.starter, Some(ProcRef::new(4000, Some(50))));
+        assert_eq!(e.supervisor, Some(ProcRef::new(4241, Some(76))));
+        assert_eq!(e.keeper, Some(ProcRef::new(4243, Some(77))));
+        assert_eq!((e.pid, e.start_time), (Some(4242), Some(78)));
+        assert_eq!(e.signal, Some(SignalName::of(crate::sys::Signal::TERM)));
+        assert_eq!((e.containment, e.containment_asked), (Some(Tier::Cgroup), Some(Tier::Subreaper)));
+        assert_eq!(e.extra.get("futureKey"), Some(&serde_json::json!({"a": 1})));
+        assert_eq!(serde_json::to_string(&e).unwrap(), text);
+        // Without a keeper its keys stay absent, as before.
+        assert!(!before("pending").contains("keeper"));
+
+        let odd: Entry = serde_json::from_str(before("odd")).unwrap();
+        assert_eq!(odd.signal.as_ref().and_then(SignalName::signal).map(|s| s.as_raw()), Some(42));
+        assert_eq!(odd.containment, Some(Tier::Other("futuretier")), "a newer version's tier is kept");
+        assert_eq!(serde_json::to_string(&odd).unwrap(), before("odd"));
+        let odd2: Entry = serde_json::from_str(before("odd2")).unwrap();
+        assert_eq!(odd2.signal.as_ref().map(SignalName::name).as_deref(), Some("SIGWHAT"));
+        assert_eq!(odd2.signal.as_ref().and_then(SignalName::signal), None);
+        assert_eq!(odd2.containment, Some(Tier::Group));
+        assert_eq!(serde_json::to_string(&odd2).unwrap(), before("odd2"));
+    }
+
+    #[test]
+    fn every_key_an_old_file_can_hold_writes_back_the_same() {
+        let every: Entry = serde_json::from_str(before("every")).unwrap();
+        assert_eq!(
+            every.cleanup_state,
+            CleanupState::Running { at_ms: 24, runner: None, child: ProcRef::new(25, None) }
+        );
+        assert_eq!((every.starter, every.keeper), (Some(ProcRef::new(15, None)), Some(ProcRef::new(17, None))));
+        assert_eq!(serde_json::to_string(&every).unwrap(), before("every"));
+        // The fewest keys the old code read: what it wrote back, this writes.
+        let minimal: Entry = serde_json::from_str(before("minimal_in")).unwrap();
+        assert_eq!(serde_json::to_string(&minimal).unwrap(), before("minimal_out"));
+    }
+
+    #[test]
+    fn every_signal_name_round_trips() {
+        for n in 1..65 {
+            let Some(s) = crate::sys::Signal::from_raw(n) else { continue };
+            let json = serde_json::to_string(&SignalName::of(s)).unwrap();
+            assert_eq!(json, format!("\"{}\"", s.name()));
+            let back: SignalName = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, SignalName::of(s), "{json}");
+        }
+    }
+
+    #[test]
+    fn the_lifecycle_moves_forward_and_keeps_what_it_went_through() {
+        let mut s = CleanupState::Pending;
+        s.spawned(CHILD);
+        assert_eq!(s, CleanupState::Pending, "nothing spawns unclaimed");
+        s.claim(AT, RUNNER);
+        s.claim(AT + 1, ProcRef::new(1, None));
+        assert_eq!(s, CleanupState::Claimed { at_ms: AT, runner: Some(RUNNER) }, "claimed once");
+        s.spawned(CHILD);
+        assert_eq!(s, CleanupState::Running { at_ms: AT, runner: Some(RUNNER), child: CHILD });
+        assert!(s.is_unsettled());
+        s.finish(result());
+        assert_eq!(
+            s,
+            CleanupState::Done { at_ms: Some(AT), runner: Some(RUNNER), child: Some(CHILD), result: result() }
+        );
+        assert!(!s.is_unsettled() && s.is_claimed());
     }
 }

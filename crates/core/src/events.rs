@@ -215,7 +215,7 @@ impl Listener for EventSink {
                     pid: spawned.pid.as_raw(),
                     pgid: spawned.pgid.as_raw(),
                     max_stop_ms: policy.timings().max_stop_ms,
-                    containment: c.map(|c| c.containment),
+                    containment: c.map(|c| c.containment.name()),
                     containment_reason: c.and_then(|c| c.containment_reason.clone()),
                     cgroup: c.and_then(|c| c.cgroup.clone()),
                     cgroup_inode: c.and_then(|c| c.cgroup_inode),

@@ -6,7 +6,7 @@
 //! caller imports the trait by name (`use crate::identity::Probe`), so each module that reads
 //! the kernel through an entry shows it in its imports, where tests/architecture.rs sees it.
 
-use crate::entry::Entry;
+use crate::entry::{CleanupState, Entry, ProcRef};
 use crate::sys::{Pid, process, procfs};
 
 /// What the kernel says of an entry's recorded processes: each check is by full identity (boot,
@@ -25,10 +25,9 @@ pub trait Probe {
     /// True if the recorded supervisor, or its keeper, is still that process (boot, pid, start
     /// time) and alive: either one stops the tree when the other is killed (`crate::keeper`).
     fn supervisor_alive(&self) -> bool;
-    /// The live process of the supervisor's chain to signal and wait on, as (pid, start time in
-    /// clock ticks): the supervisor, else (after its SIGKILL, while the keeper stops the tree)
-    /// the keeper. `None` if both are gone.
-    fn live_supervisor(&self) -> Option<(i32, Option<u64>)>;
+    /// The live process of the supervisor's chain to signal and wait on: the supervisor, else
+    /// (after its SIGKILL, while the keeper stops the tree) the keeper. `None` if both are gone.
+    fn live_supervisor(&self) -> Option<ProcRef>;
     /// The root below which the entry's tree hangs while it is supervised: the keeper while it
     /// lives (the tree is its descendants), else the supervisor.
     fn tree_root(&self) -> Option<i32>;
@@ -49,7 +48,7 @@ pub trait Probe {
 /// Ms since the entry began: by the boot clock from its supervisor's start within this boot,
 /// else by the wall clock from `started_at`.
 fn elapsed_ms(e: &Entry) -> u64 {
-    let by_boot = match (e.supervisor_start_time, procfs::now_ticks()) {
+    let by_boot = match (e.supervisor.and_then(|s| s.start_time), procfs::now_ticks()) {
         (Some(start), Some(now)) if e.this_boot() => {
             let hz = crate::sys::sysconf::clock_ticks_per_second().max(1);
             Some(now.saturating_sub(start) * 1000 / hz)
@@ -74,63 +73,73 @@ impl Probe for Entry {
     }
 
     fn supervisor_alive(&self) -> bool {
-        self.this_boot()
-            && (alive(self.supervisor_pid, self.supervisor_start_time)
-                || alive(self.keeper_pid, self.keeper_start_time))
+        self.this_boot() && (self.supervisor.is_some_and(alive) || self.keeper.is_some_and(alive))
     }
 
-    fn live_supervisor(&self) -> Option<(i32, Option<u64>)> {
+    fn live_supervisor(&self) -> Option<ProcRef> {
         if !self.this_boot() {
             return None;
         }
-        [(self.supervisor_pid, self.supervisor_start_time), (self.keeper_pid, self.keeper_start_time)]
-            .into_iter()
-            .find(|(p, t)| alive(*p, *t))
-            .and_then(|(p, t)| Some((p?, t)))
+        [self.supervisor, self.keeper].into_iter().flatten().find(|p| alive(*p))
     }
 
     fn tree_root(&self) -> Option<i32> {
-        if alive(self.keeper_pid, self.keeper_start_time) { self.keeper_pid } else { self.supervisor_pid }
+        match self.keeper {
+            Some(k) if alive(k) => Some(k.pid),
+            _ => self.supervisor.map(|s| s.pid),
+        }
     }
 
     fn starter_alive(&self) -> bool {
-        self.status == crate::status::Status::Starting
-            && self.this_boot()
-            && alive(self.starter_pid, self.starter_start_time)
+        self.status == crate::status::Status::Starting && self.this_boot() && self.starter.is_some_and(alive)
     }
 
     fn cleanup_running(&self) -> bool {
-        self.cleanup_started_at.is_some()
-            && self.cleanup_result.is_none()
-            && self.this_boot()
-            && (alive(self.cleanup_runner_pid, self.cleanup_runner_start_time)
-                || alive(self.cleanup_pid, self.cleanup_start_time))
+        match self.cleanup_state {
+            CleanupState::Claimed { runner, .. } => self.this_boot() && runner.is_some_and(alive),
+            CleanupState::Running { runner, child, .. } => {
+                self.this_boot() && (runner.is_some_and(alive) || alive(child))
+            }
+            CleanupState::Pending | CleanupState::Done { .. } => false,
+        }
     }
 
     fn cleanup_pending(&self) -> bool {
-        self.cleanup.is_some() && self.cleanup_started_at.is_none() && self.this_boot()
+        self.cleanup.is_some() && self.cleanup_state == CleanupState::Pending && self.this_boot()
     }
 
     fn owner_gone(&self) -> bool {
-        let Some(pid) = self.owner_pid.and_then(Pid::new) else { return false };
+        let Some(owner) = self.owner else { return false };
+        let Some(pid) = Pid::new(owner.pid) else { return false };
         if !self.this_boot() {
             return true;
         }
-        match self.owner_start_time {
+        match owner.start_time {
             Some(t) => procfs::start_time(pid) != Some(t),
             None => !procfs::is_alive(pid),
         }
     }
 
     fn provider_alive(&self) -> bool {
-        self.this_boot() && alive(self.pid, self.start_time)
+        self.this_boot() && self.pid.is_some_and(|pid| alive(ProcRef::new(pid, self.start_time)))
     }
 }
 
-/// True if `pid` is alive with exactly `start_time` (and our uid).
-pub fn alive(pid: Option<i32>, start_time: Option<u64>) -> bool {
-    let (Some(pid), Some(t)) = (pid.and_then(Pid::new), start_time) else {
+/// True if `p` is alive with exactly its start time (and our uid); false when its start time
+/// is unknown.
+pub fn alive(p: ProcRef) -> bool {
+    let (Some(pid), Some(t)) = (Pid::new(p.pid), p.start_time) else {
         return false;
     };
     procfs::start_time(pid) == Some(t) && procfs::uid(pid) == Some(process::getuid())
+}
+
+/// `pid` as an entry records it: with its start time, when it can be read.
+pub fn proc_ref(pid: Pid) -> ProcRef {
+    ProcRef::new(pid.as_raw(), procfs::start_time(pid))
+}
+
+/// This process, as an entry records it ([`proc_ref`]).
+pub fn me() -> ProcRef {
+    proc_ref(process::getpid())
 }

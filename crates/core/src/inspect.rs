@@ -9,7 +9,7 @@ use std::cell::OnceCell;
 use serde::Serialize;
 
 use crate::cgroup;
-use crate::entry::Entry;
+use crate::entry::{Entry, ProcRef};
 use crate::status::Status;
 use crate::sys::{Pgid, Pid, process, procfs};
 use crate::tree::{Census, Member, Tree};
@@ -50,7 +50,7 @@ pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
     if !e.this_boot() {
         return false;
     }
-    if e.containment.as_deref() == Some("cgroup") && e.cgroup.is_some() {
+    if e.containment == Some(crate::status::Tier::Cgroup) && e.cgroup.is_some() {
         return cgroup::Cgroup::of_entry(e).is_some_and(|cg| cg.populated());
     }
     let Some(start) = e.start_time else { return false };
@@ -66,15 +66,11 @@ pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
 /// The recorded processes that may hold an entry's group or session number as their pid: the
 /// provider, the supervisor and its keeper, by identity.
 fn leaders(e: &Entry) -> Vec<Member> {
-    let member = |pid: Option<i32>, start: Option<u64>| Some(Member { pid: Pid::new(pid?)?, start_time: Some(start?) });
-    [
-        member(e.pid, e.start_time),
-        member(e.supervisor_pid, e.supervisor_start_time),
-        member(e.keeper_pid, e.keeper_start_time),
-    ]
-    .into_iter()
-    .flatten()
-    .collect()
+    let member = |p: Option<ProcRef>| Some(Member { pid: Pid::new(p?.pid)?, start_time: Some(p?.start_time?) });
+    [member(e.pid.map(|pid| ProcRef::new(pid, e.start_time))), member(e.supervisor), member(e.keeper)]
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// The tree of an entry as seen without its supervisor; `None` if it never spawned. In the
@@ -82,7 +78,7 @@ fn leaders(e: &Entry) -> Vec<Member> {
 /// gone, what is recorded by identity, as in the other tiers (a member that moved itself to
 /// another cgroup is still the entry's).
 pub fn recorded_tree(e: &Entry) -> Option<Tree> {
-    if e.containment.as_deref() == Some("cgroup")
+    if e.containment == Some(crate::status::Tier::Cgroup)
         && e.cgroup.is_some()
         && let Some(cg) = cgroup::Cgroup::of_entry(e)
     {

@@ -218,19 +218,19 @@ pub fn transitions(root: &Path, before: &Entry, after: &Entry) {
             // A result is always recorded with its text; the token stands in for one that is not.
             status_text: after.status_text.clone().unwrap_or_else(|| after.status.to_string()),
             exit_code: after.exit_code,
-            signal: after.signal.clone(),
+            signal: after.signal.as_ref().map(|s| s.name()),
             core_dumped: after.core_dumped,
             stop_reason: after.stop_reason.clone(),
             tree_gone: after.tree_gone,
         };
         let _ = append(root, after, kind);
     }
-    if before.cleanup_result.is_none()
-        && let Some(r) = &after.cleanup_result
+    if before.cleanup_state.result().is_none()
+        && let Some(r) = after.cleanup_state.result()
     {
         let kind = Kind::CleanupFinished {
             exit_code: r.exit_code,
-            signal: r.signal.clone(),
+            signal: r.signal.as_ref().map(|s| s.name()),
             timed_out: r.timed_out,
             duration_ms: r.duration_ms,
             ran_by: r.ran_by.clone(),

@@ -706,8 +706,7 @@ mod follow_tests {
         let entry = |alive: bool| Entry {
             id: id.into(),
             boot_id: crate::sys::procfs::boot_id(),
-            supervisor_pid: alive.then_some(me.as_raw()),
-            supervisor_start_time: crate::sys::procfs::start_time(me),
+            supervisor: alive.then(|| crate::identity::proc_ref(me)),
             ..Entry::default()
         };
         let put = |e: &Entry| std::fs::write(dir.join("entry.json"), serde_json::to_vec(e).unwrap()).unwrap();
@@ -769,8 +768,7 @@ mod cursor_tests {
         let entry = Entry {
             id: id.into(),
             boot_id: crate::sys::procfs::boot_id(),
-            supervisor_pid: Some(me.as_raw()),
-            supervisor_start_time: crate::sys::procfs::start_time(me),
+            supervisor: Some(crate::identity::proc_ref(me)),
             ..Entry::default()
         };
         std::fs::write(reg.dir(id).join("entry.json"), serde_json::to_vec(&entry).unwrap()).unwrap();

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::entry::{Entry, StopTimings};
+use crate::entry::{Entry, ProcRef, StopTimings};
 use crate::files::{self, FileError, now_ms};
 use crate::status::Status;
 use crate::sys::process;
@@ -571,7 +571,7 @@ impl Registry {
     pub fn live_supervisor(&self, id: &str) -> Option<SupervisorFile> {
         let bytes = fs::read(self.file(id, "supervisor.json")).ok()?;
         let f: SupervisorFile = serde_json::from_slice(&bytes).ok()?;
-        (f.boot_id == procfs::boot_id() && crate::identity::alive(Some(f.pid), Some(f.start_time))).then_some(f)
+        (f.boot_id == procfs::boot_id() && crate::identity::alive(ProcRef::new(f.pid, Some(f.start_time)))).then_some(f)
     }
 
     /// What a `stop` needs of an entry that cannot be read but whose supervisor lives: its id
@@ -581,8 +581,7 @@ impl Registry {
         let f = self.live_supervisor(id)?;
         Some(Entry {
             id: id.to_string(),
-            supervisor_pid: Some(f.pid),
-            supervisor_start_time: Some(f.start_time),
+            supervisor: Some(ProcRef::new(f.pid, Some(f.start_time))),
             boot_id: f.boot_id,
             uid: process::getuid(),
             status: Status::Running,

@@ -216,6 +216,167 @@ impl fmt::Display for CleanupRunner {
     }
 }
 
+/// The tier that keeps a tree (ARCHITECTURE.md, "the tiers"), as the probe chooses it and as an
+/// entry records it (`containment`, `containmentAsked`): one word, `cgroup`, `subreaper` or
+/// `group`. A word this version does not know (a newer version's tier) is kept as it was
+/// written, and counts as no cgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tier {
+    Cgroup,
+    Subreaper,
+    Group,
+    /// A word this version does not know, interned (so the type stays `Copy`); past the bound
+    /// on kept words it reads as `other`.
+    Other(&'static str),
+}
+
+impl Tier {
+    /// `cgroup`, `subreaper` or `group` (an unknown word as it was written), as entries and
+    /// events record it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Cgroup => "cgroup",
+            Tier::Subreaper => "subreaper",
+            Tier::Group => "group",
+            Tier::Other(w) => w,
+        }
+    }
+
+    /// The tier used when the cgroup tier is not: subreaper on Linux, group elsewhere.
+    pub fn fallback() -> Tier {
+        if cfg!(target_os = "linux") { Tier::Subreaper } else { Tier::Group }
+    }
+
+    /// The tier a recorded word names.
+    pub fn parse(word: &str) -> Tier {
+        match word {
+            "cgroup" => Tier::Cgroup,
+            "subreaper" => Tier::Subreaper,
+            "group" => Tier::Group,
+            other => Tier::Other(intern(other).unwrap_or("other")),
+        }
+    }
+}
+
+impl From<&str> for Tier {
+    fn from(word: &str) -> Tier {
+        Tier::parse(word)
+    }
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for Tier {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Tier {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Tier, D::Error> {
+        Ok(Tier::parse(&String::deserialize(d)?))
+    }
+}
+
+/// The signal that killed a command or a cleanup, as recorded (`signal`): its name, `SIGTERM`
+/// (`SIG42` for one without a conventional name), as `sys::Signal::name` writes it. A name this
+/// version does not know is kept as it was written, so it round-trips byte for byte.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SignalName(SignalWord);
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum SignalWord {
+    /// A signal whose name is exactly what was recorded.
+    Known(crate::sys::Signal),
+    /// Any other word.
+    Other(String),
+}
+
+impl SignalName {
+    /// The name of `signal`.
+    pub fn of(signal: crate::sys::Signal) -> SignalName {
+        SignalName(SignalWord::Known(signal))
+    }
+
+    /// The signal the name stands for (`TERM` and `15` are read as `SIGTERM` too); `None` for
+    /// a name no signal has here.
+    pub fn signal(&self) -> Option<crate::sys::Signal> {
+        match &self.0 {
+            SignalWord::Known(s) => Some(*s),
+            SignalWord::Other(w) => crate::sys::Signal::parse(w),
+        }
+    }
+
+    /// The name as recorded: `SIGTERM`.
+    pub fn name(&self) -> String {
+        match &self.0 {
+            SignalWord::Known(s) => s.name(),
+            SignalWord::Other(w) => w.clone(),
+        }
+    }
+
+    /// The name recorded in a file: a signal when it is exactly that signal's name, else kept.
+    pub fn parse(word: &str) -> SignalName {
+        let known = crate::sys::Signal::parse(word)
+            .or_else(|| word.strip_prefix("SIG").and_then(|n| n.parse().ok()).and_then(crate::sys::Signal::from_raw))
+            .filter(|s| s.name() == word);
+        SignalName(known.map_or_else(|| SignalWord::Other(word.to_string()), SignalWord::Known))
+    }
+}
+
+impl fmt::Display for SignalName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            SignalWord::Known(s) => fmt::Display::fmt(s, f),
+            SignalWord::Other(w) => f.write_str(w),
+        }
+    }
+}
+
+impl From<&str> for SignalName {
+    fn from(word: &str) -> SignalName {
+        SignalName::parse(word)
+    }
+}
+
+impl PartialEq<&str> for SignalName {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
+/// A string in the documents' schemas, as the `Option<String>` it replaced: the schema files
+/// stay byte-identical.
+impl schemars::JsonSchema for SignalName {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "String".into()
+    }
+
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        String::json_schema(g)
+    }
+}
+
+impl Serialize for SignalName {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for SignalName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<SignalName, D::Error> {
+        Ok(SignalName::parse(&String::deserialize(d)?))
+    }
+}
+
 /// What `reap` did to one entry (`action` in `reap --json`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]

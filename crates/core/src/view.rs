@@ -172,7 +172,7 @@ pub fn status_text(e: &Entry, status: Status) -> String {
     }
     match status {
         Status::Orphaned => "orphaned (the supervisor is gone; the tree is alive: run 'sheepdog reap')".into(),
-        Status::Lost if !e.is_finished() && e.cleanup.is_some() && e.cleanup_started_at.is_none() => {
+        Status::Lost if !e.is_finished() && e.cleanup.is_some() && !e.cleanup_state.is_claimed() => {
             "lost (the supervisor was killed before it recorded a result; its cleanup is pending: 'sheepdog reap' runs it)"
                 .into()
         }
@@ -383,12 +383,12 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
         status,
         status_text: status_text(e, status),
         exit_code: e.exit_code,
-        signal: e.signal.clone(),
+        signal: e.signal.as_ref().map(|s| s.name()),
         core_dumped: e.core_dumped,
         pid: e.pid,
         pgid: e.pgid,
-        supervisor_pid: e.supervisor_pid,
-        owner_pid: e.owner_pid,
+        supervisor_pid: e.supervisor.map(|s| s.pid),
+        owner_pid: e.owner.map(|o| o.pid),
         started_at: e.started_at,
         ended_at: e.ended_at,
         command_preview: e.command_preview.clone(),
@@ -397,8 +397,8 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
         env_keys: env_keys(e),
         ports,
         cleanup: e.cleanup.clone(),
-        cleanup_result: e.cleanup_result.clone(),
-        cleanup_started_at: e.cleanup_started_at,
+        cleanup_result: e.cleanup_state.result().cloned(),
+        cleanup_started_at: e.cleanup_state.claimed_at(),
         timeout_ms: e.timeout_ms,
         stop: e.stop,
         stop_reason: e.stop_reason.clone(),
@@ -409,11 +409,11 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
         logs: LogPaths::of(reg, &e.id),
         boot_id: e.boot_id.clone(),
         start_time_ticks: e.start_time,
-        supervisor_start_time_ticks: e.supervisor_start_time,
+        supervisor_start_time_ticks: e.supervisor.and_then(|s| s.start_time),
         uid: e.uid,
         start_time: e.start_time,
-        supervisor_start_time: e.supervisor_start_time,
-        containment: e.containment.clone(),
+        supervisor_start_time: e.supervisor.and_then(|s| s.start_time),
+        containment: e.containment.map(|t| t.name().to_string()),
         containment_reason: e.containment_reason.clone(),
         cgroup: e.cgroup.clone(),
         cgroup_inode: e.cgroup_inode,
@@ -679,7 +679,7 @@ pub fn lost_text(e: &Entry) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::entry::{Cleanup, Entry};
+    use crate::entry::{Cleanup, CleanupState, Entry, ProcRef};
     use crate::registry::Registry;
     use crate::status::Status;
 
@@ -714,8 +714,8 @@ mod tests {
             signal: Some("SIGTERM".into()),
             pid: Some(4242),
             pgid: Some(4242),
-            supervisor_pid: Some(4241),
-            owner_pid: Some(100),
+            supervisor: Some(ProcRef::new(4241, Some(76))),
+            owner: Some(ProcRef::new(100, None)),
             started_at: 1_800_000_000_000,
             ended_at: Some(1_800_000_005_000),
             command_preview: "npm run dev".into(),
@@ -723,22 +723,25 @@ mod tests {
             cwd: "/work/app".into(),
             env: vec!["PORT=3000".into()],
             cleanup: Some(Cleanup { command: "docker rm -f web".into(), timeout_ms: 10_000 }),
-            cleanup_result: Some(CleanupResult {
-                command: "docker rm -f web".into(),
-                exit_code: Some(0),
-                duration_ms: 120,
-                output: vec!["web".into()],
-                ran_by: CleanupRunner::Supervisor,
-                ..CleanupResult::default()
-            }),
-            cleanup_started_at: Some(1_800_000_004_000),
+            cleanup_state: CleanupState::Done {
+                at_ms: Some(1_800_000_004_000),
+                runner: None,
+                child: None,
+                result: CleanupResult {
+                    command: "docker rm -f web".into(),
+                    exit_code: Some(0),
+                    duration_ms: 120,
+                    output: vec!["web".into()],
+                    ran_by: CleanupRunner::Supervisor,
+                    ..CleanupResult::default()
+                },
+            },
             timeout_ms: None,
             stop: crate::stop::StopPolicy::default().timings(),
             stop_reason: Some(StopReason::Owner),
             tree_gone: Some(true),
             boot_id: "b00t".into(),
             start_time: Some(77),
-            supervisor_start_time: Some(76),
             uid: 1000,
             containment: Some("subreaper".into()),
             containment_reason: Some("no writable cgroup v2".into()),

@@ -96,7 +96,7 @@ fn is_busy(id: &str) -> bool {
 /// True if `e` belongs to this server's agent: its default session, or started for its owner.
 pub fn is_mine(ctx: &Ctx, e: &Entry) -> bool {
     e.session_id.as_deref() == Some(ctx.session.as_str())
-        || (ctx.owner.is_some() && e.owner_pid == ctx.owner.map(|p| p.as_raw()))
+        || (ctx.owner.is_some() && e.owner.map(|o| o.pid) == ctx.owner.map(|p| p.as_raw()))
 }
 
 /// Marks `e` reported; true if this call did (it was finished and not reported before).
@@ -134,7 +134,7 @@ pub fn collect(ctx: &Ctx, told: &[String], budget: usize) -> News {
             status: e.status.as_str().into(),
             status_text: sheepdog::view::status_text(&e, e.status),
             exit_code: e.exit_code,
-            signal: e.signal.clone(),
+            signal: e.signal.as_ref().map(|s| s.name()),
             last_lines: last_lines(&ctx.reg, &e.id, NEWS_LINES),
             id: e.id.clone(),
         };

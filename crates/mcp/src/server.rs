@@ -79,7 +79,7 @@ impl Drop for Mutation {
 pub(crate) static SUPERVISORS: Mutex<Vec<Pid>> = Mutex::new(Vec::new());
 
 pub(crate) fn adopt_supervisor(e: &Entry) {
-    if let (Some(pid), Ok(mut list)) = (e.supervisor_pid.and_then(Pid::new), SUPERVISORS.lock()) {
+    if let (Some(pid), Ok(mut list)) = (e.supervisor.and_then(|s| Pid::new(s.pid)), SUPERVISORS.lock()) {
         list.push(pid);
     }
 }

@@ -255,10 +255,11 @@ impl App {
             let supervisor = if e.is_finished() || e.boot_id != self.boot_id {
                 None
             } else {
-                e.supervisor_pid
-                    .and_then(Pid::new)
-                    .and_then(|p| self.files.read_proc(p))
-                    .filter(|p| !p.times.zombie && Some(p.times.start_time) == e.supervisor_start_time)
+                e.supervisor.and_then(|sup| {
+                    self.files
+                        .read_proc(Pid::new(sup.pid)?)
+                        .filter(|p| !p.times.zombie && Some(p.times.start_time) == sup.start_time)
+                })
             };
             let supervisor_alive = supervisor.is_some();
             let status = if e.is_finished() || supervisor_alive { e.status } else { inspect::live_status(&e, &census) };
@@ -275,7 +276,7 @@ impl App {
                             .files
                             .descendants_of(root)
                             .into_iter()
-                            .filter(|p| Some(p.stat.pid.as_raw()) != e.keeper_pid)
+                            .filter(|p| Some(p.stat.pid.as_raw()) != e.keeper.map(|k| k.pid))
                             .collect(),
                         None => usage::tree_members_known(&e, false),
                     };
@@ -332,7 +333,7 @@ impl App {
     /// (opening a cgroup checks its inode and arms its events file: done once, not every
     /// second). `None` outside the cgroup tier or once the cgroup is gone.
     fn cgroup_usage(&mut self, e: &Entry) -> Option<cgroup::Usage> {
-        if e.containment.as_deref() != Some("cgroup") {
+        if e.containment != Some(cgroup::Tier::Cgroup) {
             return None;
         }
         if !self.cgroups.contains_key(&e.id) {

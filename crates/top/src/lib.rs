@@ -315,12 +315,12 @@ pub fn tree_line(gone: bool) -> &'static str {
 pub fn cleanup_lines(e: &sheepdog::entry::Entry) -> Vec<String> {
     let Some(c) = &e.cleanup else { return vec!["No cleanup command.".into()] };
     let mut lines = vec![format!("Cleanup: {}", c.command)];
-    match (&e.cleanup_result, sheepdog::cleanup::failure_line(e)) {
+    match (e.cleanup_state.result(), sheepdog::cleanup::failure_line(e)) {
         (_, Some(fail)) => lines.push(fail),
         (Some(r), None) => lines.push(format!("Cleanup command exited with code 0 after {} ms.", r.duration_ms)),
         (None, None) => lines.push("Cleanup command did not run.".into()),
     }
-    if let Some(r) = &e.cleanup_result {
+    if let Some(r) = e.cleanup_state.result() {
         lines.extend(r.output.iter().rev().take(5).rev().map(|l| format!("  | {l}")));
     }
     lines

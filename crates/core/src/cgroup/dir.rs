@@ -58,7 +58,7 @@ impl Cgroup {
     /// (inode). `None` for entries outside the cgroup tier, or when the cgroup is gone (it was
     /// removed, so nothing of it lives) or replaced.
     pub fn of_entry(e: &Entry) -> Option<Cgroup> {
-        if e.containment.as_deref() != Some("cgroup") || !e.this_boot() {
+        if e.containment != Some(crate::status::Tier::Cgroup) || !e.this_boot() {
             return None;
         }
         let path = e.cgroup.as_deref()?;

@@ -45,7 +45,7 @@ pub fn planned_path(name: &str) -> Option<String> {
 /// if its name is the entry's and it is empty. Returns true if none is left.
 pub fn remove_recorded(e: &Entry) -> bool {
     let Some(path) = e.cgroup.as_deref().filter(|_| e.this_boot()) else { return true };
-    if e.containment.as_deref() == Some("cgroup") && e.cgroup_inode.is_some() {
+    if e.containment == Some(crate::status::Tier::Cgroup) && e.cgroup_inode.is_some() {
         return match Cgroup::of_entry(e) {
             Some(cg) => cg.remove().is_ok(),
             // Gone, or the path names another directory now: nothing of ours is left there.
@@ -53,7 +53,7 @@ pub fn remove_recorded(e: &Entry) -> bool {
         };
     }
     let name = Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let ours = e.supervisor_pid.and_then(Pid::new).is_some_and(|p| name == entry_cgroup_name(&e.id, p, &e.tag));
+    let ours = e.supervisor.and_then(|s| Pid::new(s.pid)).is_some_and(|p| name == entry_cgroup_name(&e.id, p, &e.tag));
     match Cgroup::open(Path::new(path), None) {
         Ok(cg) if ours && !cg.populated() => cg.remove().is_ok(),
         Ok(_) => false,

@@ -83,6 +83,21 @@ impl Mode {
         }
     }
 
+    /// The tier this mode names, as an entry records it (`containmentAsked`); `None` for
+    /// `auto`.
+    pub fn tier(self) -> Option<Tier> {
+        match self {
+            Mode::Auto => None,
+            Mode::Cgroup => Some(Tier::Cgroup),
+            Mode::Subreaper => Some(Tier::Subreaper),
+        }
+    }
+
+    /// The mode that asks for `tier` (`auto` for one that cannot be asked for).
+    pub fn of_tier(tier: Tier) -> Mode {
+        Mode::parse(tier.name()).unwrap_or_default()
+    }
+
     /// `auto`, `cgroup` or `subreaper`.
     pub fn name(self) -> &'static str {
         match self {
@@ -153,30 +168,8 @@ pub struct Request {
     pub name: Option<String>,
 }
 
-/// The tier that keeps a tree.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Tier {
-    Cgroup,
-    Subreaper,
-    Group,
-}
-
-impl Tier {
-    /// `cgroup`, `subreaper` or `group`, as entries and events record it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Tier::Cgroup => "cgroup",
-            Tier::Subreaper => "subreaper",
-            Tier::Group => "group",
-        }
-    }
-
-    /// The tier used when the cgroup tier is not: subreaper on Linux, group elsewhere.
-    pub fn fallback() -> Tier {
-        if cfg!(target_os = "linux") { Tier::Subreaper } else { Tier::Group }
-    }
-}
+/// The tier that keeps a tree (the record's vocabulary, in `status`).
+pub use crate::status::Tier;
 
 /// What is recorded about a tree's containment: in the entry, in the `spawned` event, in
 /// `ps --json` (`containment`, `containmentReason`, `cgroup`, `cgroupInode`).
@@ -184,7 +177,7 @@ impl Tier {
 #[serde(rename_all = "camelCase")]
 pub struct Record {
     /// `cgroup`, `subreaper` or `group`.
-    pub containment: &'static str,
+    pub containment: Tier,
     /// Why a stronger tier was not used; `None` in the cgroup tier.
     pub containment_reason: Option<String>,
     /// The absolute path of the tree's cgroup directory.
@@ -210,7 +203,7 @@ impl Containment {
     /// What to record.
     pub fn record(&self) -> Record {
         Record {
-            containment: self.tier.name(),
+            containment: self.tier,
             containment_reason: self.reason.clone(),
             cgroup: self.cgroup.as_ref().map(|c| c.path.to_string_lossy().into_owned()),
             cgroup_inode: self.cgroup.as_ref().map(|c| c.inode),

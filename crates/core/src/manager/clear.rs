@@ -17,7 +17,7 @@ use super::{ManagerError, verified_supervisor};
 pub fn clear(reg: &Registry, e: &Entry, force: bool) -> Result<(), ManagerError> {
     // A claimed cleanup without a result may still run even when nothing recorded says so (its
     // runner died before it wrote `cleanupPid`): `settle_abandoned` looks by the tag too.
-    let unsettled = e.cleanup_started_at.is_some() && e.cleanup_result.is_none() && e.this_boot();
+    let unsettled = e.cleanup_state.is_unsettled() && e.this_boot();
     // `--force` always works: a running cleanup is stopped first (its tree, by the tag).
     if force && unsettled {
         crate::cleanup::settle_abandoned(reg, &e.id, CleanupRunner::Stop, true);

@@ -13,7 +13,7 @@
 //! grace, when its owner (the agent) dies or it is asked to (`sheepdog stop`, the session's
 //! end), and records the entry exited once nothing of it is left.
 
-use crate::identity::Probe;
+use crate::identity::{self, Probe};
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::AsFd;
@@ -28,7 +28,7 @@ use crate::entry::RecordedMember;
 use crate::files;
 use crate::logs::{LogSet, Stream};
 use crate::registry::Registry;
-use crate::status::{CleanupRunner, Status, StopReason};
+use crate::status::{CleanupRunner, Status, StopReason, Tier};
 use crate::stop::StopPolicy;
 use crate::supervisor::Kept;
 use crate::sys::process::{POLL_IN, PidFd, PollFd};
@@ -154,10 +154,9 @@ fn register_and_watch(reg: &Registry, h: &Handoff) -> Result<Entry, ManagerError
     // The line the member was chosen by: a second read could land in an `execve` and see none.
     let line = named.map(|(_, l)| l).unwrap_or_default();
     let argv: Vec<String> = line.split(' ').filter(|w| !w.is_empty()).map(str::to_string).collect();
-    let me = process::getpid();
     let (containment, cgroup, cgroup_inode) = match &h.kept.cgroup {
-        Some((path, inode)) => (Some("cgroup".to_string()), Some(path.display().to_string()), Some(*inode)),
-        None => (Some("subreaper".to_string()), None, None),
+        Some((path, inode)) => (Some(Tier::Cgroup), Some(path.display().to_string()), Some(*inode)),
+        None => (Some(Tier::Subreaper), None, None),
     };
     let entry = Entry {
         session_id: h.session_id.clone(),
@@ -166,10 +165,8 @@ fn register_and_watch(reg: &Registry, h: &Handoff) -> Result<Entry, ManagerError
         command_preview: super::start::preview(&argv),
         argv: argv.iter().map(|a| std::ffi::OsStr::new(a).into()).collect(),
         cwd: h.cwd.as_os_str().into(),
-        owner_pid: h.owner.map(|p| p.as_raw()),
-        owner_start_time: h.owner.and_then(procfs::start_time),
-        starter_pid: Some(me.as_raw()),
-        starter_start_time: procfs::start_time(me),
+        owner: h.owner.map(identity::proc_ref),
+        starter: Some(identity::me()),
         boot_id: procfs::boot_id(),
         uid: process::getuid(),
         tag: h.tag.clone(),
@@ -291,13 +288,12 @@ pub fn watch(reg: &Registry, id: &str, output_fds: [Option<RawFd>; 2]) -> i32 {
     // Only the hand-off that made the entry starts its supervisor: an entry that is past
     // `starting`, or was made by another process, is someone else's and is left as it is.
     match reg.read(id) {
-        Ok(e) if e.status == Status::Starting && e.starter_pid == Some(process::getppid()) => {}
+        Ok(e) if e.status == Status::Starting && e.starter.map(|s| s.pid) == Some(process::getppid()) => {}
         Ok(_) => return fail(exit::USAGE, format!("entry {id} is not one being handed off by this process's parent")),
         Err(e) => return fail(exit::USAGE, e.to_string()),
     }
     let entry = match reg.update(id, |e| {
-        e.supervisor_pid = Some(me.as_raw());
-        e.supervisor_start_time = procfs::start_time(me);
+        e.supervisor = Some(identity::proc_ref(me));
         if e.status == Status::Starting {
             e.status = Status::Running;
         }
@@ -310,7 +306,7 @@ pub fn watch(reg: &Registry, id: &str, output_fds: [Option<RawFd>; 2]) -> i32 {
     if let Some(cg) = &cgroup {
         cg.hold();
     }
-    let owner = entry.owner_pid.and_then(Pid::new).and_then(|p| PidFd::open(p).ok());
+    let owner = entry.owner.and_then(|o| Pid::new(o.pid)).and_then(|p| PidFd::open(p).ok());
     let mut output = Output::take(reg, &entry, output_fds);
     supervise::Handshake::Spawned.send();
     let _ = process::redirect_to_null(1);

@@ -125,9 +125,9 @@ fn verified_supervisor(e: &Entry) -> Option<PidFd> {
     if !e.this_boot() {
         return None;
     }
-    let (pid, start) = e.live_supervisor()?;
-    let fd = PidFd::open(Pid::new(pid)?).ok()?;
-    crate::identity::alive(Some(pid), start).then_some(fd)
+    let sup = e.live_supervisor()?;
+    let fd = PidFd::open(Pid::new(sup.pid)?).ok()?;
+    crate::identity::alive(sup).then_some(fd)
 }
 
 /// A pidfd on the entry's keeper, opened before its identity is checked (see
@@ -136,8 +136,9 @@ fn verified_keeper(e: &Entry) -> Option<PidFd> {
     if !e.this_boot() {
         return None;
     }
-    let fd = PidFd::open(Pid::new(e.keeper_pid?)?).ok()?;
-    crate::identity::alive(e.keeper_pid, e.keeper_start_time).then_some(fd)
+    let keeper = e.keeper?;
+    let fd = PidFd::open(Pid::new(keeper.pid)?).ok()?;
+    crate::identity::alive(keeper).then_some(fd)
 }
 
 /// Tells an entry's supervisor that stayed after its command exited (a cleanup pending) to

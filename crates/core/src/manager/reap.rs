@@ -70,13 +70,13 @@ pub fn reap(reg: &Registry, dry_run: bool) -> Reaped {
         }
     }
     // Cleanups whose runner was killed: past their deadline they are stopped here.
-    for e in entries.iter().filter(|e| e.cleanup_started_at.is_some() && e.cleanup_result.is_none()) {
-        if dry_run || !e.this_boot() || crate::identity::alive(e.cleanup_runner_pid, e.cleanup_runner_start_time) {
+    for e in entries.iter().filter(|e| e.cleanup_state.is_unsettled()) {
+        if dry_run || !e.this_boot() || e.cleanup_state.runner().is_some_and(crate::identity::alive) {
             continue;
         }
         if crate::cleanup::settle_abandoned(reg, &e.id, CleanupRunner::Reap, false)
             && let Ok(x) = reg.read(&e.id)
-            && x.cleanup_result.as_ref().is_some_and(|r| r.timed_out)
+            && x.cleanup_state.result().is_some_and(|r| r.timed_out)
         {
             actions.push(ReapAction {
                 id: x.id.clone(),
@@ -129,7 +129,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> Reaped {
         let live = tree.as_ref().map(|t| t.live().len().max(usize::from(!t.is_gone()))).unwrap_or(0);
         let Some(tree) = tree.filter(|_| live > 0) else {
             if e.pid.is_none() && files::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
-                if !dry_run && e.supervisor_pid.is_some() {
+                if !dry_run && e.supervisor.is_some() {
                     // Its supervisor died before the spawn: a cgroup it made is empty.
                     settle_cgroup(reg, e.clone());
                 }

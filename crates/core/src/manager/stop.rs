@@ -361,11 +361,11 @@ fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Res
         // The supervisor did not finish: it is stuck or died mid-stop. Act past it. Orphans were
         // re-parented to it (it is their subreaper) and it may not have recorded them yet: take
         // its descendants as members while they are still its own, before it is killed.
-        let adopted: Vec<entry::RecordedMember> = Pid::new(now.supervisor_pid.unwrap_or(0))
+        let adopted: Vec<entry::RecordedMember> = Pid::new(now.supervisor.map_or(0, |s| s.pid))
             .map(procfs::descendants)
             .unwrap_or_default()
             .iter()
-            .filter(|s| !s.is_zombie() && Some(s.pid.as_raw()) != now.keeper_pid)
+            .filter(|s| !s.is_zombie() && Some(s.pid.as_raw()) != now.keeper.map(|k| k.pid))
             .map(|s| entry::RecordedMember { pid: s.pid.as_raw(), start_time: s.start_time })
             .collect();
         past_a_stuck_supervisor = sup.send(Signal::KILL).is_ok_and(|s| s == process::Sent::Delivered);

@@ -17,7 +17,7 @@ use crate::entry::Entry;
 use crate::logs::{LogSet, Stream};
 use crate::registry::{Registry, RegistryError};
 use crate::spawn::{SpawnOptions, Spawned};
-use crate::status::{CleanupRunner, Status, StopReason};
+use crate::status::{CleanupRunner, SignalName, Status, StopReason};
 use crate::stop::{StopPolicy, Trigger};
 use crate::supervisor::{Happened, Hooks, Listener, OnStdinEof, Options, Outcome, Owner};
 use crate::sys::process::{POLL_IN, PollFd};
@@ -151,9 +151,8 @@ const SETTLE_FALLBACK_TICK: Duration = Duration::from_millis(20);
 fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
     let Some(e) = reg.read(id).ok().filter(|e| {
         e.is_finished()
-            && e.cleanup_started_at.is_some()
-            && e.cleanup_result.is_none()
-            && e.cleanup_runner_pid == e.keeper_pid
+            && e.cleanup_state.is_unsettled()
+            && e.cleanup_state.runner().map(|r| r.pid) == e.keeper.map(|k| k.pid)
     }) else {
         return false;
     };
@@ -162,7 +161,7 @@ fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
     // the `sh`'s status is the cleanup's result. A keeper killed before it recorded the `sh`'s
     // pid left it known as this process's child that leads its own group (the tree is stopped:
     // the cleanup is all that is below).
-    let sh = e.cleanup_pid.or_else(|| {
+    let sh = e.cleanup_state.child().map(|c| c.pid).or_else(|| {
         let me = process::getpid();
         procfs::children(me)
             .into_iter()
@@ -182,7 +181,8 @@ fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
     // other signals stay blocked, as before. Every member of the cleanup is this subreaper's
     // descendant, so the last to exit is its child. The cleanup's bound is the poll's timeout.
     let sigchld = SignalPipe::install(&[Signal::CHLD]).ok();
-    let bound_ms = e.cleanup.as_ref().zip(e.cleanup_started_at).map_or(0, |(c, started)| started + c.timeout_ms);
+    let bound_ms =
+        e.cleanup.as_ref().zip(e.cleanup_state.claimed_at()).map_or(0, |(c, started)| started + c.timeout_ms);
     loop {
         reap(&mut status);
         // The `sh` ended: what it left is stopped at once below (`record_reaped`), as its
@@ -234,8 +234,7 @@ pub fn run_supervisor(
         let _ = reg.record_supervisor(id, e.stop.max_stop_ms);
     }
     let entry = match reg.update(id, |e| {
-        e.supervisor_pid = Some(me.as_raw());
-        e.supervisor_start_time = procfs::start_time(me);
+        e.supervisor = Some(crate::identity::proc_ref(me));
         // The tree's cgroup path, recorded before it is made: a SIGKILL between the `mkdir`
         // and the recording of its inode leaves a cgroup `reap` can still find and remove.
         if containment.mode != cgroup::Mode::Subreaper {
@@ -301,7 +300,7 @@ pub fn run_supervisor(
             stdio: Some([stdin, out_w, err_w]),
             ..SpawnOptions::default()
         },
-        owner: entry.owner_pid.and_then(Pid::new).map(Owner::Process),
+        owner: entry.owner.and_then(|o| Pid::new(o.pid)).map(Owner::Process),
         on_stdin_eof: OnStdinEof::Ignore,
         policy: StopPolicy::from_timings(&entry.stop),
         timeout: entry.timeout_ms.map(Duration::from_millis),
@@ -392,9 +391,8 @@ impl Managed<'_> {
                 // The process that spawns is the keeper unless it is the recorded supervisor
                 // (`SHEEPDOG_KEEPER=off`).
                 let me = process::getpid();
-                if e.supervisor_pid != Some(me.as_raw()) {
-                    e.keeper_pid = Some(me.as_raw());
-                    e.keeper_start_time = procfs::start_time(me);
+                if e.supervisor.map(|s| s.pid) != Some(me.as_raw()) {
+                    e.keeper = Some(crate::identity::proc_ref(me));
                 }
             })
             .ok();
@@ -511,7 +509,7 @@ impl Managed<'_> {
                         _ => None,
                     },
                     signal: match outcome.provider {
-                        Some(WaitStatus::Signaled(s, _)) => Some(s.name()),
+                        Some(WaitStatus::Signaled(s, _)) => Some(SignalName::of(s)),
                         _ => None,
                     },
                     core_dumped: matches!(outcome.provider, Some(WaitStatus::Signaled(_, true))),
@@ -553,10 +551,10 @@ impl Managed<'_> {
     /// `update`, or the entry was cleared: `sheepdog` sends SIGUSR1 after such changes).
     fn linger(&mut self, signals: &SignalPipe, keeper: Option<&crate::keeper::Link>) {
         let Ok(e) = self.reg.read(&self.id) else { return };
-        if !e.cleanup_pending() || (e.owner_pid.is_none() && e.timeout_ms.is_none()) {
+        if !e.cleanup_pending() || (e.owner.is_none() && e.timeout_ms.is_none()) {
             return;
         }
-        let owner = e.owner_pid.and_then(Pid::new).map(|p| (p, e.owner_start_time));
+        let owner = e.owner.and_then(|o| Some((Pid::new(o.pid)?, o.start_time)));
         let until = e.timeout_left().map(|left| Instant::now() + left);
         self.logs.marker("waiting: the cleanup is pending; it runs on stop, owner exit or the turn timeout");
         let (reg, id) = (self.reg, self.id.clone());
@@ -739,7 +737,7 @@ impl Hooks for Managed<'_> {
 
 /// Writes a containment record into an entry.
 fn record_containment(e: &mut Entry, r: &cgroup::Record) {
-    e.containment = Some(r.containment.to_string());
+    e.containment = Some(r.containment);
     e.containment_reason = r.containment_reason.clone();
     e.cgroup = r.cgroup.clone();
     e.cgroup_inode = r.cgroup_inode;

@@ -28,7 +28,7 @@ pub const CLEANUP_TIMEOUT_MS: u64 = 10_000;
 /// `NotFound`.
 pub fn update(reg: &Registry, e: &Entry, req: &UpdateRequest) -> Result<Entry, ManagerError> {
     let changes_cleanup = req.cleanup.is_some() || req.cleanup_timeout.is_some();
-    if changes_cleanup && e.cleanup_started_at.is_some() {
+    if changes_cleanup && e.cleanup_state.is_claimed() {
         return Err(ManagerError::Refused(format!(
             "the cleanup of {} has already run (or is running); a change would have no effect",
             e.label()
@@ -41,7 +41,7 @@ pub fn update(reg: &Registry, e: &Entry, req: &UpdateRequest) -> Result<Entry, M
             return true;
         }
         // Re-checked under the entry's lock: the supervisor may have claimed it meanwhile.
-        if x.cleanup_started_at.is_some() {
+        if x.cleanup_state.is_claimed() {
             return false;
         }
         let timeout_ms = req
@@ -96,7 +96,10 @@ mod tests {
             })
             .unwrap();
         // The supervisor claims the cleanup after the caller read the entry.
-        reg.update(&stale.id, |e| e.cleanup_started_at = Some(files::now_ms())).unwrap();
+        reg.update(&stale.id, |e| {
+            e.cleanup_state = crate::entry::CleanupState::Claimed { at_ms: files::now_ms(), runner: None }
+        })
+        .unwrap();
         let req = UpdateRequest { cleanup: Some(Some("true".into())), cleanup_timeout: None, name: Some("api".into()) };
         assert!(matches!(update(&reg, &stale, &req), Err(ManagerError::Refused(_))));
         let now = reg.read(&stale.id).unwrap();
@@ -105,7 +108,7 @@ mod tests {
 
         // Without the race, both go in, in one write.
         let fresh = reg.read(&stale.id).unwrap();
-        reg.update(&fresh.id, |e| e.cleanup_started_at = None).unwrap();
+        reg.update(&fresh.id, |e| e.cleanup_state = crate::entry::CleanupState::Pending).unwrap();
         let fresh = reg.read(&stale.id).unwrap();
         let e = update(&reg, &fresh, &req).unwrap();
         assert_eq!((e.name.as_deref(), e.cleanup.map(|c| c.command)), (Some("api"), Some("true".to_string())));

@@ -135,7 +135,7 @@ pub fn exit_status_of(e: &Entry) -> Option<i32> {
     if let Some(c) = e.exit_code {
         return Some(c);
     }
-    e.signal.as_deref().and_then(Signal::parse).map(|s| exit::by_signal(s.as_raw()))
+    e.signal.as_ref().and_then(|s| s.signal()).map(|s| exit::by_signal(s.as_raw()))
 }
 
 /// What `wait` on several entries returns.

@@ -106,9 +106,9 @@ pub(crate) fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError
                 let ok = o.ok();
                 is_error |= !ok;
                 text.extend(lines.iter().cloned());
-                let cleanup_result = o.entry.cleanup_result.as_ref().map(|r| CleanupOutcome {
+                let cleanup_result = o.entry.cleanup_state.result().map(|r| CleanupOutcome {
                     exit_code: r.exit_code,
-                    signal: r.signal.clone(),
+                    signal: r.signal.as_ref().map(|s| s.name()),
                     timed_out: r.timed_out,
                     duration_ms: r.duration_ms,
                     output: cut_lines(&r.output, RESULT_LINES),
