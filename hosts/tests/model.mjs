@@ -143,7 +143,7 @@ function anthropic(res, s, n, stream) {
 function responses(res, s, n) {
   const id = `resp_${n}`;
   const item = s.tool
-    ? { type: "function_call", id: `fc_${n}`, call_id: `call_${n}`, name: s.tool, arguments: JSON.stringify(s.input), status: "completed" }
+    ? { type: "function_call", id: `fc_${n}`, call_id: `call_${n}`, name: s.tool, ...(s.namespace ? { namespace: s.namespace } : {}), arguments: JSON.stringify(s.input), status: "completed" }
     : { type: "message", id: `m_${n}`, role: "assistant", status: "completed", content: [{ type: "output_text", text: s.text, annotations: [] }] };
   const usage = { input_tokens: 10, input_tokens_details: { cached_tokens: 0 }, output_tokens: 5, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 15 };
   const events = [
