@@ -8,7 +8,8 @@
 import http from "node:http";
 
 /**
- * Starts the server. `script` is an array of steps, each `{ tool, input }` (a tool call),
+ * Starts the server. `script` is an array of steps, each `{ tool, input }` (a tool call; with
+ * `namespace` too for a tool of a Responses `namespace`, as Codex offers an MCP server's),
  * `{ text }` (the turn's final answer) or `{ hold: true }` (no answer at all: the host waits),
  * or a function `(request) => step` for steps that depend on the previous tool result. Returns `{ url, requests, results, close, waitFor }`.
  */
