@@ -3,7 +3,8 @@
 // (--dangerously-bypass-hook-trust), driven by a scripted Responses API: the agent's exit and
 // SIGKILL end every process exec_command started (Codex's own group kill misses `setsid` and
 // double forks), a nohup'd server the agent meant to keep answers in the next turn (bare Codex
-// has killed it by then), and what the model reads is what the bare host gives.
+// has killed it by then), is told to the model once and is listed by the plugin's MCP
+// `process_list`, and what the model reads is what the bare host gives.
 
 import { test, afterEach } from "node:test";
 import assert from "node:assert/strict";
@@ -58,7 +59,7 @@ test("kill -9 of the agent mid-turn leaves nothing", async () => {
   assert.deepEqual(await survivors(pids, port), { live: [], open: false }, "5 s after kill -9 of codex");
 });
 
-test("a nohup'd server from a foreground call answers in the next turn and is gone after the exit", async () => {
+test("a nohup'd server from a foreground call answers in the next turn, is told to the model once, is listed by MCP, and is gone after the exit", async () => {
   guard = new Guard();
   const dir = tempDir("sheepdog-cx-nohup-");
   const port = await freePort();
