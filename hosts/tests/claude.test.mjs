@@ -295,11 +295,25 @@ test("a command the user's settings deny stays denied", async () => {
   assert.deepEqual(hooked, bare);
 });
 
-test("without sheepdog on PATH the plugin fails open: commands run as written", async () => {
+test("without sheepdog on PATH the plugin fails open: commands run as written, and the user and the model are told once", async () => {
   guard = new Guard();
-  const m = await model([bash("echo still-runs; exit 4"), { text: "done" }]);
+  const m = await model([bash("echo still-runs; exit 4"), bash("echo again"), { text: "done" }]);
   const setup = claudeSetup({ plugin: true });
-  const r = await runClaude(m, setup, { guard, withSheepdog: false });
+  // The SessionStart hook's stdout shows in `-p` only in stream-json (`--verbose`), as the
+  // hook's response event (json and text output do not show it); the model gets it as context.
+  const r = await runClaude(m, setup, { guard, withSheepdog: false, format: "stream-json", args: ["--verbose"] });
   assert.equal(r.code, 0, r.out);
   assert.equal(m.results()[0].text, "Exit code 4\nstill-runs");
+  assert.equal(m.results()[1].text, "again");
+  const said = "sheepdog is not on PATH: this session's shell calls run unsupervised.";
+  const events = r.out
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map((l) => JSON.parse(l));
+  const told = events.filter((e) => e.type === "system" && e.subtype === "hook_response" && e.stdout?.includes(said));
+  assert.equal(told.length, 1, `the user is told once: ${r.out}`);
+  assert.equal(told[0].hook_event, "SessionStart");
+  assert.equal(r.out.split("\n").filter((l) => l.includes(said)).length, 1, "in no other line of the output");
+  const mentions = JSON.stringify(m.requests.at(-1).body).split(said).length - 1;
+  assert.equal(mentions, 1, "the model is told once");
 });

@@ -67,6 +67,11 @@ test("a nohup'd server from a foreground call answers in the next turn, is told 
   const m = await model([
     ex(`nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > ${dir}/server; echo started`),
     ex(`for i in $(seq 50); do ${probe} 2>/dev/null && break; sleep 0.1; done`),
+    // The plugin's MCP server (.mcp.json) lists the kept server with the session's other entries.
+    (body) => {
+      const ns = (body.tools || []).find((t) => t.type === "namespace" && t.tools?.some((f) => f.name === "process_list"));
+      return ns ? { tool: "process_list", namespace: ns.name, input: {} } : ex("echo no-process_list-tool");
+    },
     { text: "done" },
   ]);
   const setup = codexSetup(m, { plugin: true });
@@ -74,7 +79,13 @@ test("a nohup'd server from a foreground call answers in the next turn, is told 
   assert.equal(r.code, 0, r.out);
   const server = Number(fs.readFileSync(path.join(dir, "server"), "utf8"));
   guard.track(server);
-  assert.match(m.results()[1].text, /Output:\n200\n/, "the server answers in the next turn");
+  const results = m.results();
+  assert.match(results[1].text, /Output:\n200\n/, "the server answers in the next turn");
+  const told = m.requests.map((q) => JSON.stringify(q.body)).filter((b) => b.includes("kept as entry"));
+  assert.ok(told.length >= 1, "the model is told which entry the server became");
+  const mentions = JSON.stringify(m.requests.at(-1).body).split("kept as entry").length - 1;
+  assert.equal(mentions, 1, "told once");
+  assert.match(results[2].text, /http\.server/, "MCP process_list shows the kept server");
   assert.deepEqual(await survivors([server], port), { live: [], open: false }, "5 s after codex exited");
 });
 
@@ -130,15 +141,22 @@ test("a foreground call past its yield time runs on under its supervisor, and th
   guard = new Guard();
   const run = async (plugin) => {
     const dir = tempDir("sheepdog-cx-yield-");
+    const port = await freePort();
+    // The call holds the port while it runs on (3 s, past its yield time).
+    const listen = `python3 -c "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', ${port})); s.listen(); time.sleep(3)"`;
     let parent;
+    let pids;
     const m = await model([
       // Codex's foreground limit: past yield_time_ms the call returns, its process runs on as a
       // session the model polls with write_stdin.
-      ex(`echo $$ > ${dir}/shell; echo early; sleep 3; echo late; exit 4`, { yield_time_ms: 500 }),
+      ex(`echo $$ > ${dir}/shell; echo early; ${listen}; echo late; exit 4`, { yield_time_ms: 500 }),
       (body) => {
         const shell = Number(fs.readFileSync(path.join(dir, "shell"), "utf8"));
-        guard.track(shell);
-        parent = fs.readlinkSync(`/proc/${stat(shell).ppid}/exe`);
+        const ppid = stat(shell).ppid;
+        // The shell and its parent: sheepdog's supervisor, or bare, Codex itself.
+        pids = [shell, ppid];
+        for (const p of pids) guard.track(p);
+        parent = fs.readlinkSync(`/proc/${ppid}/exe`);
         const moved = body.input.filter((i) => i.type === "function_call_output").at(-1).output;
         const id = Number(/session ID (\d+)/.exec(moved)?.[1]);
         return { tool: "write_stdin", input: { session_id: id, chars: "", yield_time_ms: 8000 } };
@@ -148,13 +166,15 @@ test("a foreground call past its yield time runs on under its supervisor, and th
     const setup = codexSetup(m, { plugin });
     const r = await runCodex(setup, { guard });
     assert.equal(r.code, 0, r.out);
+    const left = await survivors(pids, port);
     const neutral = (t) =>
       t
         .replaceAll(dir, "<dir>")
+        .replaceAll(String(port), "<port>")
         .replace(/Chunk ID: \w+/, "Chunk ID: <id>")
         .replace(/Wall time: [\d.]+ seconds/, "Wall time: <t>")
         .replace(/session ID \d+/, "session ID <n>");
-    return { parent: path.basename(parent), results: m.results().map((x) => neutral(x.text)) };
+    return { parent: path.basename(parent), left, results: m.results().map((x) => neutral(x.text)) };
   };
   const bare = await run(false);
   const hooked = await run(true);
@@ -163,6 +183,7 @@ test("a foreground call past its yield time runs on under its supervisor, and th
   assert.equal(hooked.parent, "sheepdog", "the call's shell runs under sheepdog's supervisor");
   assert.notEqual(bare.parent, "sheepdog");
   assert.deepEqual(hooked.results, bare.results, "the model reads what the bare host gives");
+  assert.deepEqual(hooked.left, { live: [], open: false }, "5 s after codex exited: the shell and its supervisor are gone, the port free");
 });
 
 test("an interrupt of the turn (SIGINT, Codex's own stop) ends the dev server whole, where the bare host leaves the setsid child and the double-forked helper", async () => {
@@ -185,8 +206,8 @@ test("an interrupt of the turn (SIGINT, Codex's own stop) ends the dev server wh
     assert.match(r.out, /turn interrupted/, r.out);
     const left = await survivors(pids, port);
     guard.killAll();
-    return left.live.length;
+    return left;
   };
-  assert.ok((await run(false)) > 0, "the bare host's interrupt misses what left its process group");
-  assert.equal(await run(true), 0, "5 s after the interrupt nothing of the tree is alive");
+  assert.ok((await run(false)).live.length > 0, "the bare host's interrupt misses what left its process group");
+  assert.deepEqual(await run(true), { live: [], open: false }, "5 s after the interrupt nothing of the tree is alive and the port is free");
 });

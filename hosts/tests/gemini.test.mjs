@@ -1,10 +1,11 @@
 // Gemini CLI (pinned in versions.json) with the sheepdog extension (hosts/gemini-cli, installed
 // with `gemini extensions install`), headless with approvals off (`--yolo`), driven by the
 // scripted Gemini API of gemini-model.mjs: the agent's exit (with its SessionEnd hook disabled:
-// Gemini CLI does not wait for it) and its SIGKILL end every process a shell call started, a
-// nohup'd server lives on as an entry of the session until the agent exits, Gemini CLI's own
-// timeout ends the whole tree, an earlier crash is reaped by the next session's start, and what
-// the model reads is what the bare host gives. Gemini CLI has no tool that stops a background
+// Gemini CLI does not wait for it), its SIGKILL and a SIGINT mid-call (on which bare Gemini CLI
+// exits and leaves the call's whole tree) end every process a shell call started, a nohup'd
+// server lives on as an entry of the session until the agent exits, Gemini CLI's own timeout
+// ends the whole tree, an earlier crash is reaped by the next session's start, and what the
+// model reads is what the bare host gives. Gemini CLI has no tool that stops a background
 // process (`list_background_processes` and `read_background_output` only).
 
 import { test, afterEach } from "node:test";
@@ -73,6 +74,40 @@ test("kill -9 of the agent mid-turn leaves nothing", async () => {
     },
   });
   assert.deepEqual(await survivors(pids, port), { live: [], open: false }, "5 s after kill -9 of gemini");
+});
+
+test("SIGINT of the agent mid-call (Gemini CLI has no tool that stops a process: the user's Ctrl+C is the stop) ends the dev server whole, where the bare host leaves all of it running", async () => {
+  guard = new Guard();
+  const run = async (plugin) => {
+    const dir = tempDir("sheepdog-gm-int-");
+    const port = await freePort();
+    // A foreground call: the shell waits for the server, so the SIGINT comes mid-call.
+    const m = await model([sh(devServer(dir, port)), { text: "done" }]);
+    const setup = geminiSetup({ plugin });
+    let pids;
+    let sent;
+    const r = await runGemini(m, setup, {
+      guard,
+      // The signal goes to the agent itself, not to the relaunching parent.
+      relaunch: false,
+      ms: 30_000,
+      during: async (child) => {
+        pids = await devPids(dir, guard);
+        await until(() => answers(port), 10_000, "the dev server's port");
+        sent = Date.now();
+        child.kill("SIGINT");
+      },
+    });
+    const took = Date.now() - sent;
+    const left = await survivors(pids, port);
+    guard.killAll();
+    return { left, pids, took, ended: r.code === 0 && r.signal === null };
+  };
+  const bare = await run(false);
+  const hooked = await run(true);
+  for (const x of [bare, hooked]) assert.ok(x.ended && x.took < 10_000, `Gemini CLI exits (code 0) on the SIGINT: ${JSON.stringify(x)}`);
+  assert.deepEqual(bare.left, { live: bare.pids, open: true }, "the bare host leaves the whole tree running, the call's shell too");
+  assert.deepEqual(hooked.left, { live: [], open: false }, "5 s after the SIGINT nothing of the tree is alive and the port is free");
 });
 
 test("a nohup'd server from a foreground call answers in the next turn, is told to the model once, and is gone after the exit", async () => {
@@ -149,6 +184,9 @@ test("what an earlier session left when it and the kept entry's supervisor were 
   const dir = tempDir("sheepdog-gm-reap-");
   const port = await freePort();
   const setup = geminiSetup({ plugin: true });
+  // In the subreaper tier: in the cgroup tier any `reap` of the machine's (another state dir's,
+  // another test's) sweeps a cgroup whose supervisor is gone, and could end the orphan first.
+  const env = { SHEEPDOG_CONTAINMENT: "subreaper" };
   const m1 = await model([
     sh(`nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & echo $! > ${dir}/server; echo started`),
     { hold: true },
@@ -156,6 +194,7 @@ test("what an earlier session left when it and the kept entry's supervisor were 
   let server;
   await runGemini(m1, setup, {
     guard,
+    env,
     relaunch: false,
     during: async (child) => {
       await until(() => fs.existsSync(path.join(dir, "server")) && fs.readFileSync(path.join(dir, "server"), "utf8").trim(), 30_000, "the server's pid");
@@ -174,7 +213,7 @@ test("what an earlier session left when it and the kept entry's supervisor were 
   await until(() => answers(port), 10_000, "the orphaned server");
   assert.ok(alive(server), "with its supervisor and its agent gone, the server lives on until a reap");
   const m2 = await model([sh("echo second"), { text: "done" }]);
-  const r = await runGemini(m2, setup, { guard });
+  const r = await runGemini(m2, setup, { guard, env });
   assert.equal(r.code, 0, r.out);
   assert.deepEqual(await survivors([server], port), { live: [], open: false }, "the next session's start reaped it");
 });

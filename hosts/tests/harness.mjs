@@ -1,10 +1,10 @@
-// The agent-host harness: the real Claude Code and Codex CLIs from npm (pinned below), each in
-// a fresh home with the sheepdog plugin from hosts/ loaded (or none, for the bare host), driven
-// by the scripted model of model.mjs on 127.0.0.1; sheepdog's static binary from the packed
-// platform tarball ($SHEEPDOG_PACKAGES, as the npm, Python and pi tests use), or
-// $SHEEPDOG_BIN_DIR. Processes are checked, and on cleanup killed, by recorded pid and start
-// time, never by name (npm/tests/helpers.mjs: zombies count as dead; a thread group is alive
-// while any thread is).
+// The agent-host harness: the real Claude Code, Codex, Gemini CLI and opencode CLIs from npm
+// (pinned in versions.json), each in a fresh home with the sheepdog plugin from hosts/ loaded
+// (or none, for the bare host), driven by the scripted models of model.mjs and gemini-model.mjs
+// on 127.0.0.1; sheepdog's static binary from the packed platform tarball ($SHEEPDOG_PACKAGES,
+// as the npm, Python and pi tests use), or $SHEEPDOG_BIN_DIR. Processes are checked, and on
+// cleanup killed, by recorded pid and start time, never by name (npm/tests/helpers.mjs: zombies
+// count as dead; a thread group is alive while any thread is).
 
 import { execFileSync, spawn } from "node:child_process";
 import { after } from "node:test";
@@ -126,7 +126,10 @@ export function claudeSetup({ plugin, settings }) {
   return { home, proj, state, pluginArgs: plugin ? ["--plugin-dir", path.join(repo, "hosts", "claude-code")] : [] };
 }
 
-/** Runs `claude -p` against `model` in `setup`. */
+/**
+ * Runs `claude -p` against `model` in `setup`: `--output-format json` unless `format` (e.g.
+ * `stream-json`, with `args: ["--verbose"]`), then `args`.
+ */
 export function runClaude(model, setup, opts = {}) {
   const env = {
     PATH: hostPath(opts.withSheepdog ?? true),
@@ -139,11 +142,13 @@ export function runClaude(model, setup, opts = {}) {
     // Tests run as root in CI containers; Claude Code refuses to skip permissions there otherwise.
     IS_SANDBOX: "1",
     SHEEPDOG_STATE_DIR: setup.state,
+    // The containment tier under test (`SHEEPDOG_CONTAINMENT=subreaper`), as the Rust tests take it.
+    ...(process.env.SHEEPDOG_CONTAINMENT ? { SHEEPDOG_CONTAINMENT: process.env.SHEEPDOG_CONTAINMENT } : {}),
     ...(opts.env || {}),
   };
   const mode = opts.permissions ?? ["--dangerously-skip-permissions"];
-  const argv = ["-p", opts.prompt || "go", "--output-format", "json", ...mode, ...setup.pluginArgs];
-  return runHost(path.join(hostsDir(), "node_modules", ".bin", "claude"), argv, { cwd: setup.proj, env, ...opts });
+  const argv = ["-p", opts.prompt || "go", "--output-format", opts.format ?? "json", ...(opts.args || []), ...mode, ...setup.pluginArgs];
+  return runHost(path.join(hostsDir(), "node_modules", ".bin", "claude"), argv, { cwd: setup.proj, ...opts, env });
 }
 
 /** A fresh CODEX_HOME with the scripted provider, and the plugin installed from the repo's marketplace when `plugin`. */
@@ -199,11 +204,13 @@ export function runCodex(setup, opts = {}) {
     LANG: "C.UTF-8",
     SCRIPTED_KEY: "x",
     SHEEPDOG_STATE_DIR: setup.state,
+    // The containment tier under test (`SHEEPDOG_CONTAINMENT=subreaper`), as the Rust tests take it.
+    ...(process.env.SHEEPDOG_CONTAINMENT ? { SHEEPDOG_CONTAINMENT: process.env.SHEEPDOG_CONTAINMENT } : {}),
     ...(opts.env || {}),
   };
   const mode = opts.permissions ?? ["--dangerously-bypass-approvals-and-sandbox"];
   const argv = ["exec", "--skip-git-repo-check", ...mode, ...(setup.plugin ? ["--dangerously-bypass-hook-trust"] : []), opts.prompt || "go"];
-  return runHost(setup.codex, argv, { cwd: setup.proj, env, ...opts });
+  return runHost(setup.codex, argv, { cwd: setup.proj, ...opts, env });
 }
 
 /**
@@ -309,7 +316,7 @@ export function runGemini(model, setup, opts = {}) {
   };
   const mode = opts.permissions ?? ["--yolo"];
   const argv = ["-p", opts.prompt || "go", "-m", "gemini-2.5-flash", ...mode];
-  return runHost(geminiBin(), argv, { cwd: setup.proj, env, ...opts });
+  return runHost(geminiBin(), argv, { cwd: setup.proj, ...opts, env });
 }
 
 export const OPENCODE = versions.opencode;

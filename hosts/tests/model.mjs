@@ -8,7 +8,8 @@
 import http from "node:http";
 
 /**
- * Starts the server. `script` is an array of steps, each `{ tool, input }` (a tool call),
+ * Starts the server. `script` is an array of steps, each `{ tool, input }` (a tool call; with
+ * `namespace` too for a tool of a Responses `namespace`, as Codex offers an MCP server's),
  * `{ text }` (the turn's final answer) or `{ hold: true }` (no answer at all: the host waits),
  * or a function `(request) => step` for steps that depend on the previous tool result. Returns `{ url, requests, results, close, waitFor }`.
  */
@@ -143,7 +144,7 @@ function anthropic(res, s, n, stream) {
 function responses(res, s, n) {
   const id = `resp_${n}`;
   const item = s.tool
-    ? { type: "function_call", id: `fc_${n}`, call_id: `call_${n}`, name: s.tool, arguments: JSON.stringify(s.input), status: "completed" }
+    ? { type: "function_call", id: `fc_${n}`, call_id: `call_${n}`, name: s.tool, ...(s.namespace ? { namespace: s.namespace } : {}), arguments: JSON.stringify(s.input), status: "completed" }
     : { type: "message", id: `m_${n}`, role: "assistant", status: "completed", content: [{ type: "output_text", text: s.text, annotations: [] }] };
   const usage = { input_tokens: 10, input_tokens_details: { cached_tokens: 0 }, output_tokens: 5, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 15 };
   const events = [
