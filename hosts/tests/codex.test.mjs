@@ -120,6 +120,16 @@ test("what the model reads (output, exit code, signals) is the bare host's", asy
   assert.deepEqual(hooked, bare);
 });
 
+test("with approval_policy never and Codex's own sandbox (codex exec's defaults), calls run under sheepdog", async () => {
+  guard = new Guard();
+  for (const permissions of [["-c", 'approval_policy="never"'], []]) {
+    const m = await model([ex("cat /proc/$PPID/comm"), { text: "done" }]);
+    const r = await runCodex(codexSetup(m, { plugin: true }), { guard, permissions });
+    assert.equal(r.code, 0, r.out);
+    assert.match(m.results()[0].text, /Output:\nsheepdog\n/, `${JSON.stringify(permissions)}: ${m.results()[0].text}`);
+  }
+});
+
 test("a command the user's rules forbid stays forbidden", async () => {
   guard = new Guard();
   const run = async (plugin) => {
