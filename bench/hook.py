@@ -12,7 +12,8 @@ process start included:
   (`hook claude post-tool-use`), against `sh -c true` (the floor of any command hook). Claude
   Code has no PreToolUse hook: its calls get the guard line from `CLAUDE_ENV_FILE`. pi's
   `tool-result` (the tell pi-sheepdog asks for after each bash call, spawned directly; pi's
-  calls get the guard line from the environment set once at pi's start). Gemini CLI's `before-tool`
+  calls get the guard line from the environment set once at pi's start), and opencode's
+  `shell-env` (spawned directly before each bash call). Gemini CLI's `before-tool`
   is left out: it rewrites only for a `--yolo` agent, which the bench is not;
 - one shell call as Claude Code runs it (`bash -c 'ENV_FILE_TEXT; eval CMD && pwd -P >| FILE'`),
   bare and with the plugin's env file (the same bash `exec`s `sheepdog run`, which runs bash
@@ -77,6 +78,8 @@ peers = {
     # is a direct spawn of `true`.
     "spawn: true (floor)": (["true"], None),
     "spawn: sheepdog hook pi tool-result": ([exe, "hook", "pi", "tool-result"], json.dumps({"type": "tool_result", "toolName": "bash", "toolCallId": "bench", "isError": False}).encode()),
+    # opencode's plugin spawns it the same way before each bash call (its `shell.env`).
+    "spawn: sheepdog hook opencode shell-env": ([exe, "hook", "opencode", "shell-env"], json.dumps({"input": {"cwd": "/", "sessionID": "ses_bench", "callID": "call_bench"}, "output": {"env": {}}}).encode()),
     "call `true`: bare host": (claude_shell("true"), None),
     "call `true`: hooked": (claude_shell("true", env_text), None),
     "call printing 16 MiB: bare host": (claude_shell(prints), None),
