@@ -551,6 +551,218 @@ impl OwnerWatch {
     }
 }
 
+/// What the supervisor holds before the keeper split: the owner's watch, the relays, the
+/// containment, the children that are not the provider's and the terminal's home. Made by
+/// [`Setup::fresh`] (the checks, then what a first start makes) or by [`Setup::adopt`] (what a
+/// supervisor that re-executed itself after its keeper's SIGKILL takes over).
+struct Setup {
+    owner: Option<OwnerWatch>,
+    /// The stdin relay ([`StdinRelay`]), with `--stdin relay`.
+    relay: Option<StdinRelay>,
+    /// The output relay ([`OutputRelay`]), only when leftovers are kept.
+    output: Option<OutputRelay>,
+    containment: cgroup::Containment,
+    /// Children this process already has (a shell that exec'd sheepdog may have left a job
+    /// behind): not the provider's, reaped when they exit, never stopped.
+    foreign: Vec<Member>,
+    /// The group to give the terminal's foreground back to once the tree is gone, if the
+    /// provider takes it.
+    terminal_home: Option<Pgid>,
+}
+
+impl Setup {
+    /// A first start, in this order: the owner check (the provider never runs for a wrong or
+    /// dead owner), the relays (made before the keeper: the process that runs the loop holds
+    /// their other ends alone; the stdin relay's read end and the output relay's write ends go
+    /// into `opts.spawn`), the subreaper bit, then the containment probe (the tree's cgroup
+    /// exists and is recorded, [`Happened::Contained`], before the command runs).
+    ///
+    /// Errors: [`Error::OwnerNotParent`], [`Error::OwnerGone`], [`Error::CloseStdinWithoutRelay`],
+    /// [`Error::RelayTerminal`], [`Error::Containment`], [`Error::Io`]; nothing was spawned.
+    fn fresh(opts: &mut Options, hooks: &mut dyn Hooks) -> Result<Setup, Error> {
+        let owner = opts.owner.map(OwnerWatch::open).transpose()?;
+        let mut relay = None;
+        if opts.on_owner_death == OnOwnerDeath::CloseStdin && opts.stdin != StdinMode::Relay {
+            return Err(Error::CloseStdinWithoutRelay);
+        }
+        if opts.stdin == StdinMode::Relay {
+            if process::fd_kind(0) == FdKind::Tty {
+                return Err(Error::RelayTerminal);
+            }
+            let (r, read_end) = StdinRelay::new().map_err(io_err("make the stdin relay"))?;
+            opts.spawn.stdin = Some(read_end);
+            relay = Some(r);
+        }
+        // A plain `run` gives the command the host's own fds.
+        let mut output = None;
+        if opts.keep_leftovers
+            && let Some((o, ends)) = OutputRelay::new().map_err(io_err("make the output relay"))?
+        {
+            opts.spawn.stdout = ends.stdout;
+            opts.spawn.stderr = ends.stderr;
+            output = Some(o);
+        }
+        #[cfg(target_os = "linux")]
+        process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
+        let containment = cgroup::probe(&opts.containment)?;
+        hooks.on(&Happened::Contained(&containment.record()));
+        Ok(Setup {
+            owner,
+            relay,
+            output,
+            containment,
+            foreign: crate::tree::foreign_children(),
+            // Decided here (this process's group is the foreground, as tini checks): the keeper
+            // moves to a group of its own before the spawn.
+            terminal_home: process::owns_terminal_foreground().then(process::getpgrp),
+        })
+    }
+
+    /// A take-over after the keeper's SIGKILL (`adoption`): an owner that is gone stops no
+    /// take-over (the stop runs all the same), no relay is made (the stdin relay died with the
+    /// keeper, so the provider has read its EOF), no cgroup is made (the tree's is opened), and
+    /// the children from before the split and the terminal's home are the keeper's record.
+    ///
+    /// Errors: [`Error::Io`] if this process cannot become a subreaper.
+    fn adopt(adoption: &crate::keeper::Adoption, owner: Option<Owner>) -> Result<Setup, Error> {
+        // The relay kept them blocked across `execve`; the handlers are installed now.
+        #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+        crate::sys::keep::unblock_all();
+        let owner = owner.and_then(|o| OwnerWatch::open(o).ok());
+        #[cfg(target_os = "linux")]
+        process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
+        let containment = cgroup::Containment {
+            tier: if adoption.cgroup.is_some() { cgroup::Tier::Cgroup } else { cgroup::Tier::fallback() },
+            reason: None,
+            // Not held again (`Cgroup::hold`): this process is the one the cgroup's name
+            // identifies, alive, and `reap` leaves the cgroup of a live supervisor alone.
+            cgroup: adoption.cgroup.as_ref().and_then(|(path, inode)| cgroup::Cgroup::open(path, Some(*inode)).ok()),
+        };
+        let foreign = adoption
+            .foreign
+            .iter()
+            .filter_map(|p| procfs::stat(*p).ok())
+            .filter(|s| !s.is_zombie())
+            .map(|s| Member::from_stat(&s))
+            .collect();
+        Ok(Setup { owner, relay: None, output: None, containment, foreign, terminal_home: adoption.terminal_home })
+    }
+
+    /// The keeper (crate::keeper): from here on two processes watch each other, and the one
+    /// left after the other's SIGKILL runs the stop. Returns, in the keeper, its end of the
+    /// chain (held until its last act). The supervisor in front relays signals until the keeper
+    /// is done and then exits as it did; it returns only if the keeper was killed, with the
+    /// provider to take over ([`take_over`]).
+    ///
+    /// Errors: [`Error::Io`] if the keeper cannot be forked.
+    fn split(&mut self, signals: &SignalPipe, opts: &mut Options, hooks: &mut dyn Hooks) -> Result<Split, Error> {
+        FRONT_IS_INIT.store(process::getpid().as_raw() == 1, std::sync::atomic::Ordering::Relaxed);
+        let handover = crate::keeper::Handover {
+            close: opts
+                .spawn
+                .fds()
+                .chain(self.relay.as_ref().and_then(StdinRelay::write_fd))
+                .chain(self.output.iter().flat_map(OutputRelay::read_fds))
+                .chain(hooks.keeper_only_fds())
+                .collect(),
+            inherit: hooks.adoptable_fds(),
+            foreign: self.foreign.iter().map(|m| m.pid).collect(),
+            cgroup: self.containment.cgroup.as_ref().map(|c| (c.path().to_path_buf(), c.inode())),
+            terminal_home: self.terminal_home,
+        };
+        match crate::keeper::split(signals, &handled_signals(), handover).map_err(io_err("make the keeper"))? {
+            Role::Keeper(l) => {
+                // The keeper's children are its own: none from before.
+                self.foreign = Vec::new();
+                // Its parent is the supervisor, so the owner is watched as any process.
+                if let Some(o) = self.owner.as_mut() {
+                    o.owner = match o.owner {
+                        Owner::Parent(p) | Owner::Process(p) => Owner::Process(p),
+                    };
+                }
+                Ok(Split { link: Some(l), adopted: None })
+            }
+            Role::Supervisor(mut front) => {
+                // The provider's stdio (a managed entry's log pipes) is the keeper's: a copy held
+                // here would keep the pipes from ever reaching EOF.
+                drop(std::mem::take(&mut opts.spawn));
+                self.relay = None;
+                self.output = None;
+                hooks.handed_to_keeper();
+                let report = front.relay(signals);
+                Ok(Split { link: None, adopted: take_over(&report, &self.foreign) })
+            }
+        }
+    }
+
+    /// Spawns the provider into the tree's cgroup (falling back to the subreaper tier if it
+    /// could not join and the tier was not demanded, told as [`Happened::Contained`]), or takes
+    /// over the one `adopted` names (the keeper was killed: its children, the provider first,
+    /// are re-parented to this process, a subreaper, so the same tree is below it). Returns the
+    /// provider, its wait status if the keeper reaped it, and the tree.
+    ///
+    /// Errors: [`Error::Spawn`] (told first as [`Happened::SpawnFailed`]; the cgroup is removed).
+    fn start(
+        &mut self,
+        opts: &mut Options,
+        split: &Split,
+        hooks: &mut dyn Hooks,
+    ) -> Result<(Spawned, Option<WaitStatus>, Tree), Error> {
+        let foreign = std::mem::take(&mut self.foreign);
+        if let Some((spawned, provider)) = split.adopted {
+            let tree = Tree::supervised_except(spawned.pgid, foreign).contained(self.containment.cgroup.take());
+            if provider.is_some() {
+                tree.leader_reaped();
+            }
+            hooks.on(&Happened::Adopted(spawned));
+            return Ok((spawned, provider, tree));
+        }
+        let join = self.containment.cgroup.as_ref().and_then(|cg| cg.join_fds()).map(|fds| spawn::CgroupJoin {
+            fds,
+            fallback: opts.containment.mode == cgroup::Mode::Auto && !opts.containment.limits_asked(),
+        });
+        let spawn_opts = std::mem::take(&mut opts.spawn);
+        let spawned = match spawn::spawn_joined(&opts.argv, spawn_opts, join, self.terminal_home.is_some()) {
+            Ok((spawned, None)) => spawned,
+            Ok((spawned, Some(why))) => {
+                let path = self.containment.cgroup.as_ref().map(|c| c.path().display().to_string()).unwrap_or_default();
+                if let Some(cg) = self.containment.cgroup.take() {
+                    let _ = cg.remove();
+                }
+                self.containment =
+                    cgroup::Containment::fallback(format!("unable to move the command into cgroup {path}: {why}"));
+                hooks.on(&Happened::Contained(&self.containment.record()));
+                spawned
+            }
+            Err(e) => {
+                if let Some(cg) = &self.containment.cgroup {
+                    let _ = cg.remove();
+                }
+                hooks.on(&Happened::SpawnFailed {
+                    program: opts.argv.first().map(OsString::as_os_str).unwrap_or_default(),
+                    error: &e,
+                });
+                return Err(e.into());
+            }
+        };
+        if let Some(l) = &split.link {
+            l.tell(Message::Spawned(spawned));
+        }
+        hooks.on(&Happened::Spawned { spawned, policy: &opts.policy });
+        let tree = Tree::supervised_except(spawned.pgid, foreign).contained(self.containment.cgroup.take());
+        Ok((spawned, None, tree))
+    }
+}
+
+/// Who goes on after the keeper split ([`Setup::split`]).
+struct Split {
+    /// In the keeper: its end of the chain, held until its last act.
+    link: Option<crate::keeper::Link>,
+    /// The keeper was killed (or, in an adopting image, had been): the provider to take over,
+    /// and its wait status if the keeper reaped it.
+    adopted: Option<(Spawned, Option<WaitStatus>)>,
+}
+
 /// Runs one provider under supervision until it and everything it started are gone.
 ///
 /// Order matters and is the point: signal handlers first (a stop that lands the instant after
@@ -593,184 +805,18 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn H
     // A supervisor that re-executed itself after its keeper's SIGKILL (crate::keeper::adoption)
     // takes the tree over: no owner check can stop it, no cgroup is made, nothing is spawned.
     let adoption = crate::keeper::adoption();
-    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
-    if adoption.is_some() {
-        // The relay kept them blocked across `execve`; the handlers are installed now.
-        crate::sys::keep::unblock_all();
-    }
-    let mut owner = match adoption {
-        None => opts.owner.map(OwnerWatch::open).transpose()?,
-        Some(_) => opts.owner.and_then(|o| OwnerWatch::open(o).ok()),
+    let mut setup = match adoption {
+        None => Setup::fresh(&mut opts, hooks)?,
+        Some(a) => Setup::adopt(a, opts.owner)?,
     };
-
-    // The stdin relay (crate::relay), made before the keeper: the process that runs the loop
-    // holds the pipe's write end alone. An adopting image has none (it died with the keeper, so
-    // the provider has read its EOF).
-    let mut relay = None;
-    if adoption.is_none() {
-        if opts.on_owner_death == OnOwnerDeath::CloseStdin && opts.stdin != StdinMode::Relay {
-            return Err(Error::CloseStdinWithoutRelay);
-        }
-        if opts.stdin == StdinMode::Relay {
-            if process::fd_kind(0) == FdKind::Tty {
-                return Err(Error::RelayTerminal);
-            }
-            let (r, read_end) = StdinRelay::new().map_err(io_err("make the stdin relay"))?;
-            opts.spawn.stdin = Some(read_end);
-            relay = Some(r);
-        }
-    }
-    // The output relay, for the same reason and only when leftovers are kept: a plain `run`
-    // gives the command the host's own fds.
-    let mut output = None;
-    if adoption.is_none()
-        && opts.keep_leftovers
-        && let Some((o, ends)) = OutputRelay::new().map_err(io_err("make the output relay"))?
-    {
-        opts.spawn.stdout = ends.stdout;
-        opts.spawn.stderr = ends.stderr;
-        output = Some(o);
-    }
-    #[cfg(target_os = "linux")]
-    process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
-
-    // The tier, before the spawn: in the cgroup tier the child joins the tree's cgroup before
-    // `exec`, and the front end records the cgroup before the command runs.
-    let mut containment = match adoption {
-        None => {
-            let c = cgroup::probe(&opts.containment)?;
-            hooks.on(&Happened::Contained(&c.record()));
-            c
-        }
-        Some(a) => cgroup::Containment {
-            tier: if a.cgroup.is_some() { cgroup::Tier::Cgroup } else { cgroup::Tier::fallback() },
-            reason: None,
-            // Not held again (`Cgroup::hold`): this process is the one the cgroup's name
-            // identifies, alive, and `reap` leaves the cgroup of a live supervisor alone.
-            cgroup: a.cgroup.as_ref().and_then(|(path, inode)| cgroup::Cgroup::open(path, Some(*inode)).ok()),
-        },
+    let split = match adoption {
+        Some(a) => Split { link: None, adopted: take_over(&a.report, &setup.foreign) },
+        None if crate::keeper::wanted() => setup.split(signals, &mut opts, hooks)?,
+        None => Split { link: None, adopted: None },
     };
-
-    // Children this process already has (a shell that exec'd sheepdog may have left a job
-    // behind) are not the provider's: they are reaped when they exit, never stopped.
-    let foreign = match adoption {
-        None => crate::tree::foreign_children(),
-        Some(a) => a
-            .foreign
-            .iter()
-            .filter_map(|p| procfs::stat(*p).ok())
-            .filter(|s| !s.is_zombie())
-            .map(|s| Member::from_stat(&s))
-            .collect(),
-    };
-
-    // Whether the provider takes the terminal (this process's group is its foreground, as
-    // tini checks), decided here: the keeper moves to a group of its own before the spawn. The
-    // group to give it back to once the tree is gone.
-    let terminal_home = match adoption {
-        None => process::owns_terminal_foreground().then(process::getpgrp),
-        Some(a) => a.terminal_home,
-    };
-
-    // The keeper (crate::keeper): from here on two processes watch each other, and the one
-    // left after the other's SIGKILL runs the stop. The supervisor relays signals until the
-    // keeper is done and then exits as it did; it goes on below only if the keeper was killed.
-    let mut adopted = None;
-    let mut foreign = Some(foreign);
-    // In the keeper: its end of the chain, held until its last act.
-    let mut link: Option<crate::keeper::Link> = None;
-    if let Some(a) = adoption {
-        adopted = take_over(&a.report, foreign.as_deref().unwrap_or_default());
-    } else if crate::keeper::wanted() {
-        FRONT_IS_INIT.store(process::getpid().as_raw() == 1, std::sync::atomic::Ordering::Relaxed);
-        let handover = crate::keeper::Handover {
-            close: opts
-                .spawn
-                .fds()
-                .chain(relay.as_ref().and_then(StdinRelay::write_fd))
-                .chain(output.iter().flat_map(OutputRelay::read_fds))
-                .chain(hooks.keeper_only_fds())
-                .collect(),
-            inherit: hooks.adoptable_fds(),
-            foreign: foreign.iter().flatten().map(|m| m.pid).collect(),
-            cgroup: containment.cgroup.as_ref().map(|c| (c.path().to_path_buf(), c.inode())),
-            terminal_home,
-        };
-        match crate::keeper::split(signals, &handled_signals(), handover).map_err(io_err("make the keeper"))? {
-            Role::Keeper(l) => {
-                link = Some(l);
-                // The keeper's children are its own: none from before.
-                foreign = None;
-                // Its parent is the supervisor, so the owner is watched as any process.
-                if let Some(o) = owner.as_mut() {
-                    o.owner = match o.owner {
-                        Owner::Parent(p) | Owner::Process(p) => Owner::Process(p),
-                    };
-                }
-            }
-            Role::Supervisor(mut front) => {
-                // The provider's stdio (a managed entry's log pipes) is the keeper's: a copy held
-                // here would keep the pipes from ever reaching EOF.
-                drop(opts.spawn);
-                opts.spawn = SpawnOptions::default();
-                relay = None;
-                output = None;
-                hooks.handed_to_keeper();
-                let report = front.relay(signals);
-                adopted = take_over(&report, foreign.as_deref().unwrap_or_default());
-            }
-        }
-    }
-
-    let (spawned, mut provider, tree) = match adopted {
-        // The keeper was killed: its children, the provider first, are re-parented to this
-        // process (a subreaper), so the same tree is below it.
-        Some((spawned, provider)) => {
-            let tree =
-                Tree::supervised_except(spawned.pgid, foreign.unwrap_or_default()).contained(containment.cgroup.take());
-            if provider.is_some() {
-                tree.leader_reaped();
-            }
-            hooks.on(&Happened::Adopted(spawned));
-            (spawned, provider, tree)
-        }
-        None => {
-            let join = containment.cgroup.as_ref().and_then(|cg| cg.join_fds()).map(|fds| spawn::CgroupJoin {
-                fds,
-                fallback: opts.containment.mode == cgroup::Mode::Auto && !opts.containment.limits_asked(),
-            });
-            let spawned = match spawn::spawn_joined(&opts.argv, opts.spawn, join, terminal_home.is_some()) {
-                Ok((spawned, None)) => spawned,
-                Ok((spawned, Some(why))) => {
-                    let path = containment.cgroup.as_ref().map(|c| c.path().display().to_string()).unwrap_or_default();
-                    if let Some(cg) = containment.cgroup.take() {
-                        let _ = cg.remove();
-                    }
-                    containment =
-                        cgroup::Containment::fallback(format!("unable to move the command into cgroup {path}: {why}"));
-                    hooks.on(&Happened::Contained(&containment.record()));
-                    spawned
-                }
-                Err(e) => {
-                    if let Some(cg) = &containment.cgroup {
-                        let _ = cg.remove();
-                    }
-                    hooks.on(&Happened::SpawnFailed {
-                        program: opts.argv.first().map(OsString::as_os_str).unwrap_or_default(),
-                        error: &e,
-                    });
-                    return Err(e.into());
-                }
-            };
-            if let Some(l) = &link {
-                l.tell(Message::Spawned(spawned));
-            }
-            hooks.on(&Happened::Spawned { spawned, policy: &opts.policy });
-            let tree =
-                Tree::supervised_except(spawned.pgid, foreign.unwrap_or_default()).contained(containment.cgroup.take());
-            (spawned, None, tree)
-        }
-    };
+    let (spawned, mut provider, tree) = setup.start(&mut opts, &split, hooks)?;
+    let Split { link, adopted } = split;
+    let Setup { mut owner, mut relay, mut output, terminal_home, .. } = setup;
     let started = Instant::now();
     let mut machine = StopMachine::new(opts.policy).after_provider_exit(opts.after_provider_exit);
     let timeout_at = opts.timeout.map(|d| started + d);
