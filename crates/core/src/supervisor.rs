@@ -137,6 +137,98 @@ fn look_for_drainers(tree: &Tree) -> Vec<Member> {
     tree.draining()
 }
 
+/// Where a supervisor's life is, as one wake of its loop ends: what [`Life::next`] decides from
+/// the stop machine's [`Phase`] and the provider's wait status, and what the loop then does.
+///
+/// Issue 32 names the stages running, stopping, recording, lingering, cleaning up and done. In
+/// the loop they are:
+/// - running: [`Life::Running`]; after the provider's own exit, [`Life::Draining`] lingers
+///   (at most [`OUTPUT_DRAIN`]) while a leftover writes out what the provider printed;
+/// - stopping: [`Life::Stopping`], the one stop or the cleanup of what an exited provider left;
+/// - done: [`Life::Gone`] or [`Life::Unfinished`], or [`Life::HandingOn`] when the leftovers
+///   are kept alive ([`Options::keep_leftovers`]); the loop ends there.
+///
+/// Recording, lingering and cleaning up come after the loop, in a managed supervisor
+/// (`manager::supervise`): it records the [`Outcome`], runs the cleanup a stop triggered, and
+/// after the command's own exit lingers, idle, while its cleanup is pending ([`await_trigger`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Life {
+    /// The provider runs and no stop was asked: the loop waits (the stop machine has no step).
+    Running,
+    /// The provider exited on its own and a leftover still drains its output ([`Drain`]): the
+    /// stop of what it left waits.
+    Draining,
+    /// The stop machine steps: the one stop (stdin grace, SIGTERM, SIGKILL, kill wait), or, once
+    /// the provider has exited on its own, the cleanup of what it left, which ends at once when
+    /// nothing is left.
+    Stopping,
+    /// The provider exited on its own with a status and leftovers are kept: what it left alive
+    /// is handed on ([`Kept`]), not stopped, and the loop ends.
+    HandingOn,
+    /// Nothing of the tree is alive: the loop ends.
+    Gone,
+    /// The kill wait passed with something alive: the loop ends.
+    Unfinished,
+}
+
+/// What [`Life::next`] may need to look at, asked only when the answer decides (each look
+/// reads `/proc`): the tree ([`TreeLook`]) in the loop, a scripted stand-in in the unit tests.
+trait Look {
+    /// True if anything of the tree is alive (what would be handed on).
+    fn leftovers_alive(&mut self) -> bool;
+    /// True while a leftover still drains the provider's output ([`Drain::waiting`]).
+    fn drain_waits(&mut self) -> bool;
+}
+
+impl Life {
+    /// The transition at the end of a wake: from the stop machine's `phase` (after this wake's
+    /// triggers began or hastened a stop), the provider's wait status once reaped, and
+    /// `keep_leftovers`. Leftovers are looked for only for a provider that exited with a status
+    /// under `keep_leftovers` (one killed by a signal was stopped from outside, and what it
+    /// left goes too), the drain only once the provider has exited and no stop runs: a plain
+    /// `run` whose provider is alive looks at nothing.
+    fn next(phase: Phase, provider: Option<WaitStatus>, keep_leftovers: bool, look: &mut impl Look) -> Life {
+        match (phase, provider) {
+            (Phase::Gone, _) => Life::Gone,
+            (Phase::Unfinished, _) => Life::Unfinished,
+            (Phase::StdinGrace { .. } | Phase::Terminating { .. } | Phase::Killing { .. }, _) => Life::Stopping,
+            (Phase::Running, None) => Life::Running,
+            (Phase::Running, Some(WaitStatus::Exited(_))) if keep_leftovers && look.leftovers_alive() => {
+                Life::HandingOn
+            }
+            (Phase::Running, Some(_)) if look.drain_waits() => Life::Draining,
+            (Phase::Running, Some(_)) => Life::Stopping,
+        }
+    }
+}
+
+/// The loop's [`Look`]: the tree now, the drain window (opened at the first look after the
+/// provider's exit), and the live members once looked at (what [`Life::HandingOn`] hands on).
+struct TreeLook<'a> {
+    tree: &'a Tree,
+    now: Instant,
+    /// Children this wake reaped ([`Drain::new`] looks at nothing after a storm's wake).
+    reaped: usize,
+    drain: &'a mut Option<Drain>,
+    members: Vec<Member>,
+}
+
+impl Look for TreeLook<'_> {
+    fn leftovers_alive(&mut self) -> bool {
+        self.members = self.tree.live();
+        !self.members.is_empty()
+    }
+
+    fn drain_waits(&mut self) -> bool {
+        if self.drain.is_none() && !self.tree.is_gone() {
+            *self.drain = Some(Drain::new(self.now, self.tree, self.reaped));
+        }
+        // A drainer's exit wakes the loop: it is this process's child by then, or the cgroup's
+        // last member.
+        self.drain.as_mut().is_some_and(|d| d.waiting(self.now, self.tree))
+    }
+}
+
 /// Whom the supervisor answers to: when the owner dies, the tree is stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Owner {
@@ -1016,9 +1108,10 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn H
         // Exited on its own with a status: what it left is handed on, not stopped, and without
         // the drain window (a reader of its output is kept with the rest). A provider killed by
         // a signal was stopped from outside (an agent's tree kill), and what it left goes too.
-        if opts.keep_leftovers && machine.phase() == Phase::Running && matches!(provider, Some(WaitStatus::Exited(_))) {
-            let mut members = tree.live();
-            if !members.is_empty() {
+        let mut look = TreeLook { tree: &tree, now, reaped, drain: &mut drain, members: Vec::new() };
+        let step = match Life::next(machine.phase(), provider, opts.keep_leftovers, &mut look) {
+            Life::HandingOn => {
+                let mut members = look.members;
                 members.sort_by_key(|m| m.start_time);
                 let cgroup = tree.cgroup().map(|c| (c.path().to_path_buf(), c.inode()));
                 // All the command itself wrote is in the pipes now: the host gets it first, and
@@ -1033,28 +1126,20 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn H
                 kept = Some(Kept { members, cgroup, pgid: spawned.pgid, output });
                 break;
             }
-        }
-        if provider.is_some() && machine.phase() == Phase::Running && drain.is_none() && !tree.is_gone() {
-            drain = Some(Drain::new(now, &tree, reaped));
-        }
-        // A drainer's exit wakes the loop: it is this process's child by then, or the cgroup's
-        // last member.
-        let draining = machine.phase() == Phase::Running && drain.as_mut().is_some_and(|d| d.waiting(now, &tree));
-        let step = if draining && machine.phase() == Phase::Running {
-            // Not yet: a reader is still writing out what the provider printed.
-            None
-        } else if provider.is_some() {
-            let was_running = !machine.stopping();
-            if was_running && let Some(policy) = hooks.policy_for_stop(Trigger::ProviderExited) {
-                machine.set_policy(policy);
+            // Draining: not yet, a reader is still writing out what the provider printed.
+            Life::Running | Life::Draining | Life::Gone | Life::Unfinished => None,
+            Life::Stopping if provider.is_some() => {
+                let was_running = !machine.stopping();
+                if was_running && let Some(policy) = hooks.policy_for_stop(Trigger::ProviderExited) {
+                    machine.set_policy(policy);
+                }
+                let step = machine.provider_exited(now, &tree);
+                if was_running && machine.stopping() {
+                    hooks.on(&Happened::Stopping { trigger: Trigger::ProviderExited, policy: machine.policy() });
+                }
+                step
             }
-            let step = machine.provider_exited(now, &tree);
-            if was_running && machine.stopping() {
-                hooks.on(&Happened::Stopping { trigger: Trigger::ProviderExited, policy: machine.policy() });
-            }
-            step
-        } else {
-            machine.advance(now, &tree, false)
+            Life::Stopping => machine.advance(now, &tree, false),
         };
         if let Some(Step::Escalated { remaining }) = step {
             hooks.on(&Happened::Escalated { remaining });
@@ -1270,11 +1355,13 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use crate::spawn::{SpawnError, Spawned};
-    use crate::stop::Trigger;
+    use crate::stop::{Phase, Trigger};
     use crate::sys::{Pid, Signal, WaitStatus};
 
-    use super::{Error, Exit, Outcome};
+    use super::{Error, Exit, Life, Outcome};
 
     /// docs/reference.md's exit-status table of `sheepdog run`, row by row.
     #[test]
@@ -1344,5 +1431,100 @@ mod tests {
         );
         assert_eq!(SpawnError::NotExecutable { program, source: e(crate::sys::errno::EACCES) }.exit_code(), 126);
         assert_eq!(Error::OwnerGone(pid).exit_code(), 125, "sheepdog's own error");
+    }
+
+    /// A scripted [`super::Look`]: fixed answers, and which looks were asked.
+    #[derive(Default)]
+    struct Scripted {
+        alive: bool,
+        drain: bool,
+        asked_leftovers: bool,
+        asked_drain: bool,
+    }
+
+    impl super::Look for Scripted {
+        fn leftovers_alive(&mut self) -> bool {
+            self.asked_leftovers = true;
+            self.alive
+        }
+        fn drain_waits(&mut self) -> bool {
+            self.asked_drain = true;
+            self.drain
+        }
+    }
+
+    fn next(phase: Phase, provider: Option<WaitStatus>, keep: bool, look: &mut Scripted) -> Life {
+        Life::next(phase, provider, keep, look)
+    }
+
+    const EXITED: Option<WaitStatus> = Some(WaitStatus::Exited(0));
+    const KILLED: Option<WaitStatus> = Some(WaitStatus::Signaled(Signal::KILL, false));
+
+    #[test]
+    fn a_running_provider_stays_running_and_nothing_is_looked_at() {
+        for keep in [false, true] {
+            let mut look = Scripted { alive: true, drain: true, ..Scripted::default() };
+            assert_eq!(next(Phase::Running, None, keep, &mut look), Life::Running);
+            assert!(!look.asked_leftovers && !look.asked_drain, "a plain run reads no /proc");
+        }
+    }
+
+    #[test]
+    fn a_stop_under_way_is_stopping_with_or_without_the_provider_and_looks_at_nothing() {
+        let until = Instant::now();
+        for phase in [Phase::StdinGrace { until }, Phase::Terminating { until }, Phase::Killing { until }] {
+            for provider in [None, EXITED, KILLED] {
+                for keep in [false, true] {
+                    let mut look = Scripted { alive: true, drain: true, ..Scripted::default() };
+                    assert_eq!(next(phase, provider, keep, &mut look), Life::Stopping, "{phase:?} {provider:?}");
+                    assert!(!look.asked_leftovers && !look.asked_drain, "no drain window once a stop runs");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_end_phases_are_the_ends() {
+        for provider in [None, EXITED, KILLED] {
+            let mut look = Scripted::default();
+            assert_eq!(next(Phase::Gone, provider, true, &mut look), Life::Gone);
+            assert_eq!(next(Phase::Unfinished, provider, true, &mut look), Life::Unfinished);
+            assert!(!look.asked_leftovers && !look.asked_drain);
+        }
+    }
+
+    #[test]
+    fn with_leftovers_kept_an_exit_with_a_status_hands_on_what_is_alive_without_the_drain() {
+        let mut look = Scripted { alive: true, drain: true, ..Scripted::default() };
+        assert_eq!(next(Phase::Running, Some(WaitStatus::Exited(3)), true, &mut look), Life::HandingOn);
+        assert!(look.asked_leftovers && !look.asked_drain, "a reader of its output is kept with the rest");
+    }
+
+    #[test]
+    fn with_leftovers_kept_and_none_alive_the_exit_goes_on_as_without() {
+        let mut look = Scripted { alive: false, drain: false, ..Scripted::default() };
+        assert_eq!(next(Phase::Running, EXITED, true, &mut look), Life::Stopping);
+        assert!(look.asked_leftovers && look.asked_drain);
+    }
+
+    #[test]
+    fn a_provider_killed_by_a_signal_is_never_handed_on() {
+        for drain in [false, true] {
+            let mut look = Scripted { alive: true, drain, ..Scripted::default() };
+            let want = if drain { Life::Draining } else { Life::Stopping };
+            assert_eq!(next(Phase::Running, KILLED, true, &mut look), want);
+            assert!(!look.asked_leftovers, "what it left goes too");
+        }
+    }
+
+    #[test]
+    fn after_the_providers_own_exit_the_drain_holds_the_cleanup_back_until_it_is_over() {
+        for provider in [EXITED, KILLED] {
+            let mut look = Scripted { alive: true, drain: true, ..Scripted::default() };
+            assert_eq!(next(Phase::Running, provider, false, &mut look), Life::Draining);
+            assert!(!look.asked_leftovers && look.asked_drain, "leftovers are looked for only to keep them");
+            look.drain = false;
+            assert_eq!(next(Phase::Running, provider, false, &mut look), Life::Stopping, "the drain is over");
+        }
     }
 }
