@@ -906,117 +906,218 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn H
         None if crate::keeper::wanted() => setup.split(signals, &mut opts, hooks)?,
         None => Split { link: None, adopted: None },
     };
-    let (spawned, mut provider, tree) = setup.start(&mut opts, &split, hooks)?;
+    let (spawned, provider, tree) = setup.start(&mut opts, &split, hooks)?;
     let Split { link, adopted } = split;
-    let Setup { mut owner, mut relay, mut output, terminal_home, .. } = setup;
+    let Setup { owner, relay, output, terminal_home, .. } = setup;
     let started = Instant::now();
-    let mut machine = StopMachine::new(opts.policy).after_provider_exit(opts.after_provider_exit);
-    let timeout_at = opts.timeout.map(|d| started + d);
-    let mut scan_every = MEMBER_SCAN_MIN;
-    let mut next_scan = hooks.wants_members().then_some(started + scan_every);
-
-    if adopted.is_some() {
-        begin(&mut machine, Trigger::SupervisorKilled, &tree, hooks);
-    }
-    let mut watch_stdin = false;
-    // With the relay, the relay reads stdin and reports its EOF.
-    let mut stdin_at_eof = false;
-    if opts.on_stdin_eof == OnStdinEof::Stop && adopted.is_none() && relay.is_none() {
-        match process::fd_kind(0) {
-            FdKind::Fifo | FdKind::Socket | FdKind::Tty => watch_stdin = true,
-            FdKind::Closed | FdKind::Other => {
-                begin(&mut machine, Trigger::StdinEof, &tree, hooks);
-            }
-        }
-    }
-
-    // The terminal sheepdog was started on, watched for its hangup (the pty master closed, the
-    // terminal emulator killed): its foreground, the provider, gets the kernel's SIGHUP and
-    // may trap it, and nothing else tells sheepdog (claude-code#21287). Stdin that is the
-    // terminal and already watched for EOF (`--on-stdin-eof stop`) is not watched twice.
-    let mut terminal = (adopted.is_none())
-        .then(|| (0..3).find(|fd| process::fd_kind(*fd) == FdKind::Tty))
-        .flatten()
-        .filter(|fd| !(watch_stdin && *fd == 0));
-
-    // In the keeper: the supervisor's pipe, which hangs up when the supervisor is killed.
-    let mut supervisor_fd = link.as_ref().map(crate::keeper::Link::supervisor_gone_fd);
-    // After the provider's own exit: the leftovers draining its output.
-    let mut drain: Option<Drain> = None;
-    let mut backlog = false;
-    let mut kept: Option<Kept> = None;
+    let mut sup = Supervisor {
+        signals,
+        on_owner_death: opts.on_owner_death,
+        on_stdin_eof: opts.on_stdin_eof,
+        keep_leftovers: opts.keep_leftovers,
+        spawned,
+        provider,
+        tree,
+        machine: StopMachine::new(opts.policy).after_provider_exit(opts.after_provider_exit),
+        supervisor_fd: link.as_ref().map(crate::keeper::Link::supervisor_gone_fd),
+        link,
+        owner,
+        relay,
+        output,
+        watch_stdin: false,
+        stdin_at_eof: false,
+        terminal: None,
+        timeout_at: opts.timeout.map(|d| started + d),
+        scan_every: MEMBER_SCAN_MIN,
+        next_scan: hooks.wants_members().then_some(started + MEMBER_SCAN_MIN),
+        hooks,
+        drain: None,
+        backlog: false,
+        kept: None,
+    };
+    sup.first_watches(adopted.is_some());
     loop {
         let now = Instant::now();
-        let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
-        let owner_slot = owner.as_ref().and_then(|o| o.pidfd.as_ref()).map(|fd| {
-            fds.push(PollFd::new(fd.as_raw_fd(), POLL_IN));
-            fds.len() - 1
-        });
-        let stdin_slot = watch_stdin.then(|| {
-            fds.push(PollFd::new(0, POLL_HUP_ONLY));
-            fds.len() - 1
-        });
-        // No events asked: a terminal reports only its hangup, never being in the background.
-        let terminal_slot = terminal.map(|fd| {
-            fds.push(PollFd::new(fd, 0));
-            fds.len() - 1
-        });
-        // In the cgroup tier, `populated 0` wakes the loop as soon as the last member exits.
-        let cgroup_slot = tree.cgroup().map(|cg| {
-            fds.push(PollFd::new(cg.events_fd(), POLL_PRI));
-            fds.len() - 1
-        });
-        let supervisor_slot = supervisor_fd.map(|fd| {
-            fds.push(PollFd::new(fd, POLL_IN));
-            fds.len() - 1
-        });
-        let relay_slots = relay.as_ref().map(|r| r.poll_fds(&mut fds)).unwrap_or_default();
-        let output_slots = output.as_ref().map(|o| o.poll_fds(&mut fds)).unwrap_or_default();
-        let extra_from = fds.len();
-        fds.extend(hooks.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
+        let (fds, slots) = sup.wait(now)?;
+        sup.supervisor_death(&fds, &slots);
+        sup.signals();
+        let reaped = sup.reap(now);
+        sup.owner(&fds, &slots);
+        sup.ready(&fds, slots);
+        let now = Instant::now();
+        sup.scan_and_timeout(now, reaped > 0);
+        if let Life::HandingOn | Life::Gone | Life::Unfinished = sup.step(now, reaped) {
+            break;
+        }
+    }
+    Ok(sup.finish(terminal_home))
+}
 
-        let mut deadline = machine.deadline(now);
-        if backlog {
+/// The supervision loop's state, held from the spawn (or take-over) to the finish. Its methods
+/// are the steps of one wake, in the order [`supervise_with`] calls them.
+struct Supervisor<'a> {
+    signals: &'a SignalPipe,
+    hooks: &'a mut dyn Hooks,
+    on_owner_death: OnOwnerDeath,
+    on_stdin_eof: OnStdinEof,
+    keep_leftovers: bool,
+    spawned: Spawned,
+    /// The provider's wait status, once reaped (here, or by the keeper before a take-over).
+    provider: Option<WaitStatus>,
+    tree: Tree,
+    machine: StopMachine,
+    /// In the keeper: its end of the chain, held until its last act.
+    link: Option<crate::keeper::Link>,
+    owner: Option<OwnerWatch>,
+    relay: Option<StdinRelay>,
+    output: Option<OutputRelay>,
+    /// Stdin is watched for its hang-up (`--on-stdin-eof stop` without the relay).
+    watch_stdin: bool,
+    /// With the relay, the relay reads stdin and reports its EOF.
+    stdin_at_eof: bool,
+    /// The terminal watched for its hang-up.
+    terminal: Option<RawFd>,
+    /// In the keeper: the supervisor's pipe, which hangs up when the supervisor is killed.
+    supervisor_fd: Option<RawFd>,
+    timeout_at: Option<Instant>,
+    scan_every: Duration,
+    next_scan: Option<Instant>,
+    /// After the provider's own exit: the leftovers draining its output.
+    drain: Option<Drain>,
+    /// The last wake left children to reap: the next `poll` does not block.
+    backlog: bool,
+    /// What [`Life::HandingOn`] handed on.
+    kept: Option<Kept>,
+}
+
+/// Where each watched fd sits in one wake's poll set (index 0 is the signal self-pipe).
+struct Slots {
+    owner: Option<usize>,
+    stdin: Option<usize>,
+    terminal: Option<usize>,
+    cgroup: Option<usize>,
+    supervisor: Option<usize>,
+    relay: crate::relay::Slots,
+    output: crate::relay::OutputSlots,
+    /// The first of [`Hooks::fds`]; they run to the end.
+    extra_from: usize,
+}
+
+/// Adds `fd` to the poll set; returns its slot.
+fn slot(fds: &mut Vec<PollFd>, fd: RawFd, events: i16) -> usize {
+    fds.push(PollFd::new(fd, events));
+    fds.len() - 1
+}
+
+impl Supervisor<'_> {
+    /// What is watched from the start: a take-over (`adopted`) runs the stop at once; stdin is
+    /// watched for EOF (`--on-stdin-eof stop`, or the stop begins at once for a stdin that is
+    /// already at EOF); the terminal is watched for its hang-up.
+    fn first_watches(&mut self, adopted: bool) {
+        if adopted {
+            begin(&mut self.machine, Trigger::SupervisorKilled, &self.tree, self.hooks);
+        }
+        // With the relay, the relay reads stdin and reports its EOF.
+        if self.on_stdin_eof == OnStdinEof::Stop && !adopted && self.relay.is_none() {
+            match process::fd_kind(0) {
+                FdKind::Fifo | FdKind::Socket | FdKind::Tty => self.watch_stdin = true,
+                FdKind::Closed | FdKind::Other => {
+                    begin(&mut self.machine, Trigger::StdinEof, &self.tree, self.hooks);
+                }
+            }
+        }
+        // The terminal sheepdog was started on, watched for its hangup (the pty master closed,
+        // the terminal emulator killed): its foreground, the provider, gets the kernel's SIGHUP
+        // and may trap it, and nothing else tells sheepdog (claude-code#21287). Stdin that is
+        // the terminal and already watched for EOF (`--on-stdin-eof stop`) is not watched twice.
+        let watch_stdin = self.watch_stdin;
+        self.terminal = (!adopted)
+            .then(|| (0..3).find(|fd| process::fd_kind(*fd) == FdKind::Tty))
+            .flatten()
+            .filter(|fd| !(watch_stdin && *fd == 0));
+    }
+
+    /// Blocks in the one `poll` until something is ready or [`Supervisor::deadline`] passes.
+    /// Returns the poll set and where each watched fd sits in it. Errors: [`Error::Poll`].
+    fn wait(&mut self, now: Instant) -> Result<(Vec<PollFd>, Slots), Error> {
+        let mut fds = vec![PollFd::new(self.signals.as_raw_fd(), POLL_IN)];
+        let owner =
+            self.owner.as_ref().and_then(|o| o.pidfd.as_ref()).map(|fd| slot(&mut fds, fd.as_raw_fd(), POLL_IN));
+        let stdin = self.watch_stdin.then(|| slot(&mut fds, 0, POLL_HUP_ONLY));
+        // No events asked: a terminal reports only its hangup, never being in the background.
+        let terminal = self.terminal.map(|fd| slot(&mut fds, fd, 0));
+        // In the cgroup tier, `populated 0` wakes the loop as soon as the last member exits.
+        let cgroup = self.tree.cgroup().map(|cg| slot(&mut fds, cg.events_fd(), POLL_PRI));
+        let supervisor = self.supervisor_fd.map(|fd| slot(&mut fds, fd, POLL_IN));
+        let relay = self.relay.as_ref().map(|r| r.poll_fds(&mut fds)).unwrap_or_default();
+        let output = self.output.as_ref().map(|o| o.poll_fds(&mut fds)).unwrap_or_default();
+        let extra_from = fds.len();
+        fds.extend(self.hooks.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
+        let deadline = self.deadline(now);
+        process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).map_err(Error::Poll)?;
+        Ok((fds, Slots { owner, stdin, terminal, cgroup, supervisor, relay, output, extra_from }))
+    }
+
+    /// When the loop must wake even if nothing happens: the stop's next deadline; at once with
+    /// children left to reap; while no stop runs, the turn timeout, the next look at the
+    /// members and the drain window's end; the owner's next look without a pidfd; during a
+    /// stop in the cgroup tier, the next look at "all gone" ([`CGROUP_RECHECK`]).
+    fn deadline(&self, now: Instant) -> Option<Instant> {
+        let mut deadline = self.machine.deadline(now);
+        if self.backlog {
             deadline = Some(now);
         }
-        if !machine.stopping() {
-            deadline = earliest(earliest(deadline, timeout_at), next_scan);
-            deadline = earliest(deadline, drain.as_ref().map(Drain::deadline));
+        if !self.machine.stopping() {
+            deadline = earliest(earliest(deadline, self.timeout_at), self.next_scan);
+            deadline = earliest(deadline, self.drain.as_ref().map(Drain::deadline));
         }
-        if owner.as_ref().is_some_and(|o| o.pidfd.is_none()) {
+        if self.owner.as_ref().is_some_and(|o| o.pidfd.is_none()) {
             deadline = earliest(deadline, Some(now + OWNER_POLL));
         }
-        if machine.stopping() && tree.cgroup().is_some() {
+        if self.machine.stopping() && self.tree.cgroup().is_some() {
             deadline = earliest(deadline, Some(now + CGROUP_RECHECK));
         }
-        process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).map_err(Error::Poll)?;
+        deadline
+    }
 
-        // Before the signals: a keeper whose supervisor died in a stopped process group is sent
-        // SIGHUP and SIGCONT by the kernel (the group became orphaned), and the stop it then
-        // runs is for its supervisor's death, as recorded (issue 34, item 9).
-        if supervisor_slot.is_some_and(|slot| fds[slot].ready()) {
-            supervisor_fd = None;
-            begin(&mut machine, Trigger::SupervisorKilled, &tree, hooks);
+    /// Before the signals: a keeper whose supervisor died in a stopped process group is sent
+    /// SIGHUP and SIGCONT by the kernel (the group became orphaned), and the stop it then runs
+    /// is for its supervisor's death, as recorded (issue 34, item 9).
+    fn supervisor_death(&mut self, fds: &[PollFd], slots: &Slots) {
+        if slots.supervisor.is_some_and(|slot| fds[slot].ready()) {
+            self.supervisor_fd = None;
+            begin(&mut self.machine, Trigger::SupervisorKilled, &self.tree, self.hooks);
         }
-        for sig in signals.drain() {
+    }
+
+    /// The signals received: the forwarded ones go to the tree, SIGTERM, SIGINT and SIGHUP
+    /// begin the stop (SIGCHLD only wakes: every wake reaps).
+    fn signals(&mut self) {
+        for sig in self.signals.drain() {
             if Signal::FORWARDED.contains(&sig) {
                 // Not a stop: passed on, and the supervisor lives on with its tree.
-                tree.forward(sig);
+                self.tree.forward(sig);
             } else if sig != Signal::CHLD {
                 // A signal's EINTR leaves this wake's poll results unread: the supervisor's death
                 // that came with it (the kernel's SIGHUP to an orphaned group) is looked at now.
-                let trigger = match supervisor_fd {
+                let trigger = match self.supervisor_fd {
                     Some(fd) if gone(fd) => Trigger::SupervisorKilled,
                     _ => Trigger::Signal(sig),
                 };
                 // `sheepdog stop --term-grace`: the request's one-off grace, in ms, rides in the
                 // signal's value (nothing is written to the entry for this process to read back).
-                let one_off = signals.take_value(sig).map(|ms| Duration::from_millis(u64::from(ms)));
-                begin_with(&mut machine, trigger, &tree, hooks, one_off);
+                let one_off = self.signals.take_value(sig).map(|ms| Duration::from_millis(u64::from(ms)));
+                begin_with(&mut self.machine, trigger, &self.tree, self.hooks, one_off);
             }
         }
+    }
+
+    /// Reaps children, at most [`REAP_BATCH`] and for at most [`REAP_SLICE`] (never past the
+    /// stop's next deadline, from the wake's `now`): the provider's status is kept (and told to
+    /// the supervisor in front, in a keeper), any other child's is told. Returns how many.
+    fn reap(&mut self, now: Instant) -> usize {
         let mut reaped = 0;
-        let reap_until = earliest(Some(Instant::now() + REAP_SLICE), machine.deadline(now));
+        let reap_until = earliest(Some(Instant::now() + REAP_SLICE), self.machine.deadline(now));
         let mut cut = false;
         while !cut
             && reaped < REAP_BATCH
@@ -1027,172 +1128,207 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn H
             if reaped % 16 == 0 && reap_until.is_some_and(|t| Instant::now() >= t) {
                 cut = true;
             }
-            if pid == spawned.pid {
-                provider = Some(status);
-                tree.leader_reaped();
-                if let Some(l) = &link {
+            if pid == self.spawned.pid {
+                self.provider = Some(status);
+                self.tree.leader_reaped();
+                if let Some(l) = &self.link {
                     l.tell(Message::Provider(status));
                 }
             } else {
-                hooks.on(&Happened::Reaped { pid, status });
+                self.hooks.on(&Happened::Reaped { pid, status });
             }
         }
-        let reaped_any = reaped > 0;
-        backlog = cut || reaped == REAP_BATCH;
-        let owner_died = match (&owner, owner_slot) {
+        self.backlog = cut || reaped == REAP_BATCH;
+        reaped
+    }
+
+    /// The owner's death (its pidfd ready, or the look without one) begins the stop, with the
+    /// stdin grace first under `--on-owner-death close-stdin`.
+    fn owner(&mut self, fds: &[PollFd], slots: &Slots) {
+        let owner_died = match (&self.owner, slots.owner) {
             (Some(_), Some(slot)) => fds[slot].ready(),
             (Some(o), None) => o.gone_by_poll(),
             (None, _) => false,
         };
         if owner_died {
-            owner = None;
-            if opts.on_owner_death == OnOwnerDeath::CloseStdin {
-                // Orca's `stdin-end` close: EOF first (the relay finishes below, as for every
+            self.owner = None;
+            if self.on_owner_death == OnOwnerDeath::CloseStdin {
+                // Orca's `stdin-end` close: EOF first (the relay finishes in `step`, as for every
                 // stop), the stdin grace, then the one stop.
-                begin_with_stdin_grace(&mut machine, Trigger::OwnerDied, hooks);
+                begin_with_stdin_grace(&mut self.machine, Trigger::OwnerDied, self.hooks);
             } else {
-                begin(&mut machine, Trigger::OwnerDied, &tree, hooks);
+                begin(&mut self.machine, Trigger::OwnerDied, &self.tree, self.hooks);
             }
         }
-        if let (Some(slot), Some(cg)) = (cgroup_slot, tree.cgroup())
+    }
+
+    /// The other fds that are ready: the cgroup's events (re-armed), stdin's and the terminal's
+    /// hang-ups (a stop), the relays (serviced; the stdin relay's EOF may stop) and the front
+    /// end's own fds ([`Hooks::ready`]).
+    fn ready(&mut self, fds: &[PollFd], slots: Slots) {
+        if let (Some(slot), Some(cg)) = (slots.cgroup, self.tree.cgroup())
             && fds[slot].ready()
         {
-            // Re-arms POLLPRI; "all gone" itself is re-checked below, as after every wake.
+            // Re-arms POLLPRI; "all gone" itself is re-checked in `step`, as after every wake.
             let _ = cg.populated();
         }
-        if stdin_slot.is_some_and(|slot| fds[slot].hung_up()) {
-            watch_stdin = false;
-            begin(&mut machine, Trigger::StdinEof, &tree, hooks);
+        if slots.stdin.is_some_and(|slot| fds[slot].hung_up()) {
+            self.watch_stdin = false;
+            begin(&mut self.machine, Trigger::StdinEof, &self.tree, self.hooks);
         }
-        if terminal_slot.is_some_and(|slot| fds[slot].hung_up()) {
+        if slots.terminal.is_some_and(|slot| fds[slot].hung_up()) {
             // As a SIGHUP to sheepdog: the terminal's hangup is the signal's reason.
-            terminal = None;
-            begin(&mut machine, Trigger::Signal(Signal::HUP), &tree, hooks);
+            self.terminal = None;
+            begin(&mut self.machine, Trigger::Signal(Signal::HUP), &self.tree, self.hooks);
         }
-        if let Some(r) = relay.as_mut() {
-            if r.service(&fds, relay_slots) == Seen::SourceEof {
-                stdin_at_eof = true;
-                if opts.on_stdin_eof == OnStdinEof::Stop {
-                    begin(&mut machine, Trigger::StdinEof, &tree, hooks);
+        if let Some(r) = self.relay.as_mut() {
+            if r.service(fds, slots.relay) == Seen::SourceEof {
+                self.stdin_at_eof = true;
+                if self.on_stdin_eof == OnStdinEof::Stop {
+                    begin(&mut self.machine, Trigger::StdinEof, &self.tree, self.hooks);
                 }
             }
-            if r.closed() && !stdin_at_eof && !machine.stopping() {
+            if r.closed() && !self.stdin_at_eof && !self.machine.stopping() {
                 // The provider closed its stdin (EPIPE): the host's EOF is watched as without
                 // the relay.
-                relay = None;
-                watch_stdin = opts.on_stdin_eof == OnStdinEof::Stop;
+                self.relay = None;
+                self.watch_stdin = self.on_stdin_eof == OnStdinEof::Stop;
             }
         }
-        if let Some(o) = output.as_mut() {
-            o.service(&fds, &output_slots);
+        if let Some(o) = self.output.as_mut() {
+            o.service(fds, &slots.output);
         }
-        for p in &fds[extra_from..] {
+        for p in &fds[slots.extra_from..] {
             if p.ready() {
-                hooks.ready(p.fd);
+                self.hooks.ready(p.fd);
             }
         }
-        let now = Instant::now();
-        if let Some(t) = next_scan
-            && !machine.stopping()
-            && provider.is_none()
+    }
+
+    /// While the provider runs: the descendants for [`Hooks::members`] when the look is due
+    /// (or a child was reaped), and the turn timeout.
+    fn scan_and_timeout(&mut self, now: Instant, reaped_any: bool) {
+        if let Some(t) = self.next_scan
+            && !self.machine.stopping()
+            && self.provider.is_none()
             && (now >= t || reaped_any)
         {
-            let news = hooks.members(&tree.live_descendants());
-            scan_every = if reaped_any || news { MEMBER_SCAN_MIN } else { (scan_every * 2).min(MEMBER_SCAN_MAX) };
-            next_scan = Some(now + scan_every);
+            let news = self.hooks.members(&self.tree.live_descendants());
+            self.scan_every =
+                if reaped_any || news { MEMBER_SCAN_MIN } else { (self.scan_every * 2).min(MEMBER_SCAN_MAX) };
+            self.next_scan = Some(now + self.scan_every);
         }
-        if timeout_at.is_some_and(|t| now >= t) && !machine.stopping() {
-            begin(&mut machine, Trigger::Timeout, &tree, hooks);
+        if self.timeout_at.is_some_and(|t| now >= t) && !self.machine.stopping() {
+            begin(&mut self.machine, Trigger::Timeout, &self.tree, self.hooks);
         }
+    }
 
+    /// The end of a wake: [`Life::next`] decides, and the loop acts on it (hands the leftovers
+    /// on, waits, or steps the stop machine). Returns where the life is after it: the loop ends
+    /// at [`Life::HandingOn`], [`Life::Gone`] and [`Life::Unfinished`].
+    fn step(&mut self, now: Instant, reaped: usize) -> Life {
         // Exited on its own with a status: what it left is handed on, not stopped, and without
         // the drain window (a reader of its output is kept with the rest). A provider killed by
         // a signal was stopped from outside (an agent's tree kill), and what it left goes too.
-        let mut look = TreeLook { tree: &tree, now, reaped, drain: &mut drain, members: Vec::new() };
-        let step = match Life::next(machine.phase(), provider, opts.keep_leftovers, &mut look) {
+        let mut look = TreeLook { tree: &self.tree, now, reaped, drain: &mut self.drain, members: Vec::new() };
+        let life = Life::next(self.machine.phase(), self.provider, self.keep_leftovers, &mut look);
+        let step = match life {
             Life::HandingOn => {
-                let mut members = look.members;
-                members.sort_by_key(|m| m.start_time);
-                let cgroup = tree.cgroup().map(|c| (c.path().to_path_buf(), c.inode()));
-                // All the command itself wrote is in the pipes now: the host gets it first, and
-                // what the leftovers write from here on goes to the entry's log.
-                let output = match output.take() {
-                    Some(mut o) => {
-                        o.drain_now();
-                        o.into_kept()
-                    }
-                    None => Vec::new(),
-                };
-                kept = Some(Kept { members, cgroup, pgid: spawned.pgid, output });
-                break;
+                let members = look.members;
+                self.hand_on(members);
+                return Life::HandingOn;
             }
             // Draining: not yet, a reader is still writing out what the provider printed.
             Life::Running | Life::Draining | Life::Gone | Life::Unfinished => None,
-            Life::Stopping if provider.is_some() => {
-                let was_running = !machine.stopping();
-                if was_running && let Some(policy) = hooks.policy_for_stop(Trigger::ProviderExited) {
-                    machine.set_policy(policy);
+            Life::Stopping if self.provider.is_some() => {
+                let was_running = !self.machine.stopping();
+                if was_running && let Some(policy) = self.hooks.policy_for_stop(Trigger::ProviderExited) {
+                    self.machine.set_policy(policy);
                 }
-                let step = machine.provider_exited(now, &tree);
-                if was_running && machine.stopping() {
-                    hooks.on(&Happened::Stopping { trigger: Trigger::ProviderExited, policy: machine.policy() });
+                let step = self.machine.provider_exited(now, &self.tree);
+                if was_running && self.machine.stopping() {
+                    self.hooks
+                        .on(&Happened::Stopping { trigger: Trigger::ProviderExited, policy: self.machine.policy() });
                 }
                 step
             }
-            Life::Stopping => machine.advance(now, &tree, false),
+            Life::Stopping => self.machine.advance(now, &self.tree, false),
         };
         if let Some(Step::Escalated { remaining }) = step {
-            hooks.on(&Happened::Escalated { remaining });
+            self.hooks.on(&Happened::Escalated { remaining });
         }
-        if let Some(r) = relay.as_mut() {
+        if let Some(r) = self.relay.as_mut() {
             // Gone, the provider holds no stdin to drain; stopping, nothing more is relayed and
             // the provider reads what it was sent, then EOF.
-            if provider.is_some() {
+            if self.provider.is_some() {
                 r.abandon();
-            } else if machine.stopping() {
+            } else if self.machine.stopping() {
                 r.finish();
             }
         }
-        match machine.phase() {
-            Phase::Gone | Phase::Unfinished => break,
-            _ => {}
+        match self.machine.phase() {
+            Phase::Gone => Life::Gone,
+            Phase::Unfinished => Life::Unfinished,
+            _ => life,
         }
     }
 
-    // The tree's cgroup goes with the tree; a leftover is reported (and removed by `reap`).
-    if machine.phase() == Phase::Gone {
-        // Nothing of the tree is alive, so no more zombies come: reap them now rather than leave
-        // thousands (after a fork storm) to whoever inherits them. Bounded all the same, in case
-        // an inherited orphan that is not the tree's keeps forking.
-        for _ in 0..REAP_BATCH * 64 {
-            if process::reap_any().is_none() {
-                break;
+    /// [`Life::HandingOn`]: the live `members`, oldest first, with the tree's cgroup and the
+    /// output relay's read ends, become [`Outcome::kept`].
+    fn hand_on(&mut self, mut members: Vec<Member>) {
+        members.sort_by_key(|m| m.start_time);
+        let cgroup = self.tree.cgroup().map(|c| (c.path().to_path_buf(), c.inode()));
+        // All the command itself wrote is in the pipes now: the host gets it first, and what
+        // the leftovers write from here on goes to the entry's log.
+        let output = match self.output.take() {
+            Some(mut o) => {
+                o.drain_now();
+                o.into_kept()
+            }
+            None => Vec::new(),
+        };
+        self.kept = Some(Kept { members, cgroup, pgid: self.spawned.pgid, output });
+    }
+
+    /// After the loop: the last zombies reaped, the output relay emptied, the tree's cgroup
+    /// removed (not a kept one), the terminal given back to `terminal_home`; how it ended.
+    fn finish(self, terminal_home: Option<Pgid>) -> Outcome {
+        let Supervisor { spawned, provider, tree, machine, link, mut output, kept, .. } = self;
+        // The tree's cgroup goes with the tree; a leftover is reported (and removed by `reap`).
+        if machine.phase() == Phase::Gone {
+            // Nothing of the tree is alive, so no more zombies come: reap them now rather than
+            // leave thousands (after a fork storm) to whoever inherits them. Bounded all the
+            // same, in case an inherited orphan that is not the tree's keeps forking.
+            for _ in 0..REAP_BATCH * 64 {
+                if process::reap_any().is_none() {
+                    break;
+                }
             }
         }
+        // The tree is gone (or past its kill wait): the relay copies out what it left in the pipes.
+        if let Some(o) = output.as_mut() {
+            o.drain_now();
+        }
+        drop(output);
+        // A tree handed on alive keeps its cgroup.
+        let cgroup_left = kept.is_none() && tree.cgroup().is_some_and(|cg| cg.remove().is_err());
+        if let Some(home) = terminal_home {
+            // A script that ran `sheepdog run -- CMD` reads the terminal next: the foreground goes
+            // back from the provider's (now empty) group, unless someone else already took it.
+            process::give_terminal_back(spawned.pgid, home);
+        }
+        Outcome {
+            spawned,
+            provider,
+            trigger: machine.trigger(),
+            tree_gone: machine.phase() == Phase::Gone,
+            escalated: machine.escalated(),
+            cgroup_left,
+            left: if machine.phase() == Phase::Unfinished { tree.live() } else { Vec::new() },
+            kept,
+            keeper: link,
+        }
     }
-    // The tree is gone (or past its kill wait): the relay copies out what it left in the pipes.
-    if let Some(o) = output.as_mut() {
-        o.drain_now();
-    }
-    drop(output);
-    // A tree handed on alive keeps its cgroup.
-    let cgroup_left = kept.is_none() && tree.cgroup().is_some_and(|cg| cg.remove().is_err());
-    if let Some(home) = terminal_home {
-        // A script that ran `sheepdog run -- CMD` reads the terminal next: the foreground goes
-        // back from the provider's (now empty) group, unless someone else already took it.
-        process::give_terminal_back(spawned.pgid, home);
-    }
-    Ok(Outcome {
-        spawned,
-        provider,
-        trigger: machine.trigger(),
-        tree_gone: machine.phase() == Phase::Gone,
-        escalated: machine.escalated(),
-        cgroup_left,
-        left: if machine.phase() == Phase::Unfinished { tree.live() } else { Vec::new() },
-        kept,
-        keeper: link,
-    })
 }
 
 /// What a supervisor does once its keeper is gone, from what the keeper told (`report`): exits
