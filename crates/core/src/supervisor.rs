@@ -1,16 +1,37 @@
-//! The event loop of one supervisor: spawn the provider, wait on events, run the one stop, and
-//! report how it ended. Single-threaded, no async runtime; it reads top to bottom like tini.
+//! One supervisor's life: set up, split off the keeper, spawn the provider (or take over the
+//! tree after the keeper's SIGKILL), wait on events until the tree is gone or handed on, and
+//! report how it ended. Single-threaded, no async runtime.
 //!
-//! The loop blocks in one `poll` on: the signal self-pipe (SIGCHLD; SIGTERM, SIGINT, SIGHUP,
-//! which stop; and the signals in [`Signal::FORWARDED`], passed on to the provider's group), the
-//! owner's pidfd, stdin's hang-up (only with `--on-stdin-eof stop`) and whatever fds the
-//! [`Hooks`] adds (a managed process's log pipes). After every wake it reaps every child it
-//! has (the provider and any orphan re-parented to it) and re-checks "all gone", so it exits
-//! within a millisecond of the last descendant's death.
+//! [`supervise_with`] reads in that order, and the file follows it:
+//! 1. `Setup::fresh` (the owner check, the stdin and output relays, the subreaper bit, the
+//!    containment probe) or `Setup::adopt` (what an image that re-executed itself after its
+//!    keeper's SIGKILL takes over, `crate::keeper`);
+//! 2. `Setup::split`: the keeper is forked; the supervisor in front relays signals until the
+//!    keeper is done and exits as it did, and goes on only if the keeper was killed;
+//! 3. `Setup::start`: the spawn into the tree's cgroup, or the take-over of the tree a killed
+//!    keeper left (whose stop then begins at once);
+//! 4. the loop, one `Supervisor` method per step of a wake. `wait` blocks in one `poll` on the
+//!    signal self-pipe (SIGCHLD; SIGTERM, SIGINT, SIGHUP, which stop; and the signals in
+//!    [`Signal::FORWARDED`], passed on to the provider's group), the owner's pidfd, stdin's
+//!    hang-up (only with `--on-stdin-eof stop`), the terminal's hang-up, the cgroup's events,
+//!    in a keeper the supervisor's pipe, the relays, and whatever fds the [`Hooks`] adds (a
+//!    managed process's log pipes). Then, in order: the supervisor's death, the signals, the
+//!    reaping of every child it has (the provider and any orphan re-parented to it), the
+//!    owner, the other fds, the look at the members and the turn timeout; last `step`, where
+//!    `Life::next` (a pure transition, unit-tested without processes as
+//!    [`crate::stop::StopMachine`] is) decides from the stop machine's phase and the
+//!    provider's status whether the supervisor runs on, waits for a drainer, steps the stop,
+//!    hands the leftovers on or is done. "All gone" is re-checked after every wake, so it
+//!    exits within a millisecond of the last descendant's death;
+//! 5. `Supervisor::finish`: the last zombies reaped, the output relay emptied, the cgroup
+//!    removed, the terminal given back: the [`Outcome`].
 //!
-//! Longer than the ~700 lines a file here usually keeps to (about 690 of code, the rest unit
-//! tests), on purpose: the loop, its wake-ups and its one exit path are read as one piece, as
-//! tini's `main` is; split, a reader would follow a stop across files.
+//! What a managed supervisor does after it (records the outcome, runs the cleanup a stop
+//! triggered, lingers while one is pending: [`await_trigger`]) is `manager::supervise`'s.
+//!
+//! Longer than the ~700 lines a file here usually keeps to (about 1500 before its unit tests),
+//! on purpose: the setup, the loop, its wake-ups and its one exit path are read as one piece,
+//! as tini's `main` is; split, a reader would follow a stop across files.
 
 use std::ffi::OsString;
 use std::io;
@@ -83,151 +104,6 @@ pub const DRAIN_MAX_MEMBERS: usize = 256;
 /// drainer is looked for then (a look reads this process's children list, which with
 /// thousands of zombies is quadratic).
 pub const DRAIN_MAX_REAPED: usize = 32;
-
-/// The drain window after the provider's own exit: the drainers found, and when to look again.
-#[derive(Debug)]
-struct Drain {
-    /// When the look that found nothing is believed ([`DRAIN_SETTLE`]); `None` once it was.
-    settle: Option<Instant>,
-    until: Instant,
-    found: Vec<Member>,
-}
-
-impl Drain {
-    /// The window that opens at the provider's exit; none (nothing waited for) in a storm,
-    /// when this wake reaped more than [`DRAIN_MAX_REAPED`] children: a look then costs what the
-    /// stop needs its CPU for.
-    fn new(now: Instant, tree: &Tree, reaped: usize) -> Drain {
-        if reaped > DRAIN_MAX_REAPED {
-            return Drain { settle: None, until: now, found: Vec::new() };
-        }
-        let found = look_for_drainers(tree);
-        Drain { settle: Some(now + DRAIN_SETTLE), until: now + OUTPUT_DRAIN, found }
-    }
-
-    /// True while the leftovers' stop must wait: a drainer found is alive, or the settle has not
-    /// passed. Looks again (once) at the settle's deadline.
-    fn waiting(&mut self, now: Instant, tree: &Tree) -> bool {
-        if now >= self.until || tree.is_gone() {
-            return false;
-        }
-        self.found.retain(|m| procfs::is_alive(m.pid) && procfs::start_time(m.pid) == m.start_time);
-        match self.settle {
-            Some(t) if now < t => true,
-            Some(_) => {
-                self.settle = None;
-                if self.found.is_empty() {
-                    self.found = look_for_drainers(tree);
-                }
-                !self.found.is_empty()
-            }
-            None => !self.found.is_empty(),
-        }
-    }
-
-    fn deadline(&self) -> Instant {
-        self.settle.unwrap_or(self.until).min(self.until)
-    }
-}
-
-fn look_for_drainers(tree: &Tree) -> Vec<Member> {
-    if !cfg!(target_os = "linux") || !tree.at_most(DRAIN_MAX_MEMBERS) {
-        return Vec::new();
-    }
-    tree.draining()
-}
-
-/// Where a supervisor's life is, as one wake of its loop ends: what [`Life::next`] decides from
-/// the stop machine's [`Phase`] and the provider's wait status, and what the loop then does.
-///
-/// Issue 32 names the stages running, stopping, recording, lingering, cleaning up and done. In
-/// the loop they are:
-/// - running: [`Life::Running`]; after the provider's own exit, [`Life::Draining`] lingers
-///   (at most [`OUTPUT_DRAIN`]) while a leftover writes out what the provider printed;
-/// - stopping: [`Life::Stopping`], the one stop or the cleanup of what an exited provider left;
-/// - done: [`Life::Gone`] or [`Life::Unfinished`], or [`Life::HandingOn`] when the leftovers
-///   are kept alive ([`Options::keep_leftovers`]); the loop ends there.
-///
-/// Recording, lingering and cleaning up come after the loop, in a managed supervisor
-/// (`manager::supervise`): it records the [`Outcome`], runs the cleanup a stop triggered, and
-/// after the command's own exit lingers, idle, while its cleanup is pending ([`await_trigger`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Life {
-    /// The provider runs and no stop was asked: the loop waits (the stop machine has no step).
-    Running,
-    /// The provider exited on its own and a leftover still drains its output ([`Drain`]): the
-    /// stop of what it left waits.
-    Draining,
-    /// The stop machine steps: the one stop (stdin grace, SIGTERM, SIGKILL, kill wait), or, once
-    /// the provider has exited on its own, the cleanup of what it left, which ends at once when
-    /// nothing is left.
-    Stopping,
-    /// The provider exited on its own with a status and leftovers are kept: what it left alive
-    /// is handed on ([`Kept`]), not stopped, and the loop ends.
-    HandingOn,
-    /// Nothing of the tree is alive: the loop ends.
-    Gone,
-    /// The kill wait passed with something alive: the loop ends.
-    Unfinished,
-}
-
-/// What [`Life::next`] may need to look at, asked only when the answer decides (each look
-/// reads `/proc`): the tree ([`TreeLook`]) in the loop, a scripted stand-in in the unit tests.
-trait Look {
-    /// True if anything of the tree is alive (what would be handed on).
-    fn leftovers_alive(&mut self) -> bool;
-    /// True while a leftover still drains the provider's output ([`Drain::waiting`]).
-    fn drain_waits(&mut self) -> bool;
-}
-
-impl Life {
-    /// The transition at the end of a wake: from the stop machine's `phase` (after this wake's
-    /// triggers began or hastened a stop), the provider's wait status once reaped, and
-    /// `keep_leftovers`. Leftovers are looked for only for a provider that exited with a status
-    /// under `keep_leftovers` (one killed by a signal was stopped from outside, and what it
-    /// left goes too), the drain only once the provider has exited and no stop runs: a plain
-    /// `run` whose provider is alive looks at nothing.
-    fn next(phase: Phase, provider: Option<WaitStatus>, keep_leftovers: bool, look: &mut impl Look) -> Life {
-        match (phase, provider) {
-            (Phase::Gone, _) => Life::Gone,
-            (Phase::Unfinished, _) => Life::Unfinished,
-            (Phase::StdinGrace { .. } | Phase::Terminating { .. } | Phase::Killing { .. }, _) => Life::Stopping,
-            (Phase::Running, None) => Life::Running,
-            (Phase::Running, Some(WaitStatus::Exited(_))) if keep_leftovers && look.leftovers_alive() => {
-                Life::HandingOn
-            }
-            (Phase::Running, Some(_)) if look.drain_waits() => Life::Draining,
-            (Phase::Running, Some(_)) => Life::Stopping,
-        }
-    }
-}
-
-/// The loop's [`Look`]: the tree now, the drain window (opened at the first look after the
-/// provider's exit), and the live members once looked at (what [`Life::HandingOn`] hands on).
-struct TreeLook<'a> {
-    tree: &'a Tree,
-    now: Instant,
-    /// Children this wake reaped ([`Drain::new`] looks at nothing after a storm's wake).
-    reaped: usize,
-    drain: &'a mut Option<Drain>,
-    members: Vec<Member>,
-}
-
-impl Look for TreeLook<'_> {
-    fn leftovers_alive(&mut self) -> bool {
-        self.members = self.tree.live();
-        !self.members.is_empty()
-    }
-
-    fn drain_waits(&mut self) -> bool {
-        if self.drain.is_none() && !self.tree.is_gone() {
-            *self.drain = Some(Drain::new(self.now, self.tree, self.reaped));
-        }
-        // A drainer's exit wakes the loop: it is this process's child by then, or the cgroup's
-        // last member.
-        self.drain.as_mut().is_some_and(|d| d.waiting(self.now, self.tree))
-    }
-}
 
 /// Whom the supervisor answers to: when the owner dies, the tree is stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1328,6 +1204,151 @@ impl Supervisor<'_> {
             kept,
             keeper: link,
         }
+    }
+}
+
+/// The drain window after the provider's own exit: the drainers found, and when to look again.
+#[derive(Debug)]
+struct Drain {
+    /// When the look that found nothing is believed ([`DRAIN_SETTLE`]); `None` once it was.
+    settle: Option<Instant>,
+    until: Instant,
+    found: Vec<Member>,
+}
+
+impl Drain {
+    /// The window that opens at the provider's exit; none (nothing waited for) in a storm,
+    /// when this wake reaped more than [`DRAIN_MAX_REAPED`] children: a look then costs what the
+    /// stop needs its CPU for.
+    fn new(now: Instant, tree: &Tree, reaped: usize) -> Drain {
+        if reaped > DRAIN_MAX_REAPED {
+            return Drain { settle: None, until: now, found: Vec::new() };
+        }
+        let found = look_for_drainers(tree);
+        Drain { settle: Some(now + DRAIN_SETTLE), until: now + OUTPUT_DRAIN, found }
+    }
+
+    /// True while the leftovers' stop must wait: a drainer found is alive, or the settle has not
+    /// passed. Looks again (once) at the settle's deadline.
+    fn waiting(&mut self, now: Instant, tree: &Tree) -> bool {
+        if now >= self.until || tree.is_gone() {
+            return false;
+        }
+        self.found.retain(|m| procfs::is_alive(m.pid) && procfs::start_time(m.pid) == m.start_time);
+        match self.settle {
+            Some(t) if now < t => true,
+            Some(_) => {
+                self.settle = None;
+                if self.found.is_empty() {
+                    self.found = look_for_drainers(tree);
+                }
+                !self.found.is_empty()
+            }
+            None => !self.found.is_empty(),
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        self.settle.unwrap_or(self.until).min(self.until)
+    }
+}
+
+fn look_for_drainers(tree: &Tree) -> Vec<Member> {
+    if !cfg!(target_os = "linux") || !tree.at_most(DRAIN_MAX_MEMBERS) {
+        return Vec::new();
+    }
+    tree.draining()
+}
+
+/// Where a supervisor's life is, as one wake of its loop ends: what [`Life::next`] decides from
+/// the stop machine's [`Phase`] and the provider's wait status, and what the loop then does.
+///
+/// Issue 32 names the stages running, stopping, recording, lingering, cleaning up and done. In
+/// the loop they are:
+/// - running: [`Life::Running`]; after the provider's own exit, [`Life::Draining`] lingers
+///   (at most [`OUTPUT_DRAIN`]) while a leftover writes out what the provider printed;
+/// - stopping: [`Life::Stopping`], the one stop or the cleanup of what an exited provider left;
+/// - done: [`Life::Gone`] or [`Life::Unfinished`], or [`Life::HandingOn`] when the leftovers
+///   are kept alive ([`Options::keep_leftovers`]); the loop ends there.
+///
+/// Recording, lingering and cleaning up come after the loop, in a managed supervisor
+/// (`manager::supervise`): it records the [`Outcome`], runs the cleanup a stop triggered, and
+/// after the command's own exit lingers, idle, while its cleanup is pending ([`await_trigger`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Life {
+    /// The provider runs and no stop was asked: the loop waits (the stop machine has no step).
+    Running,
+    /// The provider exited on its own and a leftover still drains its output ([`Drain`]): the
+    /// stop of what it left waits.
+    Draining,
+    /// The stop machine steps: the one stop (stdin grace, SIGTERM, SIGKILL, kill wait), or, once
+    /// the provider has exited on its own, the cleanup of what it left, which ends at once when
+    /// nothing is left.
+    Stopping,
+    /// The provider exited on its own with a status and leftovers are kept: what it left alive
+    /// is handed on ([`Kept`]), not stopped, and the loop ends.
+    HandingOn,
+    /// Nothing of the tree is alive: the loop ends.
+    Gone,
+    /// The kill wait passed with something alive: the loop ends.
+    Unfinished,
+}
+
+/// What [`Life::next`] may need to look at, asked only when the answer decides (each look
+/// reads `/proc`): the tree ([`TreeLook`]) in the loop, a scripted stand-in in the unit tests.
+trait Look {
+    /// True if anything of the tree is alive (what would be handed on).
+    fn leftovers_alive(&mut self) -> bool;
+    /// True while a leftover still drains the provider's output ([`Drain::waiting`]).
+    fn drain_waits(&mut self) -> bool;
+}
+
+impl Life {
+    /// The transition at the end of a wake: from the stop machine's `phase` (after this wake's
+    /// triggers began or hastened a stop), the provider's wait status once reaped, and
+    /// `keep_leftovers`. Leftovers are looked for only for a provider that exited with a status
+    /// under `keep_leftovers` (one killed by a signal was stopped from outside, and what it
+    /// left goes too), the drain only once the provider has exited and no stop runs: a plain
+    /// `run` whose provider is alive looks at nothing.
+    fn next(phase: Phase, provider: Option<WaitStatus>, keep_leftovers: bool, look: &mut impl Look) -> Life {
+        match (phase, provider) {
+            (Phase::Gone, _) => Life::Gone,
+            (Phase::Unfinished, _) => Life::Unfinished,
+            (Phase::StdinGrace { .. } | Phase::Terminating { .. } | Phase::Killing { .. }, _) => Life::Stopping,
+            (Phase::Running, None) => Life::Running,
+            (Phase::Running, Some(WaitStatus::Exited(_))) if keep_leftovers && look.leftovers_alive() => {
+                Life::HandingOn
+            }
+            (Phase::Running, Some(_)) if look.drain_waits() => Life::Draining,
+            (Phase::Running, Some(_)) => Life::Stopping,
+        }
+    }
+}
+
+/// The loop's [`Look`]: the tree now, the drain window (opened at the first look after the
+/// provider's exit), and the live members once looked at (what [`Life::HandingOn`] hands on).
+struct TreeLook<'a> {
+    tree: &'a Tree,
+    now: Instant,
+    /// Children this wake reaped ([`Drain::new`] looks at nothing after a storm's wake).
+    reaped: usize,
+    drain: &'a mut Option<Drain>,
+    members: Vec<Member>,
+}
+
+impl Look for TreeLook<'_> {
+    fn leftovers_alive(&mut self) -> bool {
+        self.members = self.tree.live();
+        !self.members.is_empty()
+    }
+
+    fn drain_waits(&mut self) -> bool {
+        if self.drain.is_none() && !self.tree.is_gone() {
+            *self.drain = Some(Drain::new(self.now, self.tree, self.reaped));
+        }
+        // A drainer's exit wakes the loop: it is this process's child by then, or the cgroup's
+        // last member.
+        self.drain.as_mut().is_some_and(|d| d.waiting(self.now, self.tree))
     }
 }
 
