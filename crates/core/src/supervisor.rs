@@ -1,16 +1,37 @@
-//! The event loop of one supervisor: spawn the provider, wait on events, run the one stop, and
-//! report how it ended. Single-threaded, no async runtime; it reads top to bottom like tini.
+//! One supervisor's life: set up, split off the keeper, spawn the provider (or take over the
+//! tree after the keeper's SIGKILL), wait on events until the tree is gone or handed on, and
+//! report how it ended. Single-threaded, no async runtime.
 //!
-//! The loop blocks in one `poll` on: the signal self-pipe (SIGCHLD; SIGTERM, SIGINT, SIGHUP,
-//! which stop; and the signals in [`Signal::FORWARDED`], passed on to the provider's group), the
-//! owner's pidfd, stdin's hang-up (only with `--on-stdin-eof stop`) and whatever fds the
-//! [`Hooks`] adds (a managed process's log pipes). After every wake it reaps every child it
-//! has (the provider and any orphan re-parented to it) and re-checks "all gone", so it exits
-//! within a millisecond of the last descendant's death.
+//! [`supervise_with`] reads in that order, and the file follows it:
+//! 1. `Setup::fresh` (the owner check, the stdin and output relays, the subreaper bit, the
+//!    containment probe) or `Setup::adopt` (what an image that re-executed itself after its
+//!    keeper's SIGKILL takes over, `crate::keeper`);
+//! 2. `Setup::split`: the keeper is forked; the supervisor in front relays signals until the
+//!    keeper is done and exits as it did, and goes on only if the keeper was killed;
+//! 3. `Setup::start`: the spawn into the tree's cgroup, or the take-over of the tree a killed
+//!    keeper left (whose stop then begins at once);
+//! 4. the loop, one `Supervisor` method per step of a wake. `wait` blocks in one `poll` on the
+//!    signal self-pipe (SIGCHLD; SIGTERM, SIGINT, SIGHUP, which stop; and the signals in
+//!    [`Signal::FORWARDED`], passed on to the provider's group), the owner's pidfd, stdin's
+//!    hang-up (only with `--on-stdin-eof stop`), the terminal's hang-up, the cgroup's events,
+//!    in a keeper the supervisor's pipe, the relays, and whatever fds the [`Hooks`] adds (a
+//!    managed process's log pipes). Then, in order: the supervisor's death, the signals, the
+//!    reaping of every child it has (the provider and any orphan re-parented to it), the
+//!    owner, the other fds, the look at the members and the turn timeout; last `step`, where
+//!    `Life::next` (a pure transition, unit-tested without processes as
+//!    [`crate::stop::StopMachine`] is) decides from the stop machine's phase and the
+//!    provider's status whether the supervisor runs on, waits for a drainer, steps the stop,
+//!    hands the leftovers on or is done. "All gone" is re-checked after every wake, so it
+//!    exits within a millisecond of the last descendant's death;
+//! 5. `Supervisor::finish`: the last zombies reaped, the output relay emptied, the cgroup
+//!    removed, the terminal given back: the [`Outcome`].
 //!
-//! Longer than the ~700 lines a file here usually keeps to (about 690 of code, the rest unit
-//! tests), on purpose: the loop, its wake-ups and its one exit path are read as one piece, as
-//! tini's `main` is; split, a reader would follow a stop across files.
+//! What a managed supervisor does after it (records the outcome, runs the cleanup a stop
+//! triggered, lingers while one is pending: [`await_trigger`]) is `manager::supervise`'s.
+//!
+//! Longer than the ~700 lines a file here usually keeps to (about 1500 before its unit tests),
+//! on purpose: the setup, the loop, its wake-ups and its one exit path are read as one piece,
+//! as tini's `main` is; split, a reader would follow a stop across files.
 
 use std::ffi::OsString;
 use std::io;
@@ -83,59 +104,6 @@ pub const DRAIN_MAX_MEMBERS: usize = 256;
 /// drainer is looked for then (a look reads this process's children list, which with
 /// thousands of zombies is quadratic).
 pub const DRAIN_MAX_REAPED: usize = 32;
-
-/// The drain window after the provider's own exit: the drainers found, and when to look again.
-#[derive(Debug)]
-struct Drain {
-    /// When the look that found nothing is believed ([`DRAIN_SETTLE`]); `None` once it was.
-    settle: Option<Instant>,
-    until: Instant,
-    found: Vec<Member>,
-}
-
-impl Drain {
-    /// The window that opens at the provider's exit; none (nothing waited for) in a storm,
-    /// when this wake reaped more than [`DRAIN_MAX_REAPED`] children: a look then costs what the
-    /// stop needs its CPU for.
-    fn new(now: Instant, tree: &Tree, reaped: usize) -> Drain {
-        if reaped > DRAIN_MAX_REAPED {
-            return Drain { settle: None, until: now, found: Vec::new() };
-        }
-        let found = look_for_drainers(tree);
-        Drain { settle: Some(now + DRAIN_SETTLE), until: now + OUTPUT_DRAIN, found }
-    }
-
-    /// True while the leftovers' stop must wait: a drainer found is alive, or the settle has not
-    /// passed. Looks again (once) at the settle's deadline.
-    fn waiting(&mut self, now: Instant, tree: &Tree) -> bool {
-        if now >= self.until || tree.is_gone() {
-            return false;
-        }
-        self.found.retain(|m| procfs::is_alive(m.pid) && procfs::start_time(m.pid) == m.start_time);
-        match self.settle {
-            Some(t) if now < t => true,
-            Some(_) => {
-                self.settle = None;
-                if self.found.is_empty() {
-                    self.found = look_for_drainers(tree);
-                }
-                !self.found.is_empty()
-            }
-            None => !self.found.is_empty(),
-        }
-    }
-
-    fn deadline(&self) -> Instant {
-        self.settle.unwrap_or(self.until).min(self.until)
-    }
-}
-
-fn look_for_drainers(tree: &Tree) -> Vec<Member> {
-    if !cfg!(target_os = "linux") || !tree.at_most(DRAIN_MAX_MEMBERS) {
-        return Vec::new();
-    }
-    tree.draining()
-}
 
 /// Whom the supervisor answers to: when the owner dies, the tree is stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -551,6 +519,218 @@ impl OwnerWatch {
     }
 }
 
+/// What the supervisor holds before the keeper split: the owner's watch, the relays, the
+/// containment, the children that are not the provider's and the terminal's home. Made by
+/// [`Setup::fresh`] (the checks, then what a first start makes) or by [`Setup::adopt`] (what a
+/// supervisor that re-executed itself after its keeper's SIGKILL takes over).
+struct Setup {
+    owner: Option<OwnerWatch>,
+    /// The stdin relay ([`StdinRelay`]), with `--stdin relay`.
+    relay: Option<StdinRelay>,
+    /// The output relay ([`OutputRelay`]), only when leftovers are kept.
+    output: Option<OutputRelay>,
+    containment: cgroup::Containment,
+    /// Children this process already has (a shell that exec'd sheepdog may have left a job
+    /// behind): not the provider's, reaped when they exit, never stopped.
+    foreign: Vec<Member>,
+    /// The group to give the terminal's foreground back to once the tree is gone, if the
+    /// provider takes it.
+    terminal_home: Option<Pgid>,
+}
+
+impl Setup {
+    /// A first start, in this order: the owner check (the provider never runs for a wrong or
+    /// dead owner), the relays (made before the keeper: the process that runs the loop holds
+    /// their other ends alone; the stdin relay's read end and the output relay's write ends go
+    /// into `opts.spawn`), the subreaper bit, then the containment probe (the tree's cgroup
+    /// exists and is recorded, [`Happened::Contained`], before the command runs).
+    ///
+    /// Errors: [`Error::OwnerNotParent`], [`Error::OwnerGone`], [`Error::CloseStdinWithoutRelay`],
+    /// [`Error::RelayTerminal`], [`Error::Containment`], [`Error::Io`]; nothing was spawned.
+    fn fresh(opts: &mut Options, hooks: &mut dyn Hooks) -> Result<Setup, Error> {
+        let owner = opts.owner.map(OwnerWatch::open).transpose()?;
+        let mut relay = None;
+        if opts.on_owner_death == OnOwnerDeath::CloseStdin && opts.stdin != StdinMode::Relay {
+            return Err(Error::CloseStdinWithoutRelay);
+        }
+        if opts.stdin == StdinMode::Relay {
+            if process::fd_kind(0) == FdKind::Tty {
+                return Err(Error::RelayTerminal);
+            }
+            let (r, read_end) = StdinRelay::new().map_err(io_err("make the stdin relay"))?;
+            opts.spawn.stdin = Some(read_end);
+            relay = Some(r);
+        }
+        // A plain `run` gives the command the host's own fds.
+        let mut output = None;
+        if opts.keep_leftovers
+            && let Some((o, ends)) = OutputRelay::new().map_err(io_err("make the output relay"))?
+        {
+            opts.spawn.stdout = ends.stdout;
+            opts.spawn.stderr = ends.stderr;
+            output = Some(o);
+        }
+        #[cfg(target_os = "linux")]
+        process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
+        let containment = cgroup::probe(&opts.containment)?;
+        hooks.on(&Happened::Contained(&containment.record()));
+        Ok(Setup {
+            owner,
+            relay,
+            output,
+            containment,
+            foreign: crate::tree::foreign_children(),
+            // Decided here (this process's group is the foreground, as tini checks): the keeper
+            // moves to a group of its own before the spawn.
+            terminal_home: process::owns_terminal_foreground().then(process::getpgrp),
+        })
+    }
+
+    /// A take-over after the keeper's SIGKILL (`adoption`): an owner that is gone stops no
+    /// take-over (the stop runs all the same), no relay is made (the stdin relay died with the
+    /// keeper, so the provider has read its EOF), no cgroup is made (the tree's is opened), and
+    /// the children from before the split and the terminal's home are the keeper's record.
+    ///
+    /// Errors: [`Error::Io`] if this process cannot become a subreaper.
+    fn adopt(adoption: &crate::keeper::Adoption, owner: Option<Owner>) -> Result<Setup, Error> {
+        // The relay kept them blocked across `execve`; the handlers are installed now.
+        #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+        crate::sys::keep::unblock_all();
+        let owner = owner.and_then(|o| OwnerWatch::open(o).ok());
+        #[cfg(target_os = "linux")]
+        process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
+        let containment = cgroup::Containment {
+            tier: if adoption.cgroup.is_some() { cgroup::Tier::Cgroup } else { cgroup::Tier::fallback() },
+            reason: None,
+            // Not held again (`Cgroup::hold`): this process is the one the cgroup's name
+            // identifies, alive, and `reap` leaves the cgroup of a live supervisor alone.
+            cgroup: adoption.cgroup.as_ref().and_then(|(path, inode)| cgroup::Cgroup::open(path, Some(*inode)).ok()),
+        };
+        let foreign = adoption
+            .foreign
+            .iter()
+            .filter_map(|p| procfs::stat(*p).ok())
+            .filter(|s| !s.is_zombie())
+            .map(|s| Member::from_stat(&s))
+            .collect();
+        Ok(Setup { owner, relay: None, output: None, containment, foreign, terminal_home: adoption.terminal_home })
+    }
+
+    /// The keeper (crate::keeper): from here on two processes watch each other, and the one
+    /// left after the other's SIGKILL runs the stop. Returns, in the keeper, its end of the
+    /// chain (held until its last act). The supervisor in front relays signals until the keeper
+    /// is done and then exits as it did; it returns only if the keeper was killed, with the
+    /// provider to take over ([`take_over`]).
+    ///
+    /// Errors: [`Error::Io`] if the keeper cannot be forked.
+    fn split(&mut self, signals: &SignalPipe, opts: &mut Options, hooks: &mut dyn Hooks) -> Result<Split, Error> {
+        FRONT_IS_INIT.store(process::getpid().as_raw() == 1, std::sync::atomic::Ordering::Relaxed);
+        let handover = crate::keeper::Handover {
+            close: opts
+                .spawn
+                .fds()
+                .chain(self.relay.as_ref().and_then(StdinRelay::write_fd))
+                .chain(self.output.iter().flat_map(OutputRelay::read_fds))
+                .chain(hooks.keeper_only_fds())
+                .collect(),
+            inherit: hooks.adoptable_fds(),
+            foreign: self.foreign.iter().map(|m| m.pid).collect(),
+            cgroup: self.containment.cgroup.as_ref().map(|c| (c.path().to_path_buf(), c.inode())),
+            terminal_home: self.terminal_home,
+        };
+        match crate::keeper::split(signals, &handled_signals(), handover).map_err(io_err("make the keeper"))? {
+            Role::Keeper(l) => {
+                // The keeper's children are its own: none from before.
+                self.foreign = Vec::new();
+                // Its parent is the supervisor, so the owner is watched as any process.
+                if let Some(o) = self.owner.as_mut() {
+                    o.owner = match o.owner {
+                        Owner::Parent(p) | Owner::Process(p) => Owner::Process(p),
+                    };
+                }
+                Ok(Split { link: Some(l), adopted: None })
+            }
+            Role::Supervisor(mut front) => {
+                // The provider's stdio (a managed entry's log pipes) is the keeper's: a copy held
+                // here would keep the pipes from ever reaching EOF.
+                drop(std::mem::take(&mut opts.spawn));
+                self.relay = None;
+                self.output = None;
+                hooks.handed_to_keeper();
+                let report = front.relay(signals);
+                Ok(Split { link: None, adopted: take_over(&report, &self.foreign) })
+            }
+        }
+    }
+
+    /// Spawns the provider into the tree's cgroup (falling back to the subreaper tier if it
+    /// could not join and the tier was not demanded, told as [`Happened::Contained`]), or takes
+    /// over the one `adopted` names (the keeper was killed: its children, the provider first,
+    /// are re-parented to this process, a subreaper, so the same tree is below it). Returns the
+    /// provider, its wait status if the keeper reaped it, and the tree.
+    ///
+    /// Errors: [`Error::Spawn`] (told first as [`Happened::SpawnFailed`]; the cgroup is removed).
+    fn start(
+        &mut self,
+        opts: &mut Options,
+        split: &Split,
+        hooks: &mut dyn Hooks,
+    ) -> Result<(Spawned, Option<WaitStatus>, Tree), Error> {
+        let foreign = std::mem::take(&mut self.foreign);
+        if let Some((spawned, provider)) = split.adopted {
+            let tree = Tree::supervised_except(spawned.pgid, foreign).contained(self.containment.cgroup.take());
+            if provider.is_some() {
+                tree.leader_reaped();
+            }
+            hooks.on(&Happened::Adopted(spawned));
+            return Ok((spawned, provider, tree));
+        }
+        let join = self.containment.cgroup.as_ref().and_then(|cg| cg.join_fds()).map(|fds| spawn::CgroupJoin {
+            fds,
+            fallback: opts.containment.mode == cgroup::Mode::Auto && !opts.containment.limits_asked(),
+        });
+        let spawn_opts = std::mem::take(&mut opts.spawn);
+        let spawned = match spawn::spawn_joined(&opts.argv, spawn_opts, join, self.terminal_home.is_some()) {
+            Ok((spawned, None)) => spawned,
+            Ok((spawned, Some(why))) => {
+                let path = self.containment.cgroup.as_ref().map(|c| c.path().display().to_string()).unwrap_or_default();
+                if let Some(cg) = self.containment.cgroup.take() {
+                    let _ = cg.remove();
+                }
+                self.containment =
+                    cgroup::Containment::fallback(format!("unable to move the command into cgroup {path}: {why}"));
+                hooks.on(&Happened::Contained(&self.containment.record()));
+                spawned
+            }
+            Err(e) => {
+                if let Some(cg) = &self.containment.cgroup {
+                    let _ = cg.remove();
+                }
+                hooks.on(&Happened::SpawnFailed {
+                    program: opts.argv.first().map(OsString::as_os_str).unwrap_or_default(),
+                    error: &e,
+                });
+                return Err(e.into());
+            }
+        };
+        if let Some(l) = &split.link {
+            l.tell(Message::Spawned(spawned));
+        }
+        hooks.on(&Happened::Spawned { spawned, policy: &opts.policy });
+        let tree = Tree::supervised_except(spawned.pgid, foreign).contained(self.containment.cgroup.take());
+        Ok((spawned, None, tree))
+    }
+}
+
+/// Who goes on after the keeper split ([`Setup::split`]).
+struct Split {
+    /// In the keeper: its end of the chain, held until its last act.
+    link: Option<crate::keeper::Link>,
+    /// The keeper was killed (or, in an adopting image, had been): the provider to take over,
+    /// and its wait status if the keeper reaped it.
+    adopted: Option<(Spawned, Option<WaitStatus>)>,
+}
+
 /// Runs one provider under supervision until it and everything it started are gone.
 ///
 /// Order matters and is the point: signal handlers first (a stop that lands the instant after
@@ -593,292 +773,227 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn H
     // A supervisor that re-executed itself after its keeper's SIGKILL (crate::keeper::adoption)
     // takes the tree over: no owner check can stop it, no cgroup is made, nothing is spawned.
     let adoption = crate::keeper::adoption();
-    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
-    if adoption.is_some() {
-        // The relay kept them blocked across `execve`; the handlers are installed now.
-        crate::sys::keep::unblock_all();
-    }
-    let mut owner = match adoption {
-        None => opts.owner.map(OwnerWatch::open).transpose()?,
-        Some(_) => opts.owner.and_then(|o| OwnerWatch::open(o).ok()),
+    let mut setup = match adoption {
+        None => Setup::fresh(&mut opts, hooks)?,
+        Some(a) => Setup::adopt(a, opts.owner)?,
     };
-
-    // The stdin relay (crate::relay), made before the keeper: the process that runs the loop
-    // holds the pipe's write end alone. An adopting image has none (it died with the keeper, so
-    // the provider has read its EOF).
-    let mut relay = None;
-    if adoption.is_none() {
-        if opts.on_owner_death == OnOwnerDeath::CloseStdin && opts.stdin != StdinMode::Relay {
-            return Err(Error::CloseStdinWithoutRelay);
-        }
-        if opts.stdin == StdinMode::Relay {
-            if process::fd_kind(0) == FdKind::Tty {
-                return Err(Error::RelayTerminal);
-            }
-            let (r, read_end) = StdinRelay::new().map_err(io_err("make the stdin relay"))?;
-            opts.spawn.stdin = Some(read_end);
-            relay = Some(r);
-        }
-    }
-    // The output relay, for the same reason and only when leftovers are kept: a plain `run`
-    // gives the command the host's own fds.
-    let mut output = None;
-    if adoption.is_none()
-        && opts.keep_leftovers
-        && let Some((o, ends)) = OutputRelay::new().map_err(io_err("make the output relay"))?
-    {
-        opts.spawn.stdout = ends.stdout;
-        opts.spawn.stderr = ends.stderr;
-        output = Some(o);
-    }
-    #[cfg(target_os = "linux")]
-    process::set_child_subreaper().map_err(io_err("become a child subreaper"))?;
-
-    // The tier, before the spawn: in the cgroup tier the child joins the tree's cgroup before
-    // `exec`, and the front end records the cgroup before the command runs.
-    let mut containment = match adoption {
-        None => {
-            let c = cgroup::probe(&opts.containment)?;
-            hooks.on(&Happened::Contained(&c.record()));
-            c
-        }
-        Some(a) => cgroup::Containment {
-            tier: if a.cgroup.is_some() { cgroup::Tier::Cgroup } else { cgroup::Tier::fallback() },
-            reason: None,
-            // Not held again (`Cgroup::hold`): this process is the one the cgroup's name
-            // identifies, alive, and `reap` leaves the cgroup of a live supervisor alone.
-            cgroup: a.cgroup.as_ref().and_then(|(path, inode)| cgroup::Cgroup::open(path, Some(*inode)).ok()),
-        },
+    let split = match adoption {
+        Some(a) => Split { link: None, adopted: take_over(&a.report, &setup.foreign) },
+        None if crate::keeper::wanted() => setup.split(signals, &mut opts, hooks)?,
+        None => Split { link: None, adopted: None },
     };
-
-    // Children this process already has (a shell that exec'd sheepdog may have left a job
-    // behind) are not the provider's: they are reaped when they exit, never stopped.
-    let foreign = match adoption {
-        None => crate::tree::foreign_children(),
-        Some(a) => a
-            .foreign
-            .iter()
-            .filter_map(|p| procfs::stat(*p).ok())
-            .filter(|s| !s.is_zombie())
-            .map(|s| Member::from_stat(&s))
-            .collect(),
-    };
-
-    // Whether the provider takes the terminal (this process's group is its foreground, as
-    // tini checks), decided here: the keeper moves to a group of its own before the spawn. The
-    // group to give it back to once the tree is gone.
-    let terminal_home = match adoption {
-        None => process::owns_terminal_foreground().then(process::getpgrp),
-        Some(a) => a.terminal_home,
-    };
-
-    // The keeper (crate::keeper): from here on two processes watch each other, and the one
-    // left after the other's SIGKILL runs the stop. The supervisor relays signals until the
-    // keeper is done and then exits as it did; it goes on below only if the keeper was killed.
-    let mut adopted = None;
-    let mut foreign = Some(foreign);
-    // In the keeper: its end of the chain, held until its last act.
-    let mut link: Option<crate::keeper::Link> = None;
-    if let Some(a) = adoption {
-        adopted = take_over(&a.report, foreign.as_deref().unwrap_or_default());
-    } else if crate::keeper::wanted() {
-        FRONT_IS_INIT.store(process::getpid().as_raw() == 1, std::sync::atomic::Ordering::Relaxed);
-        let handover = crate::keeper::Handover {
-            close: opts
-                .spawn
-                .fds()
-                .chain(relay.as_ref().and_then(StdinRelay::write_fd))
-                .chain(output.iter().flat_map(OutputRelay::read_fds))
-                .chain(hooks.keeper_only_fds())
-                .collect(),
-            inherit: hooks.adoptable_fds(),
-            foreign: foreign.iter().flatten().map(|m| m.pid).collect(),
-            cgroup: containment.cgroup.as_ref().map(|c| (c.path().to_path_buf(), c.inode())),
-            terminal_home,
-        };
-        match crate::keeper::split(signals, &handled_signals(), handover).map_err(io_err("make the keeper"))? {
-            Role::Keeper(l) => {
-                link = Some(l);
-                // The keeper's children are its own: none from before.
-                foreign = None;
-                // Its parent is the supervisor, so the owner is watched as any process.
-                if let Some(o) = owner.as_mut() {
-                    o.owner = match o.owner {
-                        Owner::Parent(p) | Owner::Process(p) => Owner::Process(p),
-                    };
-                }
-            }
-            Role::Supervisor(mut front) => {
-                // The provider's stdio (a managed entry's log pipes) is the keeper's: a copy held
-                // here would keep the pipes from ever reaching EOF.
-                drop(opts.spawn);
-                opts.spawn = SpawnOptions::default();
-                relay = None;
-                output = None;
-                hooks.handed_to_keeper();
-                let report = front.relay(signals);
-                adopted = take_over(&report, foreign.as_deref().unwrap_or_default());
-            }
-        }
-    }
-
-    let (spawned, mut provider, tree) = match adopted {
-        // The keeper was killed: its children, the provider first, are re-parented to this
-        // process (a subreaper), so the same tree is below it.
-        Some((spawned, provider)) => {
-            let tree =
-                Tree::supervised_except(spawned.pgid, foreign.unwrap_or_default()).contained(containment.cgroup.take());
-            if provider.is_some() {
-                tree.leader_reaped();
-            }
-            hooks.on(&Happened::Adopted(spawned));
-            (spawned, provider, tree)
-        }
-        None => {
-            let join = containment.cgroup.as_ref().and_then(|cg| cg.join_fds()).map(|fds| spawn::CgroupJoin {
-                fds,
-                fallback: opts.containment.mode == cgroup::Mode::Auto && !opts.containment.limits_asked(),
-            });
-            let spawned = match spawn::spawn_joined(&opts.argv, opts.spawn, join, terminal_home.is_some()) {
-                Ok((spawned, None)) => spawned,
-                Ok((spawned, Some(why))) => {
-                    let path = containment.cgroup.as_ref().map(|c| c.path().display().to_string()).unwrap_or_default();
-                    if let Some(cg) = containment.cgroup.take() {
-                        let _ = cg.remove();
-                    }
-                    containment =
-                        cgroup::Containment::fallback(format!("unable to move the command into cgroup {path}: {why}"));
-                    hooks.on(&Happened::Contained(&containment.record()));
-                    spawned
-                }
-                Err(e) => {
-                    if let Some(cg) = &containment.cgroup {
-                        let _ = cg.remove();
-                    }
-                    hooks.on(&Happened::SpawnFailed {
-                        program: opts.argv.first().map(OsString::as_os_str).unwrap_or_default(),
-                        error: &e,
-                    });
-                    return Err(e.into());
-                }
-            };
-            if let Some(l) = &link {
-                l.tell(Message::Spawned(spawned));
-            }
-            hooks.on(&Happened::Spawned { spawned, policy: &opts.policy });
-            let tree =
-                Tree::supervised_except(spawned.pgid, foreign.unwrap_or_default()).contained(containment.cgroup.take());
-            (spawned, None, tree)
-        }
-    };
+    let (spawned, provider, tree) = setup.start(&mut opts, &split, hooks)?;
+    let Split { link, adopted } = split;
+    let Setup { owner, relay, output, terminal_home, .. } = setup;
     let started = Instant::now();
-    let mut machine = StopMachine::new(opts.policy).after_provider_exit(opts.after_provider_exit);
-    let timeout_at = opts.timeout.map(|d| started + d);
-    let mut scan_every = MEMBER_SCAN_MIN;
-    let mut next_scan = hooks.wants_members().then_some(started + scan_every);
-
-    if adopted.is_some() {
-        begin(&mut machine, Trigger::SupervisorKilled, &tree, hooks);
-    }
-    let mut watch_stdin = false;
-    // With the relay, the relay reads stdin and reports its EOF.
-    let mut stdin_at_eof = false;
-    if opts.on_stdin_eof == OnStdinEof::Stop && adopted.is_none() && relay.is_none() {
-        match process::fd_kind(0) {
-            FdKind::Fifo | FdKind::Socket | FdKind::Tty => watch_stdin = true,
-            FdKind::Closed | FdKind::Other => {
-                begin(&mut machine, Trigger::StdinEof, &tree, hooks);
-            }
-        }
-    }
-
-    // The terminal sheepdog was started on, watched for its hangup (the pty master closed, the
-    // terminal emulator killed): its foreground, the provider, gets the kernel's SIGHUP and
-    // may trap it, and nothing else tells sheepdog (claude-code#21287). Stdin that is the
-    // terminal and already watched for EOF (`--on-stdin-eof stop`) is not watched twice.
-    let mut terminal = (adopted.is_none())
-        .then(|| (0..3).find(|fd| process::fd_kind(*fd) == FdKind::Tty))
-        .flatten()
-        .filter(|fd| !(watch_stdin && *fd == 0));
-
-    // In the keeper: the supervisor's pipe, which hangs up when the supervisor is killed.
-    let mut supervisor_fd = link.as_ref().map(crate::keeper::Link::supervisor_gone_fd);
-    // After the provider's own exit: the leftovers draining its output.
-    let mut drain: Option<Drain> = None;
-    let mut backlog = false;
-    let mut kept: Option<Kept> = None;
+    let mut sup = Supervisor {
+        signals,
+        on_owner_death: opts.on_owner_death,
+        on_stdin_eof: opts.on_stdin_eof,
+        keep_leftovers: opts.keep_leftovers,
+        spawned,
+        provider,
+        tree,
+        machine: StopMachine::new(opts.policy).after_provider_exit(opts.after_provider_exit),
+        supervisor_fd: link.as_ref().map(crate::keeper::Link::supervisor_gone_fd),
+        link,
+        owner,
+        relay,
+        output,
+        watch_stdin: false,
+        stdin_at_eof: false,
+        terminal: None,
+        timeout_at: opts.timeout.map(|d| started + d),
+        scan_every: MEMBER_SCAN_MIN,
+        next_scan: hooks.wants_members().then_some(started + MEMBER_SCAN_MIN),
+        hooks,
+        drain: None,
+        backlog: false,
+        kept: None,
+    };
+    sup.first_watches(adopted.is_some());
     loop {
         let now = Instant::now();
-        let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
-        let owner_slot = owner.as_ref().and_then(|o| o.pidfd.as_ref()).map(|fd| {
-            fds.push(PollFd::new(fd.as_raw_fd(), POLL_IN));
-            fds.len() - 1
-        });
-        let stdin_slot = watch_stdin.then(|| {
-            fds.push(PollFd::new(0, POLL_HUP_ONLY));
-            fds.len() - 1
-        });
-        // No events asked: a terminal reports only its hangup, never being in the background.
-        let terminal_slot = terminal.map(|fd| {
-            fds.push(PollFd::new(fd, 0));
-            fds.len() - 1
-        });
-        // In the cgroup tier, `populated 0` wakes the loop as soon as the last member exits.
-        let cgroup_slot = tree.cgroup().map(|cg| {
-            fds.push(PollFd::new(cg.events_fd(), POLL_PRI));
-            fds.len() - 1
-        });
-        let supervisor_slot = supervisor_fd.map(|fd| {
-            fds.push(PollFd::new(fd, POLL_IN));
-            fds.len() - 1
-        });
-        let relay_slots = relay.as_ref().map(|r| r.poll_fds(&mut fds)).unwrap_or_default();
-        let output_slots = output.as_ref().map(|o| o.poll_fds(&mut fds)).unwrap_or_default();
-        let extra_from = fds.len();
-        fds.extend(hooks.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
+        let (fds, slots) = sup.wait(now)?;
+        sup.supervisor_death(&fds, &slots);
+        sup.signals();
+        let reaped = sup.reap(now);
+        sup.owner(&fds, &slots);
+        sup.ready(&fds, slots);
+        let now = Instant::now();
+        sup.scan_and_timeout(now, reaped > 0);
+        if let Life::HandingOn | Life::Gone | Life::Unfinished = sup.step(now, reaped) {
+            break;
+        }
+    }
+    Ok(sup.finish(terminal_home))
+}
 
-        let mut deadline = machine.deadline(now);
-        if backlog {
+/// The supervision loop's state, held from the spawn (or take-over) to the finish. Its methods
+/// are the steps of one wake, in the order [`supervise_with`] calls them.
+struct Supervisor<'a> {
+    signals: &'a SignalPipe,
+    hooks: &'a mut dyn Hooks,
+    on_owner_death: OnOwnerDeath,
+    on_stdin_eof: OnStdinEof,
+    keep_leftovers: bool,
+    spawned: Spawned,
+    /// The provider's wait status, once reaped (here, or by the keeper before a take-over).
+    provider: Option<WaitStatus>,
+    tree: Tree,
+    machine: StopMachine,
+    /// In the keeper: its end of the chain, held until its last act.
+    link: Option<crate::keeper::Link>,
+    owner: Option<OwnerWatch>,
+    relay: Option<StdinRelay>,
+    output: Option<OutputRelay>,
+    /// Stdin is watched for its hang-up (`--on-stdin-eof stop` without the relay).
+    watch_stdin: bool,
+    /// With the relay, the relay reads stdin and reports its EOF.
+    stdin_at_eof: bool,
+    /// The terminal watched for its hang-up.
+    terminal: Option<RawFd>,
+    /// In the keeper: the supervisor's pipe, which hangs up when the supervisor is killed.
+    supervisor_fd: Option<RawFd>,
+    timeout_at: Option<Instant>,
+    scan_every: Duration,
+    next_scan: Option<Instant>,
+    /// After the provider's own exit: the leftovers draining its output.
+    drain: Option<Drain>,
+    /// The last wake left children to reap: the next `poll` does not block.
+    backlog: bool,
+    /// What [`Life::HandingOn`] handed on.
+    kept: Option<Kept>,
+}
+
+/// Where each watched fd sits in one wake's poll set (index 0 is the signal self-pipe).
+struct Slots {
+    owner: Option<usize>,
+    stdin: Option<usize>,
+    terminal: Option<usize>,
+    cgroup: Option<usize>,
+    supervisor: Option<usize>,
+    relay: crate::relay::Slots,
+    output: crate::relay::OutputSlots,
+    /// The first of [`Hooks::fds`]; they run to the end.
+    extra_from: usize,
+}
+
+/// Adds `fd` to the poll set; returns its slot.
+fn slot(fds: &mut Vec<PollFd>, fd: RawFd, events: i16) -> usize {
+    fds.push(PollFd::new(fd, events));
+    fds.len() - 1
+}
+
+impl Supervisor<'_> {
+    /// What is watched from the start: a take-over (`adopted`) runs the stop at once; stdin is
+    /// watched for EOF (`--on-stdin-eof stop`, or the stop begins at once for a stdin that is
+    /// already at EOF); the terminal is watched for its hang-up.
+    fn first_watches(&mut self, adopted: bool) {
+        if adopted {
+            begin(&mut self.machine, Trigger::SupervisorKilled, &self.tree, self.hooks);
+        }
+        // With the relay, the relay reads stdin and reports its EOF.
+        if self.on_stdin_eof == OnStdinEof::Stop && !adopted && self.relay.is_none() {
+            match process::fd_kind(0) {
+                FdKind::Fifo | FdKind::Socket | FdKind::Tty => self.watch_stdin = true,
+                FdKind::Closed | FdKind::Other => {
+                    begin(&mut self.machine, Trigger::StdinEof, &self.tree, self.hooks);
+                }
+            }
+        }
+        // The terminal sheepdog was started on, watched for its hangup (the pty master closed,
+        // the terminal emulator killed): its foreground, the provider, gets the kernel's SIGHUP
+        // and may trap it, and nothing else tells sheepdog (claude-code#21287). Stdin that is
+        // the terminal and already watched for EOF (`--on-stdin-eof stop`) is not watched twice.
+        let watch_stdin = self.watch_stdin;
+        self.terminal = (!adopted)
+            .then(|| (0..3).find(|fd| process::fd_kind(*fd) == FdKind::Tty))
+            .flatten()
+            .filter(|fd| !(watch_stdin && *fd == 0));
+    }
+
+    /// Blocks in the one `poll` until something is ready or [`Supervisor::deadline`] passes.
+    /// Returns the poll set and where each watched fd sits in it. Errors: [`Error::Poll`].
+    fn wait(&mut self, now: Instant) -> Result<(Vec<PollFd>, Slots), Error> {
+        let mut fds = vec![PollFd::new(self.signals.as_raw_fd(), POLL_IN)];
+        let owner =
+            self.owner.as_ref().and_then(|o| o.pidfd.as_ref()).map(|fd| slot(&mut fds, fd.as_raw_fd(), POLL_IN));
+        let stdin = self.watch_stdin.then(|| slot(&mut fds, 0, POLL_HUP_ONLY));
+        // No events asked: a terminal reports only its hangup, never being in the background.
+        let terminal = self.terminal.map(|fd| slot(&mut fds, fd, 0));
+        // In the cgroup tier, `populated 0` wakes the loop as soon as the last member exits.
+        let cgroup = self.tree.cgroup().map(|cg| slot(&mut fds, cg.events_fd(), POLL_PRI));
+        let supervisor = self.supervisor_fd.map(|fd| slot(&mut fds, fd, POLL_IN));
+        let relay = self.relay.as_ref().map(|r| r.poll_fds(&mut fds)).unwrap_or_default();
+        let output = self.output.as_ref().map(|o| o.poll_fds(&mut fds)).unwrap_or_default();
+        let extra_from = fds.len();
+        fds.extend(self.hooks.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
+        let deadline = self.deadline(now);
+        process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).map_err(Error::Poll)?;
+        Ok((fds, Slots { owner, stdin, terminal, cgroup, supervisor, relay, output, extra_from }))
+    }
+
+    /// When the loop must wake even if nothing happens: the stop's next deadline; at once with
+    /// children left to reap; while no stop runs, the turn timeout, the next look at the
+    /// members and the drain window's end; the owner's next look without a pidfd; during a
+    /// stop in the cgroup tier, the next look at "all gone" ([`CGROUP_RECHECK`]).
+    fn deadline(&self, now: Instant) -> Option<Instant> {
+        let mut deadline = self.machine.deadline(now);
+        if self.backlog {
             deadline = Some(now);
         }
-        if !machine.stopping() {
-            deadline = earliest(earliest(deadline, timeout_at), next_scan);
-            deadline = earliest(deadline, drain.as_ref().map(Drain::deadline));
+        if !self.machine.stopping() {
+            deadline = earliest(earliest(deadline, self.timeout_at), self.next_scan);
+            deadline = earliest(deadline, self.drain.as_ref().map(Drain::deadline));
         }
-        if owner.as_ref().is_some_and(|o| o.pidfd.is_none()) {
+        if self.owner.as_ref().is_some_and(|o| o.pidfd.is_none()) {
             deadline = earliest(deadline, Some(now + OWNER_POLL));
         }
-        if machine.stopping() && tree.cgroup().is_some() {
+        if self.machine.stopping() && self.tree.cgroup().is_some() {
             deadline = earliest(deadline, Some(now + CGROUP_RECHECK));
         }
-        process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).map_err(Error::Poll)?;
+        deadline
+    }
 
-        // Before the signals: a keeper whose supervisor died in a stopped process group is sent
-        // SIGHUP and SIGCONT by the kernel (the group became orphaned), and the stop it then
-        // runs is for its supervisor's death, as recorded (issue 34, item 9).
-        if supervisor_slot.is_some_and(|slot| fds[slot].ready()) {
-            supervisor_fd = None;
-            begin(&mut machine, Trigger::SupervisorKilled, &tree, hooks);
+    /// Before the signals: a keeper whose supervisor died in a stopped process group is sent
+    /// SIGHUP and SIGCONT by the kernel (the group became orphaned), and the stop it then runs
+    /// is for its supervisor's death, as recorded (issue 34, item 9).
+    fn supervisor_death(&mut self, fds: &[PollFd], slots: &Slots) {
+        if slots.supervisor.is_some_and(|slot| fds[slot].ready()) {
+            self.supervisor_fd = None;
+            begin(&mut self.machine, Trigger::SupervisorKilled, &self.tree, self.hooks);
         }
-        for sig in signals.drain() {
+    }
+
+    /// The signals received: the forwarded ones go to the tree, SIGTERM, SIGINT and SIGHUP
+    /// begin the stop (SIGCHLD only wakes: every wake reaps).
+    fn signals(&mut self) {
+        for sig in self.signals.drain() {
             if Signal::FORWARDED.contains(&sig) {
                 // Not a stop: passed on, and the supervisor lives on with its tree.
-                tree.forward(sig);
+                self.tree.forward(sig);
             } else if sig != Signal::CHLD {
                 // A signal's EINTR leaves this wake's poll results unread: the supervisor's death
                 // that came with it (the kernel's SIGHUP to an orphaned group) is looked at now.
-                let trigger = match supervisor_fd {
+                let trigger = match self.supervisor_fd {
                     Some(fd) if gone(fd) => Trigger::SupervisorKilled,
                     _ => Trigger::Signal(sig),
                 };
                 // `sheepdog stop --term-grace`: the request's one-off grace, in ms, rides in the
                 // signal's value (nothing is written to the entry for this process to read back).
-                let one_off = signals.take_value(sig).map(|ms| Duration::from_millis(u64::from(ms)));
-                begin_with(&mut machine, trigger, &tree, hooks, one_off);
+                let one_off = self.signals.take_value(sig).map(|ms| Duration::from_millis(u64::from(ms)));
+                begin_with(&mut self.machine, trigger, &self.tree, self.hooks, one_off);
             }
         }
+    }
+
+    /// Reaps children, at most [`REAP_BATCH`] and for at most [`REAP_SLICE`] (never past the
+    /// stop's next deadline, from the wake's `now`): the provider's status is kept (and told to
+    /// the supervisor in front, in a keeper), any other child's is told. Returns how many.
+    fn reap(&mut self, now: Instant) -> usize {
         let mut reaped = 0;
-        let reap_until = earliest(Some(Instant::now() + REAP_SLICE), machine.deadline(now));
+        let reap_until = earliest(Some(Instant::now() + REAP_SLICE), self.machine.deadline(now));
         let mut cut = false;
         while !cut
             && reaped < REAP_BATCH
@@ -889,179 +1004,352 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn H
             if reaped % 16 == 0 && reap_until.is_some_and(|t| Instant::now() >= t) {
                 cut = true;
             }
-            if pid == spawned.pid {
-                provider = Some(status);
-                tree.leader_reaped();
-                if let Some(l) = &link {
+            if pid == self.spawned.pid {
+                self.provider = Some(status);
+                self.tree.leader_reaped();
+                if let Some(l) = &self.link {
                     l.tell(Message::Provider(status));
                 }
             } else {
-                hooks.on(&Happened::Reaped { pid, status });
+                self.hooks.on(&Happened::Reaped { pid, status });
             }
         }
-        let reaped_any = reaped > 0;
-        backlog = cut || reaped == REAP_BATCH;
-        let owner_died = match (&owner, owner_slot) {
+        self.backlog = cut || reaped == REAP_BATCH;
+        reaped
+    }
+
+    /// The owner's death (its pidfd ready, or the look without one) begins the stop, with the
+    /// stdin grace first under `--on-owner-death close-stdin`.
+    fn owner(&mut self, fds: &[PollFd], slots: &Slots) {
+        let owner_died = match (&self.owner, slots.owner) {
             (Some(_), Some(slot)) => fds[slot].ready(),
             (Some(o), None) => o.gone_by_poll(),
             (None, _) => false,
         };
         if owner_died {
-            owner = None;
-            if opts.on_owner_death == OnOwnerDeath::CloseStdin {
-                // Orca's `stdin-end` close: EOF first (the relay finishes below, as for every
+            self.owner = None;
+            if self.on_owner_death == OnOwnerDeath::CloseStdin {
+                // Orca's `stdin-end` close: EOF first (the relay finishes in `step`, as for every
                 // stop), the stdin grace, then the one stop.
-                begin_with_stdin_grace(&mut machine, Trigger::OwnerDied, hooks);
+                begin_with_stdin_grace(&mut self.machine, Trigger::OwnerDied, self.hooks);
             } else {
-                begin(&mut machine, Trigger::OwnerDied, &tree, hooks);
+                begin(&mut self.machine, Trigger::OwnerDied, &self.tree, self.hooks);
             }
         }
-        if let (Some(slot), Some(cg)) = (cgroup_slot, tree.cgroup())
+    }
+
+    /// The other fds that are ready: the cgroup's events (re-armed), stdin's and the terminal's
+    /// hang-ups (a stop), the relays (serviced; the stdin relay's EOF may stop) and the front
+    /// end's own fds ([`Hooks::ready`]).
+    fn ready(&mut self, fds: &[PollFd], slots: Slots) {
+        if let (Some(slot), Some(cg)) = (slots.cgroup, self.tree.cgroup())
             && fds[slot].ready()
         {
-            // Re-arms POLLPRI; "all gone" itself is re-checked below, as after every wake.
+            // Re-arms POLLPRI; "all gone" itself is re-checked in `step`, as after every wake.
             let _ = cg.populated();
         }
-        if stdin_slot.is_some_and(|slot| fds[slot].hung_up()) {
-            watch_stdin = false;
-            begin(&mut machine, Trigger::StdinEof, &tree, hooks);
+        if slots.stdin.is_some_and(|slot| fds[slot].hung_up()) {
+            self.watch_stdin = false;
+            begin(&mut self.machine, Trigger::StdinEof, &self.tree, self.hooks);
         }
-        if terminal_slot.is_some_and(|slot| fds[slot].hung_up()) {
+        if slots.terminal.is_some_and(|slot| fds[slot].hung_up()) {
             // As a SIGHUP to sheepdog: the terminal's hangup is the signal's reason.
-            terminal = None;
-            begin(&mut machine, Trigger::Signal(Signal::HUP), &tree, hooks);
+            self.terminal = None;
+            begin(&mut self.machine, Trigger::Signal(Signal::HUP), &self.tree, self.hooks);
         }
-        if let Some(r) = relay.as_mut() {
-            if r.service(&fds, relay_slots) == Seen::SourceEof {
-                stdin_at_eof = true;
-                if opts.on_stdin_eof == OnStdinEof::Stop {
-                    begin(&mut machine, Trigger::StdinEof, &tree, hooks);
+        if let Some(r) = self.relay.as_mut() {
+            if r.service(fds, slots.relay) == Seen::SourceEof {
+                self.stdin_at_eof = true;
+                if self.on_stdin_eof == OnStdinEof::Stop {
+                    begin(&mut self.machine, Trigger::StdinEof, &self.tree, self.hooks);
                 }
             }
-            if r.closed() && !stdin_at_eof && !machine.stopping() {
+            if r.closed() && !self.stdin_at_eof && !self.machine.stopping() {
                 // The provider closed its stdin (EPIPE): the host's EOF is watched as without
                 // the relay.
-                relay = None;
-                watch_stdin = opts.on_stdin_eof == OnStdinEof::Stop;
+                self.relay = None;
+                self.watch_stdin = self.on_stdin_eof == OnStdinEof::Stop;
             }
         }
-        if let Some(o) = output.as_mut() {
-            o.service(&fds, &output_slots);
+        if let Some(o) = self.output.as_mut() {
+            o.service(fds, &slots.output);
         }
-        for p in &fds[extra_from..] {
+        for p in &fds[slots.extra_from..] {
             if p.ready() {
-                hooks.ready(p.fd);
+                self.hooks.ready(p.fd);
             }
         }
-        let now = Instant::now();
-        if let Some(t) = next_scan
-            && !machine.stopping()
-            && provider.is_none()
+    }
+
+    /// While the provider runs: the descendants for [`Hooks::members`] when the look is due
+    /// (or a child was reaped), and the turn timeout.
+    fn scan_and_timeout(&mut self, now: Instant, reaped_any: bool) {
+        if let Some(t) = self.next_scan
+            && !self.machine.stopping()
+            && self.provider.is_none()
             && (now >= t || reaped_any)
         {
-            let news = hooks.members(&tree.live_descendants());
-            scan_every = if reaped_any || news { MEMBER_SCAN_MIN } else { (scan_every * 2).min(MEMBER_SCAN_MAX) };
-            next_scan = Some(now + scan_every);
+            let news = self.hooks.members(&self.tree.live_descendants());
+            self.scan_every =
+                if reaped_any || news { MEMBER_SCAN_MIN } else { (self.scan_every * 2).min(MEMBER_SCAN_MAX) };
+            self.next_scan = Some(now + self.scan_every);
         }
-        if timeout_at.is_some_and(|t| now >= t) && !machine.stopping() {
-            begin(&mut machine, Trigger::Timeout, &tree, hooks);
+        if self.timeout_at.is_some_and(|t| now >= t) && !self.machine.stopping() {
+            begin(&mut self.machine, Trigger::Timeout, &self.tree, self.hooks);
         }
+    }
 
+    /// The end of a wake: [`Life::next`] decides, and the loop acts on it (hands the leftovers
+    /// on, waits, or steps the stop machine). Returns where the life is after it: the loop ends
+    /// at [`Life::HandingOn`], [`Life::Gone`] and [`Life::Unfinished`].
+    fn step(&mut self, now: Instant, reaped: usize) -> Life {
         // Exited on its own with a status: what it left is handed on, not stopped, and without
         // the drain window (a reader of its output is kept with the rest). A provider killed by
         // a signal was stopped from outside (an agent's tree kill), and what it left goes too.
-        if opts.keep_leftovers && machine.phase() == Phase::Running && matches!(provider, Some(WaitStatus::Exited(_))) {
-            let mut members = tree.live();
-            if !members.is_empty() {
-                members.sort_by_key(|m| m.start_time);
-                let cgroup = tree.cgroup().map(|c| (c.path().to_path_buf(), c.inode()));
-                // All the command itself wrote is in the pipes now: the host gets it first, and
-                // what the leftovers write from here on goes to the entry's log.
-                let output = match output.take() {
-                    Some(mut o) => {
-                        o.drain_now();
-                        o.into_kept()
-                    }
-                    None => Vec::new(),
-                };
-                kept = Some(Kept { members, cgroup, pgid: spawned.pgid, output });
-                break;
+        let mut look = TreeLook { tree: &self.tree, now, reaped, drain: &mut self.drain, members: Vec::new() };
+        let life = Life::next(self.machine.phase(), self.provider, self.keep_leftovers, &mut look);
+        let step = match life {
+            Life::HandingOn => {
+                let members = look.members;
+                self.hand_on(members);
+                return Life::HandingOn;
             }
-        }
-        if provider.is_some() && machine.phase() == Phase::Running && drain.is_none() && !tree.is_gone() {
-            drain = Some(Drain::new(now, &tree, reaped));
-        }
-        // A drainer's exit wakes the loop: it is this process's child by then, or the cgroup's
-        // last member.
-        let draining = machine.phase() == Phase::Running && drain.as_mut().is_some_and(|d| d.waiting(now, &tree));
-        let step = if draining && machine.phase() == Phase::Running {
-            // Not yet: a reader is still writing out what the provider printed.
-            None
-        } else if provider.is_some() {
-            let was_running = !machine.stopping();
-            if was_running && let Some(policy) = hooks.policy_for_stop(Trigger::ProviderExited) {
-                machine.set_policy(policy);
+            // Draining: not yet, a reader is still writing out what the provider printed.
+            Life::Running | Life::Draining | Life::Gone | Life::Unfinished => None,
+            Life::Stopping if self.provider.is_some() => {
+                let was_running = !self.machine.stopping();
+                if was_running && let Some(policy) = self.hooks.policy_for_stop(Trigger::ProviderExited) {
+                    self.machine.set_policy(policy);
+                }
+                let step = self.machine.provider_exited(now, &self.tree);
+                if was_running && self.machine.stopping() {
+                    self.hooks
+                        .on(&Happened::Stopping { trigger: Trigger::ProviderExited, policy: self.machine.policy() });
+                }
+                step
             }
-            let step = machine.provider_exited(now, &tree);
-            if was_running && machine.stopping() {
-                hooks.on(&Happened::Stopping { trigger: Trigger::ProviderExited, policy: machine.policy() });
-            }
-            step
-        } else {
-            machine.advance(now, &tree, false)
+            Life::Stopping => self.machine.advance(now, &self.tree, false),
         };
         if let Some(Step::Escalated { remaining }) = step {
-            hooks.on(&Happened::Escalated { remaining });
+            self.hooks.on(&Happened::Escalated { remaining });
         }
-        if let Some(r) = relay.as_mut() {
+        if let Some(r) = self.relay.as_mut() {
             // Gone, the provider holds no stdin to drain; stopping, nothing more is relayed and
             // the provider reads what it was sent, then EOF.
-            if provider.is_some() {
+            if self.provider.is_some() {
                 r.abandon();
-            } else if machine.stopping() {
+            } else if self.machine.stopping() {
                 r.finish();
             }
         }
-        match machine.phase() {
-            Phase::Gone | Phase::Unfinished => break,
-            _ => {}
+        match self.machine.phase() {
+            Phase::Gone => Life::Gone,
+            Phase::Unfinished => Life::Unfinished,
+            _ => life,
         }
     }
 
-    // The tree's cgroup goes with the tree; a leftover is reported (and removed by `reap`).
-    if machine.phase() == Phase::Gone {
-        // Nothing of the tree is alive, so no more zombies come: reap them now rather than leave
-        // thousands (after a fork storm) to whoever inherits them. Bounded all the same, in case
-        // an inherited orphan that is not the tree's keeps forking.
-        for _ in 0..REAP_BATCH * 64 {
-            if process::reap_any().is_none() {
-                break;
+    /// [`Life::HandingOn`]: the live `members`, oldest first, with the tree's cgroup and the
+    /// output relay's read ends, become [`Outcome::kept`].
+    fn hand_on(&mut self, mut members: Vec<Member>) {
+        members.sort_by_key(|m| m.start_time);
+        let cgroup = self.tree.cgroup().map(|c| (c.path().to_path_buf(), c.inode()));
+        // All the command itself wrote is in the pipes now: the host gets it first, and what
+        // the leftovers write from here on goes to the entry's log.
+        let output = match self.output.take() {
+            Some(mut o) => {
+                o.drain_now();
+                o.into_kept()
+            }
+            None => Vec::new(),
+        };
+        self.kept = Some(Kept { members, cgroup, pgid: self.spawned.pgid, output });
+    }
+
+    /// After the loop: the last zombies reaped, the output relay emptied, the tree's cgroup
+    /// removed (not a kept one), the terminal given back to `terminal_home`; how it ended.
+    fn finish(self, terminal_home: Option<Pgid>) -> Outcome {
+        let Supervisor { spawned, provider, tree, machine, link, mut output, kept, .. } = self;
+        // The tree's cgroup goes with the tree; a leftover is reported (and removed by `reap`).
+        if machine.phase() == Phase::Gone {
+            // Nothing of the tree is alive, so no more zombies come: reap them now rather than
+            // leave thousands (after a fork storm) to whoever inherits them. Bounded all the
+            // same, in case an inherited orphan that is not the tree's keeps forking.
+            for _ in 0..REAP_BATCH * 64 {
+                if process::reap_any().is_none() {
+                    break;
+                }
             }
         }
+        // The tree is gone (or past its kill wait): the relay copies out what it left in the pipes.
+        if let Some(o) = output.as_mut() {
+            o.drain_now();
+        }
+        drop(output);
+        // A tree handed on alive keeps its cgroup.
+        let cgroup_left = kept.is_none() && tree.cgroup().is_some_and(|cg| cg.remove().is_err());
+        if let Some(home) = terminal_home {
+            // A script that ran `sheepdog run -- CMD` reads the terminal next: the foreground goes
+            // back from the provider's (now empty) group, unless someone else already took it.
+            process::give_terminal_back(spawned.pgid, home);
+        }
+        Outcome {
+            spawned,
+            provider,
+            trigger: machine.trigger(),
+            tree_gone: machine.phase() == Phase::Gone,
+            escalated: machine.escalated(),
+            cgroup_left,
+            left: if machine.phase() == Phase::Unfinished { tree.live() } else { Vec::new() },
+            kept,
+            keeper: link,
+        }
     }
-    // The tree is gone (or past its kill wait): the relay copies out what it left in the pipes.
-    if let Some(o) = output.as_mut() {
-        o.drain_now();
+}
+
+/// The drain window after the provider's own exit: the drainers found, and when to look again.
+#[derive(Debug)]
+struct Drain {
+    /// When the look that found nothing is believed ([`DRAIN_SETTLE`]); `None` once it was.
+    settle: Option<Instant>,
+    until: Instant,
+    found: Vec<Member>,
+}
+
+impl Drain {
+    /// The window that opens at the provider's exit; none (nothing waited for) in a storm,
+    /// when this wake reaped more than [`DRAIN_MAX_REAPED`] children: a look then costs what the
+    /// stop needs its CPU for.
+    fn new(now: Instant, tree: &Tree, reaped: usize) -> Drain {
+        if reaped > DRAIN_MAX_REAPED {
+            return Drain { settle: None, until: now, found: Vec::new() };
+        }
+        let found = look_for_drainers(tree);
+        Drain { settle: Some(now + DRAIN_SETTLE), until: now + OUTPUT_DRAIN, found }
     }
-    drop(output);
-    // A tree handed on alive keeps its cgroup.
-    let cgroup_left = kept.is_none() && tree.cgroup().is_some_and(|cg| cg.remove().is_err());
-    if let Some(home) = terminal_home {
-        // A script that ran `sheepdog run -- CMD` reads the terminal next: the foreground goes
-        // back from the provider's (now empty) group, unless someone else already took it.
-        process::give_terminal_back(spawned.pgid, home);
+
+    /// True while the leftovers' stop must wait: a drainer found is alive, or the settle has not
+    /// passed. Looks again (once) at the settle's deadline.
+    fn waiting(&mut self, now: Instant, tree: &Tree) -> bool {
+        if now >= self.until || tree.is_gone() {
+            return false;
+        }
+        self.found.retain(|m| procfs::is_alive(m.pid) && procfs::start_time(m.pid) == m.start_time);
+        match self.settle {
+            Some(t) if now < t => true,
+            Some(_) => {
+                self.settle = None;
+                if self.found.is_empty() {
+                    self.found = look_for_drainers(tree);
+                }
+                !self.found.is_empty()
+            }
+            None => !self.found.is_empty(),
+        }
     }
-    Ok(Outcome {
-        spawned,
-        provider,
-        trigger: machine.trigger(),
-        tree_gone: machine.phase() == Phase::Gone,
-        escalated: machine.escalated(),
-        cgroup_left,
-        left: if machine.phase() == Phase::Unfinished { tree.live() } else { Vec::new() },
-        kept,
-        keeper: link,
-    })
+
+    fn deadline(&self) -> Instant {
+        self.settle.unwrap_or(self.until).min(self.until)
+    }
+}
+
+fn look_for_drainers(tree: &Tree) -> Vec<Member> {
+    if !cfg!(target_os = "linux") || !tree.at_most(DRAIN_MAX_MEMBERS) {
+        return Vec::new();
+    }
+    tree.draining()
+}
+
+/// Where a supervisor's life is, as one wake of its loop ends: what [`Life::next`] decides from
+/// the stop machine's [`Phase`] and the provider's wait status, and what the loop then does.
+///
+/// Issue 32 names the stages running, stopping, recording, lingering, cleaning up and done. In
+/// the loop they are:
+/// - running: [`Life::Running`]; after the provider's own exit, [`Life::Draining`] lingers
+///   (at most [`OUTPUT_DRAIN`]) while a leftover writes out what the provider printed;
+/// - stopping: [`Life::Stopping`], the one stop or the cleanup of what an exited provider left;
+/// - done: [`Life::Gone`] or [`Life::Unfinished`], or [`Life::HandingOn`] when the leftovers
+///   are kept alive ([`Options::keep_leftovers`]); the loop ends there.
+///
+/// Recording, lingering and cleaning up come after the loop, in a managed supervisor
+/// (`manager::supervise`): it records the [`Outcome`], runs the cleanup a stop triggered, and
+/// after the command's own exit lingers, idle, while its cleanup is pending ([`await_trigger`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Life {
+    /// The provider runs and no stop was asked: the loop waits (the stop machine has no step).
+    Running,
+    /// The provider exited on its own and a leftover still drains its output ([`Drain`]): the
+    /// stop of what it left waits.
+    Draining,
+    /// The stop machine steps: the one stop (stdin grace, SIGTERM, SIGKILL, kill wait), or, once
+    /// the provider has exited on its own, the cleanup of what it left, which ends at once when
+    /// nothing is left.
+    Stopping,
+    /// The provider exited on its own with a status and leftovers are kept: what it left alive
+    /// is handed on ([`Kept`]), not stopped, and the loop ends.
+    HandingOn,
+    /// Nothing of the tree is alive: the loop ends.
+    Gone,
+    /// The kill wait passed with something alive: the loop ends.
+    Unfinished,
+}
+
+/// What [`Life::next`] may need to look at, asked only when the answer decides (each look
+/// reads `/proc`): the tree ([`TreeLook`]) in the loop, a scripted stand-in in the unit tests.
+trait Look {
+    /// True if anything of the tree is alive (what would be handed on).
+    fn leftovers_alive(&mut self) -> bool;
+    /// True while a leftover still drains the provider's output ([`Drain::waiting`]).
+    fn drain_waits(&mut self) -> bool;
+}
+
+impl Life {
+    /// The transition at the end of a wake: from the stop machine's `phase` (after this wake's
+    /// triggers began or hastened a stop), the provider's wait status once reaped, and
+    /// `keep_leftovers`. Leftovers are looked for only for a provider that exited with a status
+    /// under `keep_leftovers` (one killed by a signal was stopped from outside, and what it
+    /// left goes too), the drain only once the provider has exited and no stop runs: a plain
+    /// `run` whose provider is alive looks at nothing.
+    fn next(phase: Phase, provider: Option<WaitStatus>, keep_leftovers: bool, look: &mut impl Look) -> Life {
+        match (phase, provider) {
+            (Phase::Gone, _) => Life::Gone,
+            (Phase::Unfinished, _) => Life::Unfinished,
+            (Phase::StdinGrace { .. } | Phase::Terminating { .. } | Phase::Killing { .. }, _) => Life::Stopping,
+            (Phase::Running, None) => Life::Running,
+            (Phase::Running, Some(WaitStatus::Exited(_))) if keep_leftovers && look.leftovers_alive() => {
+                Life::HandingOn
+            }
+            (Phase::Running, Some(_)) if look.drain_waits() => Life::Draining,
+            (Phase::Running, Some(_)) => Life::Stopping,
+        }
+    }
+}
+
+/// The loop's [`Look`]: the tree now, the drain window (opened at the first look after the
+/// provider's exit), and the live members once looked at (what [`Life::HandingOn`] hands on).
+struct TreeLook<'a> {
+    tree: &'a Tree,
+    now: Instant,
+    /// Children this wake reaped ([`Drain::new`] looks at nothing after a storm's wake).
+    reaped: usize,
+    drain: &'a mut Option<Drain>,
+    members: Vec<Member>,
+}
+
+impl Look for TreeLook<'_> {
+    fn leftovers_alive(&mut self) -> bool {
+        self.members = self.tree.live();
+        !self.members.is_empty()
+    }
+
+    fn drain_waits(&mut self) -> bool {
+        if self.drain.is_none() && !self.tree.is_gone() {
+            *self.drain = Some(Drain::new(self.now, self.tree, self.reaped));
+        }
+        // A drainer's exit wakes the loop: it is this process's child by then, or the cgroup's
+        // last member.
+        self.drain.as_mut().is_some_and(|d| d.waiting(self.now, self.tree))
+    }
 }
 
 /// What a supervisor does once its keeper is gone, from what the keeper told (`report`): exits
@@ -1224,11 +1512,13 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use crate::spawn::{SpawnError, Spawned};
-    use crate::stop::Trigger;
+    use crate::stop::{Phase, Trigger};
     use crate::sys::{Pid, Signal, WaitStatus};
 
-    use super::{Error, Exit, Outcome};
+    use super::{Error, Exit, Life, Outcome};
 
     /// docs/reference.md's exit-status table of `sheepdog run`, row by row.
     #[test]
@@ -1298,5 +1588,100 @@ mod tests {
         );
         assert_eq!(SpawnError::NotExecutable { program, source: e(crate::sys::errno::EACCES) }.exit_code(), 126);
         assert_eq!(Error::OwnerGone(pid).exit_code(), 125, "sheepdog's own error");
+    }
+
+    /// A scripted [`super::Look`]: fixed answers, and which looks were asked.
+    #[derive(Default)]
+    struct Scripted {
+        alive: bool,
+        drain: bool,
+        asked_leftovers: bool,
+        asked_drain: bool,
+    }
+
+    impl super::Look for Scripted {
+        fn leftovers_alive(&mut self) -> bool {
+            self.asked_leftovers = true;
+            self.alive
+        }
+        fn drain_waits(&mut self) -> bool {
+            self.asked_drain = true;
+            self.drain
+        }
+    }
+
+    fn next(phase: Phase, provider: Option<WaitStatus>, keep: bool, look: &mut Scripted) -> Life {
+        Life::next(phase, provider, keep, look)
+    }
+
+    const EXITED: Option<WaitStatus> = Some(WaitStatus::Exited(0));
+    const KILLED: Option<WaitStatus> = Some(WaitStatus::Signaled(Signal::KILL, false));
+
+    #[test]
+    fn a_running_provider_stays_running_and_nothing_is_looked_at() {
+        for keep in [false, true] {
+            let mut look = Scripted { alive: true, drain: true, ..Scripted::default() };
+            assert_eq!(next(Phase::Running, None, keep, &mut look), Life::Running);
+            assert!(!look.asked_leftovers && !look.asked_drain, "a plain run reads no /proc");
+        }
+    }
+
+    #[test]
+    fn a_stop_under_way_is_stopping_with_or_without_the_provider_and_looks_at_nothing() {
+        let until = Instant::now();
+        for phase in [Phase::StdinGrace { until }, Phase::Terminating { until }, Phase::Killing { until }] {
+            for provider in [None, EXITED, KILLED] {
+                for keep in [false, true] {
+                    let mut look = Scripted { alive: true, drain: true, ..Scripted::default() };
+                    assert_eq!(next(phase, provider, keep, &mut look), Life::Stopping, "{phase:?} {provider:?}");
+                    assert!(!look.asked_leftovers && !look.asked_drain, "no drain window once a stop runs");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_end_phases_are_the_ends() {
+        for provider in [None, EXITED, KILLED] {
+            let mut look = Scripted::default();
+            assert_eq!(next(Phase::Gone, provider, true, &mut look), Life::Gone);
+            assert_eq!(next(Phase::Unfinished, provider, true, &mut look), Life::Unfinished);
+            assert!(!look.asked_leftovers && !look.asked_drain);
+        }
+    }
+
+    #[test]
+    fn with_leftovers_kept_an_exit_with_a_status_hands_on_what_is_alive_without_the_drain() {
+        let mut look = Scripted { alive: true, drain: true, ..Scripted::default() };
+        assert_eq!(next(Phase::Running, Some(WaitStatus::Exited(3)), true, &mut look), Life::HandingOn);
+        assert!(look.asked_leftovers && !look.asked_drain, "a reader of its output is kept with the rest");
+    }
+
+    #[test]
+    fn with_leftovers_kept_and_none_alive_the_exit_goes_on_as_without() {
+        let mut look = Scripted { alive: false, drain: false, ..Scripted::default() };
+        assert_eq!(next(Phase::Running, EXITED, true, &mut look), Life::Stopping);
+        assert!(look.asked_leftovers && look.asked_drain);
+    }
+
+    #[test]
+    fn a_provider_killed_by_a_signal_is_never_handed_on() {
+        for drain in [false, true] {
+            let mut look = Scripted { alive: true, drain, ..Scripted::default() };
+            let want = if drain { Life::Draining } else { Life::Stopping };
+            assert_eq!(next(Phase::Running, KILLED, true, &mut look), want);
+            assert!(!look.asked_leftovers, "what it left goes too");
+        }
+    }
+
+    #[test]
+    fn after_the_providers_own_exit_the_drain_holds_the_cleanup_back_until_it_is_over() {
+        for provider in [EXITED, KILLED] {
+            let mut look = Scripted { alive: true, drain: true, ..Scripted::default() };
+            assert_eq!(next(Phase::Running, provider, false, &mut look), Life::Draining);
+            assert!(!look.asked_leftovers && look.asked_drain, "leftovers are looked for only to keep them");
+            look.drain = false;
+            assert_eq!(next(Phase::Running, provider, false, &mut look), Life::Stopping, "the drain is over");
+        }
     }
 }
