@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
-import { findTsc, installProject, repo } from "./helpers.mjs";
+import { findTsc, installProject, repo, strictCompile } from "./helpers.mjs";
 
 /** README.md and every docs/*.md, as paths relative to the repository. */
 function pages() {
@@ -68,24 +68,8 @@ test("every TypeScript block of README.md and docs/ compiles under tsc --strict 
     files[file] = b.page;
     fs.writeFileSync(path.join(dir, file), "\n".repeat(b.line - 1) + b.text + "\n");
   }
-  fs.writeFileSync(
-    path.join(dir, "tsconfig.json"),
-    JSON.stringify({
-      compilerOptions: {
-        strict: true,
-        noEmit: true,
-        module: "nodenext",
-        moduleResolution: "nodenext",
-        target: "es2022",
-        types: ["node"],
-        typeRoots: [tsc.types],
-        skipLibCheck: false,
-      },
-      files: Object.keys(files),
-    }),
-  );
-  const r = spawnSync(process.execPath, [tsc.bin, "-p", "."], { cwd: dir, encoding: "utf8" });
+  const r = strictCompile(tsc, dir, Object.keys(files));
   // tsc names the temp files; the page's name and line are what a reader fixes.
-  const said = (r.stdout + r.stderr).replace(/(\S+\.mts)\((\d+),\d+\)/g, (m, f, l) => (files[f] ? `${files[f]}:${l}` : m));
+  const said = r.output.replace(/(\S+\.mts)\((\d+),\d+\)/g, (m, f, l) => (files[f] ? `${files[f]}:${l}` : m));
   assert.equal(r.status, 0, said);
 });

@@ -2,7 +2,7 @@
 // a temp state dir per test, and processes checked (and, on failure, killed) by recorded
 // identity (pid + start time), never by name. Zombies count as dead.
 
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { after } from "node:test";
 import fs from "node:fs";
 import os from "node:os";
@@ -226,6 +226,29 @@ export function closed(child) {
  * TypeScript and @types/node, from the global npm root (as .ci/run installs them) or the
  * repository's node_modules: `{ bin, types }` (tsc's entry and the @types dir), or null.
  */
+/**
+ * Writes `dir/tsconfig.json` for a `tsc --strict` check of `files` (paths relative to `dir`)
+ * against Node's types and those `tsc` (from findTsc) ships with, then runs `tsc -p dir`:
+ * `{ status, output }`. `options` replaces compiler options (pi's extension: a bundler's
+ * module resolution).
+ */
+export function strictCompile(tsc, dir, files, options = {}) {
+  const compilerOptions = {
+    strict: true,
+    noEmit: true,
+    module: "nodenext",
+    moduleResolution: "nodenext",
+    target: "es2022",
+    types: ["node"],
+    typeRoots: [tsc.types],
+    skipLibCheck: false,
+    ...options,
+  };
+  fs.writeFileSync(path.join(dir, "tsconfig.json"), JSON.stringify({ compilerOptions, files }));
+  const r = spawnSync(process.execPath, [tsc.bin, "-p", "."], { cwd: dir, encoding: "utf8" });
+  return { status: r.status, output: r.stdout + r.stderr };
+}
+
 export function findTsc() {
   const roots = [];
   try {

@@ -8,6 +8,7 @@ import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { alive, allText, descendants, installProject, lastToolResult, model, sleep, startPi, toolEnds, until } from "./harness.mjs";
+import { findTsc, strictCompile } from "../../npm/tests/helpers.mjs";
 
 async function scripted(t) {
   const m = await model();
@@ -285,32 +286,10 @@ test("the extension type-checks against the installed sheepdog types (tsc --stri
     return;
   }
   const dir = installProject();
-  fs.writeFileSync(
-    path.join(dir, "tsconfig.json"),
-    JSON.stringify({
-      compilerOptions: {
-        strict: true,
-        noEmit: true,
-        module: "esnext",
-        moduleResolution: "bundler", // as jiti loads it: relative imports without extensions
-        target: "es2022",
-        types: ["node"],
-        typeRoots: [tsc.types],
-      },
-      files: ["node_modules/pi-sheepdog/extensions/index.ts"],
-    }),
-  );
-  const r = spawnSync(process.execPath, [tsc.bin, "-p", "."], { cwd: dir, encoding: "utf8" });
-  assert.equal(r.status, 0, r.stdout + r.stderr);
+  // As jiti loads it: relative imports without extensions.
+  const r = strictCompile(tsc, dir, ["node_modules/pi-sheepdog/extensions/index.ts"], {
+    module: "esnext",
+    moduleResolution: "bundler",
+  });
+  assert.equal(r.status, 0, r.output);
 });
-
-function findTsc() {
-  let root;
-  try {
-    root = execFileSync("npm", ["root", "-g"], { encoding: "utf8" }).trim();
-  } catch {
-    return null;
-  }
-  const bin = path.join(root, "typescript/bin/tsc");
-  return fs.existsSync(bin) && fs.existsSync(path.join(root, "@types/node")) ? { bin, types: path.join(root, "@types") } : null;
-}
