@@ -594,74 +594,101 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (Status, String)
 /// A managed supervisor's events become registry writes and log markers, each written by the
 /// arm of its event: a marker's text depends on what the write found (the command's preview, an
 /// adopting image's missing record), and a stop's record must go in before its first signal.
+/// The one event type ([`Happened`]) has two consumers here, each a method of its own: the
+/// registry writer ([`Managed::record`]) and the log markers ([`Managed::mark`]), in that order
+/// (a marker says what the record holds: the command it started, whether an adoption was the
+/// one to record the spawn). `start`'s handshake follows both, so that what it reads next (the
+/// entry, the log) is written. The third consumer of the same type is `run --events-fd`'s
+/// writer (`events::EventSink`).
 impl Listener for Managed<'_> {
     fn on(&mut self, event: &Happened<'_>) {
-        match *event {
-            Happened::Contained(record) => {
-                let _ = self.write(&mut |e| record_containment(e, record));
-            }
-            Happened::Spawned { spawned, .. } => self.spawned(&spawned),
-            Happened::Adopted(spawned) => self.adopted(&spawned),
-            Happened::Stopping { trigger, policy } => self.stopping(trigger, policy),
-            Happened::Escalated { remaining } => {
-                self.logs
-                    .marker(&format!("escalated: SIGKILL to {remaining} processes still alive after the term grace"));
-            }
-            // The handshake's `failed` line and the entry's removal follow the error the
-            // supervisor returns next (`run_supervisor`); a reaped orphan is not recorded.
-            Happened::SpawnFailed { .. } | Happened::Reaped { .. } => {}
+        let recorded = self.record(event);
+        self.mark(event, &recorded);
+        if let Happened::Spawned { .. } = event {
+            Handshake::Spawned.send();
+            let _ = process::redirect_to_null(1);
         }
     }
 }
 
+/// What [`Managed::record`] wrote for an event, for its marker.
+enum Recorded {
+    /// Nothing this event records, or nothing recorded (an adoption whose spawn the keeper had
+    /// recorded already).
+    Nothing,
+    /// The spawn, and the command it records (its preview), as written.
+    Spawn(String),
+}
+
 impl Managed<'_> {
-    /// [`Happened::Spawned`]: the record, the `started` marker, then the handshake to `start`.
-    fn spawned(&mut self, spawned: &Spawned) {
-        let (entry, stopped_meanwhile) = self.record_spawn(spawned);
-        if stopped_meanwhile {
-            // A stop (or reap) recorded a result while the command was being spawned: honour
-            // it through the one stop, by the same signal `sheepdog stop` would send.
-            let _ = process::kill(process::getpid(), Signal::TERM);
-        }
-        let preview = entry.as_ref().map(|e| e.command_preview.clone()).unwrap_or_default();
-        self.logs.marker(&format!("started pid {}: {preview}", spawned.pid));
-        Handshake::Spawned.send();
-        let _ = process::redirect_to_null(1);
-    }
-
-    /// [`Happened::Adopted`]: what a keeper killed before its record left out.
-    fn adopted(&mut self, spawned: &Spawned) {
-        // The keeper was killed between the spawn and its record: the entry says the command
-        // runs (so `start`, which got no handshake, reports it started; and the stop after
-        // this adoption is recorded against it). No handshake here: `start` reads the entry.
-        // A stop recorded meanwhile needs nothing more: the keeper's death stops the tree.
-        if self.reg.read(&self.id).is_ok_and(|e| e.pid.is_none()) {
-            let (entry, _) = self.record_spawn(spawned);
-            let preview = entry.as_ref().map(|e| e.command_preview.clone()).unwrap_or_default();
-            self.logs.marker(&format!(
-                "started pid {}: {preview} (recorded by the supervisor after its keeper's SIGKILL)",
-                spawned.pid
-            ));
-        }
-    }
-
-    /// [`Happened::Stopping`]: the reason and timings, then the `stopping` marker.
-    fn stopping(&mut self, trigger: Trigger, policy: &StopPolicy) {
-        if trigger != Trigger::ProviderExited {
-            // Recorded before the first signal: a supervisor and keeper both killed in the
-            // middle of the stop leave an entry that says a stop began, and why, and with which
-            // timings (a `stop --term-grace` request's one-off grace: what readers of
-            // `maxStopMs` wait for).
-            let reason = StopReason::from(trigger);
-            let timings = policy.timings();
-            let _ = self.write(&mut |e| {
-                if !e.is_finished() && e.stop_reason.is_none() {
-                    e.stop_reason = Some(reason.clone());
-                    e.stop = timings;
+    /// The registry writer: what `event` changes in the entry.
+    fn record(&mut self, event: &Happened<'_>) -> Recorded {
+        match *event {
+            Happened::Contained(record) => {
+                let _ = self.write(&mut |e| record_containment(e, record));
+                Recorded::Nothing
+            }
+            Happened::Spawned { spawned, .. } => {
+                let (entry, stopped_meanwhile) = self.record_spawn(&spawned);
+                if stopped_meanwhile {
+                    // A stop (or reap) recorded a result while the command was being spawned:
+                    // honour it through the one stop, by the same signal `sheepdog stop` sends.
+                    let _ = process::kill(process::getpid(), Signal::TERM);
                 }
-            });
+                Recorded::Spawn(entry.map(|e| e.command_preview).unwrap_or_default())
+            }
+            // The keeper was killed between the spawn and its record: the entry says the command
+            // runs (so `start`, which got no handshake, reports it started; and the stop after
+            // this adoption is recorded against it). No handshake: `start` reads the entry. A
+            // stop recorded meanwhile needs nothing more: the keeper's death stops the tree.
+            Happened::Adopted(spawned) if self.reg.read(&self.id).is_ok_and(|e| e.pid.is_none()) => {
+                let (entry, _) = self.record_spawn(&spawned);
+                Recorded::Spawn(entry.map(|e| e.command_preview).unwrap_or_default())
+            }
+            Happened::Stopping { trigger, policy } if trigger != Trigger::ProviderExited => {
+                // Recorded before the first signal: a supervisor and keeper both killed in the
+                // middle of the stop leave an entry that says a stop began, and why, and with
+                // which timings (a `stop --term-grace` request's one-off grace: what readers of
+                // `maxStopMs` wait for).
+                let reason = StopReason::from(trigger);
+                let timings = policy.timings();
+                let _ = self.write(&mut |e| {
+                    if !e.is_finished() && e.stop_reason.is_none() {
+                        e.stop_reason = Some(reason.clone());
+                        e.stop = timings;
+                    }
+                });
+                Recorded::Nothing
+            }
+            // The handshake's `failed` line and the entry's removal follow the error the
+            // supervisor returns next (`run_supervisor`); a reaped orphan is not recorded.
+            Happened::Adopted(_)
+            | Happened::Stopping { .. }
+            | Happened::Escalated { .. }
+            | Happened::SpawnFailed { .. }
+            | Happened::Reaped { .. } => Recorded::Nothing,
         }
-        self.logs.marker(&format!("stopping: {trigger}"));
+    }
+
+    /// The log markers: one line in the entry's logs for what `event` is, after its record.
+    fn mark(&mut self, event: &Happened<'_>, recorded: &Recorded) {
+        let line = match (*event, recorded) {
+            (Happened::Spawned { spawned, .. }, Recorded::Spawn(preview)) => {
+                format!("started pid {}: {preview}", spawned.pid)
+            }
+            (Happened::Adopted(spawned), Recorded::Spawn(preview)) => {
+                format!(
+                    "started pid {}: {preview} (recorded by the supervisor after its keeper's SIGKILL)",
+                    spawned.pid
+                )
+            }
+            (Happened::Stopping { trigger, .. }, _) => format!("stopping: {trigger}"),
+            (Happened::Escalated { remaining }, _) => {
+                format!("escalated: SIGKILL to {remaining} processes still alive after the term grace")
+            }
+            _ => return,
+        };
+        self.logs.marker(&line);
     }
 }
 
