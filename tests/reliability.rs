@@ -397,37 +397,20 @@ fn stop_past_a_stopped_supervisor_also_stops_members_that_cleared_their_environm
 #[test]
 fn on_a_full_disk_stop_still_stops_the_tree_and_says_the_result_was_not_recorded() {
     // A private mount namespace with a 1 MiB tmpfs as the state dir, filled to the last byte.
-    if unshare_refused(&["-m"]) {
-        return;
-    }
-    let src = r#"
-import json, os, subprocess, tempfile
-S = os.environ["SHEEPDOG"]
-d = tempfile.mkdtemp()
-subprocess.run(["mount", "--make-rprivate", "/"], check=True)
-subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", d], check=True)
+    let src = FULL_DISK_PY.to_string()
+        + r#"
 try:
-    state = os.path.join(d, "state")
-    v = json.loads(subprocess.run([S, "--state-dir", state, "start", "--json", "--", "sleep", "100"],
-                                  stdout=subprocess.PIPE, check=True).stdout)
-    print("pids", v["pid"], v["supervisorPid"], flush=True)
-    with open(os.path.join(d, "fill"), "wb", buffering=0) as f:
-        for size in (65536, 4096, 512, 1):
-            try:
-                while True:
-                    f.write(b"\0" * size)
-            except OSError:
-                pass
+    v = start("--", "sleep", "100")
+    fill()
     r = subprocess.run([S, "--state-dir", state, "stop", "--term-grace", "1s", v["id"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     print("rc", r.returncode, flush=True)
     print("err", r.stderr.decode().strip().replace("\n", " | "), flush=True)
 finally:
     subprocess.run(["umount", "-l", d])
 "#;
+    let st = State::new();
     let guard = Guard::new();
-    let mut cmd = std::process::Command::new("unshare");
-    cmd.args(["-m", "python3", "-c", src]).env("SHEEPDOG", bin()).stdin(Stdio::null());
-    let (mut child, lines) = spawn_lines(cmd, &guard);
+    let Some((mut child, lines)) = in_mount_namespace(&st, &src, &guard) else { return };
     let pids = lines.pids("pids", SECS(10));
     pids.iter().for_each(|p| guard.track(*p));
     let rc = lines.expect("rc", SECS(30));

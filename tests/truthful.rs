@@ -32,18 +32,6 @@ fn until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// Runs `script` with python3 in a private mount namespace (`unshare -m`), `SHEEPDOG` and
-/// `STATE` in its environment; its stdout lines as they come. `None` (after `SKIPPED`) where
-/// unshare is refused.
-fn in_mount_namespace(st: &State, script: &str, guard: &Guard) -> Option<(std::process::Child, Lines)> {
-    if unshare_refused(&["-m"]) {
-        return None;
-    }
-    let mut cmd = std::process::Command::new("unshare");
-    cmd.args(["-m", "python3", "-c", script]).env("SHEEPDOG", bin()).env("STATE", st.path()).stdin(Stdio::null());
-    Some(spawn_lines(cmd, guard))
-}
-
 // ---------------------------------------------------------------------------------------------
 // 1. Paths and bytes
 
@@ -128,26 +116,11 @@ fn issue18_non_utf8_argv_cwd_and_env_reach_restart_and_the_cleanup_byte_for_byte
 
 #[test]
 fn issue18_on_a_full_disk_stop_json_says_the_tree_is_gone_unrecorded_and_the_supervisor_records_it_later() {
-    let src = r#"
-import json, os, subprocess, tempfile, time
-S = os.environ["SHEEPDOG"]
-d = tempfile.mkdtemp()
-subprocess.run(["mount", "--make-rprivate", "/"], check=True)
-subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", d], check=True)
+    let src = FULL_DISK_PY.to_string()
+        + r#"
 try:
-    state = os.path.join(d, "state")
-    v = json.loads(subprocess.run([S, "--state-dir", state, "start", "--json", "--", "sleep", "100"],
-                                  stdout=subprocess.PIPE, check=True).stdout)
-    keeper = json.load(open(os.path.join(state, "procs", v["id"], "entry.json"))).get("keeperPid") or ""
-    print("pids", v["pid"], v["supervisorPid"], keeper, flush=True)
-    fill = os.path.join(d, "fill")
-    with open(fill, "wb", buffering=0) as f:
-        for size in (65536, 4096, 512, 1):
-            try:
-                while True:
-                    f.write(b"\0" * size)
-            except OSError:
-                pass
+    v = start("--", "sleep", "100")
+    fill()
     r = subprocess.run([S, "--state-dir", state, "--json", "stop", "--term-grace", "300ms", v["id"]],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     print("rc", r.returncode, flush=True)
@@ -155,7 +128,7 @@ try:
     print("err", r.stderr.decode().strip().replace("\n", " | "), flush=True)
     tmp = [n for _, _, files in os.walk(state) for n in files if ".tmp-" in n]
     print("tmp", len(tmp), " ".join(tmp), flush=True)
-    os.remove(fill)
+    os.remove(fill_path)
     status = "none"
     for _ in range(500):
         ps = json.loads(subprocess.run([S, "--state-dir", state, "ps", "--all", "--json"],
@@ -170,7 +143,7 @@ finally:
 "#;
     let st = State::new();
     let guard = Guard::new();
-    let Some((mut child, lines)) = in_mount_namespace(&st, src, &guard) else { return };
+    let Some((mut child, lines)) = in_mount_namespace(&st, &src, &guard) else { return };
     let pids = lines.pids("pids", SECS(10));
     pids.iter().for_each(|p| guard.track(*p));
     let rc = lines.expect("rc", SECS(30));
@@ -198,27 +171,11 @@ finally:
 /// then lived 30 s instead of 300 ms.
 #[test]
 fn a_one_off_term_grace_reaches_the_supervisor_on_a_full_disk() {
-    let src = r#"
-import json, os, subprocess, tempfile, time
-S = os.environ["SHEEPDOG"]
-d = tempfile.mkdtemp()
-subprocess.run(["mount", "--make-rprivate", "/"], check=True)
-subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", d], check=True)
+    let src = FULL_DISK_PY.to_string()
+        + r#"
 try:
-    state = os.path.join(d, "state")
-    cmd = ["sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.05; done"]
-    v = json.loads(subprocess.run([S, "--state-dir", state, "start", "--json", "--term-grace", "30s", "--", *cmd],
-                                  stdout=subprocess.PIPE, check=True).stdout)
-    keeper = json.load(open(os.path.join(state, "procs", v["id"], "entry.json"))).get("keeperPid") or ""
-    print("pids", v["pid"], v["supervisorPid"], keeper, flush=True)
-    fill = os.path.join(d, "fill")
-    with open(fill, "wb", buffering=0) as f:
-        for size in (65536, 4096, 512, 1):
-            try:
-                while True:
-                    f.write(b"\0" * size)
-            except OSError:
-                pass
+    v = start("--term-grace", "30s", "--", "sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.05; done")
+    fill()
     asked = time.monotonic()
     stop = subprocess.Popen([S, "--state-dir", state, "stop", "--term-grace", "300ms", v["id"]],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -230,14 +187,14 @@ try:
             break
         time.sleep(0.02)
     print("gone", round(time.monotonic() - asked, 3), flush=True)
-    os.remove(fill)
+    os.remove(fill_path)
     stop.wait()
 finally:
     subprocess.run(["umount", "-l", d])
 "#;
     let st = State::new();
     let guard = Guard::new();
-    let Some((mut child, lines)) = in_mount_namespace(&st, src, &guard) else { return };
+    let Some((mut child, lines)) = in_mount_namespace(&st, &src, &guard) else { return };
     let pids = lines.pids("pids", SECS(10));
     pids.iter().for_each(|p| guard.track(*p));
     let gone: f64 = lines.expect("gone", SECS(30))[0].parse().unwrap();

@@ -332,6 +332,49 @@ pub fn spawn_script(shell: &str, script: &str, guard: &Guard) -> (Child, Lines) 
     spawn_lines(cmd, guard)
 }
 
+/// Runs `script` with python3 in a private mount namespace (`unshare -m`), `SHEEPDOG` and
+/// `STATE` in its environment; its stdout lines as they come. `None` (after `SKIPPED`) where
+/// unshare is refused.
+pub fn in_mount_namespace(st: &State, script: &str, guard: &Guard) -> Option<(Child, Lines)> {
+    if unshare_refused(&["-m"]) {
+        return None;
+    }
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "python3", "-c", script]).env("SHEEPDOG", bin()).env("STATE", st.path()).stdin(Stdio::null());
+    Some(spawn_lines(cmd, guard))
+}
+
+/// The start of a full-disk test's Python, run by [`in_mount_namespace`]: `d`, a 1 MiB tmpfs
+/// mounted in the namespace (the script unmounts it, `umount -l d`, in its `finally`), and
+/// `state`, a state dir in it; `start(*args)` runs `sheepdog start --json ARGS` there and prints
+/// `pids PROVIDER SUPERVISOR [KEEPER]`; `fill()` fills `d` to its last byte, as
+/// `fill_path`.
+pub const FULL_DISK_PY: &str = r#"
+import json, os, subprocess, tempfile, time
+S = os.environ["SHEEPDOG"]
+d = tempfile.mkdtemp()
+subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", d], check=True)
+state = os.path.join(d, "state")
+fill_path = os.path.join(d, "fill")
+
+def start(*args):
+    v = json.loads(subprocess.run([S, "--state-dir", state, "start", "--json", *args],
+                                  stdout=subprocess.PIPE, check=True).stdout)
+    keeper = json.load(open(os.path.join(state, "procs", v["id"], "entry.json"))).get("keeperPid") or ""
+    print("pids", v["pid"], v["supervisorPid"], keeper, flush=True)
+    return v
+
+def fill():
+    with open(fill_path, "wb", buffering=0) as f:
+        for size in (65536, 4096, 512, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError:
+                pass
+"#;
+
 /// True (after printing `SKIPPED: ...`) when `unshare ARGS true` is refused here: tests that need
 /// a namespace of their own then skip instead of failing.
 pub fn unshare_refused(args: &[&str]) -> bool {
