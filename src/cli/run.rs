@@ -37,20 +37,12 @@ impl From<CliError> for Refusal {
 
 /// `--fail-open`: CMD in this process's place, as written and unsupervised, after one line
 /// saying why (the agent hooks' guard line: a broken sheepdog never blocks the agent's shell).
-/// Returns only if CMD could not be run: 127 or 126, with the shell's line.
+/// Returns only if CMD could not be run: its spawn error's status (127, 126), with its line.
 pub(super) fn run_unsupervised(argv: &[std::ffi::OsString], why: &str) -> i32 {
-    use std::os::unix::process::CommandExt;
     eprintln!("sheepdog: not supervised ({why}); running the command as written");
-    let Some((program, args)) = argv.split_first() else { return sheepdog::exit::USAGE };
-    let e = std::process::Command::new(program).args(args).exec();
-    let name = program.to_string_lossy();
-    if e.kind() == std::io::ErrorKind::NotFound {
-        eprintln!("sheepdog: {name}: command not found");
-        sheepdog::exit::NOT_FOUND
-    } else {
-        eprintln!("sheepdog: {name}: cannot execute: {e}");
-        sheepdog::exit::NOT_EXECUTABLE
-    }
+    let e = supervisor::exec_unsupervised(argv);
+    eprintln!("sheepdog: {e}");
+    e.exit_code()
 }
 
 fn supervised(a: RunArgs, dir: Option<std::path::PathBuf>, _json: bool) -> Result<i32, Refusal> {

@@ -75,7 +75,7 @@ impl SpawnError {
         }
     }
 
-    fn classify(program: &OsString, source: io::Error) -> SpawnError {
+    pub(crate) fn classify(program: &OsString, source: io::Error) -> SpawnError {
         let program = program.to_string_lossy().into_owned();
         match source.raw_os_error() {
             Some(crate::sys::errno::ENOENT) | Some(crate::sys::errno::ENOTDIR) => {

@@ -442,6 +442,17 @@ impl Error {
     }
 }
 
+/// `run --fail-open`'s other road: CMD in this process's place (`execvp`), unsupervised, where
+/// [`Error::before_command`] said sheepdog cannot supervise it. Returns only if CMD could not be
+/// run, as the error its spawn would give (127 not found, 126 not executable, ...).
+pub fn exec_unsupervised(argv: &[OsString]) -> Error {
+    use std::os::unix::process::CommandExt;
+    let Some((program, args)) = argv.split_first() else {
+        return SpawnError::classify(&OsString::new(), io::Error::from_raw_os_error(crate::sys::errno::ENOENT)).into();
+    };
+    SpawnError::classify(program, std::process::Command::new(program).args(args).exec()).into()
+}
+
 fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> Error {
     move |source| Error::Io { op, source }
 }
