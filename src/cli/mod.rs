@@ -275,22 +275,33 @@ fn exec_failed(path: &std::path::Path, err: &std::io::Error, sub: &str, binary: 
 /// not return: `run` may die by the signal that stopped it).
 pub fn main() -> i32 {
     let args: Vec<OsString> = std::env::args_os().collect();
-    let json = args.iter().take_while(|a| *a != "--").any(|a| a == "--json");
+    // The detached supervisors first, each in a frame of its own: `main`'s frame lies under a
+    // supervisor for its whole life, and every page of stack it reaches stays resident in each
+    // idle supervisor (BENCHMARKS.md), so what the other subcommands keep in their frames
+    // (clap's matches, a hook's reply) stays out of it.
     if let Some((dir, a)) = supervise::supervise_invocation(&args) {
         return supervise::supervise_entry(a, dir).unwrap_or_else(|e| report(&e, false));
-    }
-    if let Some((dir, a)) = hook::hook_invocation(&args) {
-        return hook::hook(dir, a);
     }
     if let Some((dir, a)) = supervise::leftovers_invocation(&args) {
         return supervise::supervise_leftovers(a, dir).unwrap_or_else(|e| report(&e, false));
     }
-    if let Some((dir, rest)) = mcp_invocation(&args) {
+    dispatch(&args)
+}
+
+/// Every subcommand but the detached supervisors: the hooks and `mcp` (recognised before clap,
+/// so that their arguments pass as given), then what clap parses.
+#[inline(never)]
+fn dispatch(args: &[OsString]) -> i32 {
+    let json = args.iter().take_while(|a| *a != "--").any(|a| a == "--json");
+    if let Some((dir, a)) = hook::hook_invocation(args) {
+        return hook::hook(dir, a);
+    }
+    if let Some((dir, rest)) = mcp_invocation(args) {
         return mcp(rest, dir).unwrap_or_else(|e| report(&e, json));
     }
-    let cli = match Cli::try_parse_from(&args) {
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
-        Err(e) => return clap_error(e, json, help_for(&args)),
+        Err(e) => return clap_error(e, json, help_for(args)),
     };
     let dir = cli.state_dir;
     let json = cli.json;

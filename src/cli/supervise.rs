@@ -19,6 +19,7 @@ pub(super) fn supervise_invocation(args: &[OsString]) -> Option<(Option<PathBuf>
 
 /// The hidden `supervise-entry` (started by `sheepdog start`; not for direct use): the entry's
 /// detached supervisor.
+#[inline(never)]
 pub(super) fn supervise_entry(a: SuperviseArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {
     let reg = open(dir)?;
     let containment = a.containment_request();
@@ -36,6 +37,7 @@ pub(super) fn leftovers_invocation(args: &[OsString]) -> Option<(Option<PathBuf>
 
 /// The hidden `supervise-leftovers` (started by `sheepdog run --leftovers keep`; not for direct
 /// use): the supervisor of what the command left running.
+#[inline(never)]
 pub(super) fn supervise_leftovers(a: LeftoversArgs, dir: Option<PathBuf>) -> Result<i32, CliError> {
     let reg = open(dir)?;
     Ok(manager::supervise_leftovers(&reg, &a.id, a.output_fds))

@@ -227,6 +227,57 @@ pub fn run_supervisor(
     if crate::keeper::adoption().is_some() && settle_the_keepers_cleanup(reg, id) {
         return 0;
     }
+    let mut prepared = match prepare(reg, id, cwd, argv, containment) {
+        Ok(p) => p,
+        Err((code, message)) => return fail(code, message),
+    };
+    let opts = std::mem::take(&mut prepared.opts);
+    let managed = &mut prepared.managed;
+    // The handlers outlive the tree: a stop that arrives while a cleanup is pending is heard.
+    let signals = match supervisor::install_signals() {
+        Ok(s) => s,
+        Err(e) => return fail(e.exit_code(), e.to_string()),
+    };
+    let outcome = match supervisor::supervise_with(&signals, opts, managed) {
+        Ok(o) => o,
+        Err(supervisor::Error::Containment(r)) => return fail(exit::USAGE, r.render(name)),
+        Err(e) => return fail(e.exit_code(), e.to_string()),
+    };
+    managed.drain(DRAIN_AFTER_EXIT);
+    managed.logs.flush_partials();
+    managed.finish(&outcome);
+    // The FIFOs go once the result is recorded: a sender that finds them gone reads the entry
+    // to tell "exited" from "input already closed" (stdin.rs).
+    managed.stdin = None;
+    if outcome.trigger.is_none() {
+        managed.linger(&signals, outcome.keeper.as_ref());
+    }
+    if let Some(keeper) = outcome.keeper {
+        keeper.done();
+    }
+    0
+}
+
+/// What [`prepare`] hands to the supervising part: the loop's options and its front end.
+struct Prepared<'a> {
+    opts: Options,
+    managed: Managed<'a>,
+}
+
+/// The supervisor's setup before its loop: records itself in the entry, opens the log pipes,
+/// the logs and the stdin, and builds the loop's options. Errors: the status and the message
+/// for the handshake (the caller removes the entry).
+// Never inlined, and boxed: its locals (entries read, changed and written back) would
+// otherwise sit in the frame under the loop for the supervisor's whole life, and every page
+// of stack that frame reaches stays resident in each idle supervisor (BENCHMARKS.md).
+#[inline(never)]
+fn prepare<'a>(
+    reg: &'a Registry,
+    id: &str,
+    cwd: PathBuf,
+    argv: Vec<OsString>,
+    containment: cgroup::Request,
+) -> Result<Box<Prepared<'a>>, (i32, String)> {
     let me = process::getpid();
     let mut cgroup_name = None;
     if let Ok(e) = reg.read(id) {
@@ -244,7 +295,7 @@ pub fn run_supervisor(
         }
     }) {
         Ok(e) => e,
-        Err(e) => return fail(exit::USAGE, e.to_string()),
+        Err(e) => return Err((exit::USAGE, e.to_string())),
     };
     let pipes = (|| -> io::Result<_> {
         let (out_r, out_w) = pipe_cloexec()?;
@@ -255,7 +306,7 @@ pub fn run_supervisor(
     })();
     let (mut out_r, out_w, mut err_r, err_w) = match pipes {
         Ok(p) => p,
-        Err(e) => return fail(exit::USAGE, format!("unable to create log pipes: {e}")),
+        Err(e) => return Err((exit::USAGE, format!("unable to create log pipes: {e}"))),
     };
     // A supervisor adopting its tree reads the pipes the provider already writes to, which its
     // relay left open across `execve` (crate::keeper::Adoption); the new ones go unused.
@@ -266,7 +317,7 @@ pub fn run_supervisor(
     }
     let logs = match LogSet::open(&reg.dir(id), entry.log_max_bytes.unwrap_or(logs::DEFAULT_LOG_MAX)) {
         Ok(l) => l,
-        Err(e) => return fail(exit::USAGE, format!("unable to open logs in {}: {e}", reg.dir(id).display())),
+        Err(e) => return Err((exit::USAGE, format!("unable to open logs in {}: {e}", reg.dir(id).display()))),
     };
     // `--stdin pipe`: the command reads a FIFO this supervisor holds open (stdin.rs).
     // A supervisor adopting its tree (crate::keeper::adoption) spawns nothing: the FIFOs are the
@@ -275,12 +326,12 @@ pub fn run_supervisor(
     let (stdin_pipe, stdin) = if entry.stdin_pipe && !adopting {
         match super::stdin::StdinPipe::open(&reg.dir(id)) {
             Ok((pipe, reader)) => (Some(pipe), OwnedFd::from(reader)),
-            Err(e) => return fail(exit::USAGE, format!("unable to make the stdin pipe: {e}")),
+            Err(e) => return Err((exit::USAGE, format!("unable to make the stdin pipe: {e}"))),
         }
     } else {
         match File::open("/dev/null") {
             Ok(null) => (None, OwnedFd::from(null)),
-            Err(e) => return fail(exit::USAGE, format!("unable to open /dev/null: {e}")),
+            Err(e) => return Err((exit::USAGE, format!("unable to open /dev/null: {e}"))),
         }
     };
     let opts = Options {
@@ -307,38 +358,16 @@ pub fn run_supervisor(
         containment: cgroup::Request { label: id.to_string(), name: cgroup_name, ..containment },
         ..Options::default()
     };
-    let mut managed = Managed {
+    let managed = Managed {
         reg,
         id: id.to_string(),
-        known: entry.clone(),
+        known: entry,
         logs,
         pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
         seen: Default::default(),
         stdin: stdin_pipe,
     };
-    // The handlers outlive the tree: a stop that arrives while a cleanup is pending is heard.
-    let signals = match supervisor::install_signals() {
-        Ok(s) => s,
-        Err(e) => return fail(e.exit_code(), e.to_string()),
-    };
-    let outcome = match supervisor::supervise_with(&signals, opts, &mut managed) {
-        Ok(o) => o,
-        Err(supervisor::Error::Containment(r)) => return fail(exit::USAGE, r.render(name)),
-        Err(e) => return fail(e.exit_code(), e.to_string()),
-    };
-    managed.drain(DRAIN_AFTER_EXIT);
-    managed.logs.flush_partials();
-    managed.finish(&outcome);
-    // The FIFOs go once the result is recorded: a sender that finds them gone reads the entry
-    // to tell "exited" from "input already closed" (stdin.rs).
-    managed.stdin = None;
-    if outcome.trigger.is_none() {
-        managed.linger(&signals, outcome.keeper.as_ref());
-    }
-    if let Some(keeper) = outcome.keeper {
-        keeper.done();
-    }
-    0
+    Ok(Box::new(Prepared { opts, managed }))
 }
 
 /// The front end of a managed supervisor: logs and registry writes.
@@ -376,38 +405,39 @@ const RESULT_RETRY_FOR: Duration = Duration::from_secs(600);
 
 impl Managed<'_> {
     /// One locked change of the entry ([`Registry::update`]); an entry found corrupt is
-    /// rewritten from [`Managed::known`] with the change. Returns the entry as written.
+    /// rewritten from [`Managed::known`] with the change. The entry as written is then
+    /// [`Managed::known`].
     /// Records the provider in the entry (pid, group, start time, session; in a keeper, the
-    /// keeper's own identity too). Returns the entry as written and whether a stop was recorded
-    /// while the command was being spawned (`Entry::record_spawned`).
-    fn record_spawn(&mut self, spawned: &Spawned) -> (Option<Entry>, bool) {
+    /// keeper's own identity too). Returns the command's preview as written (`None`: not
+    /// written) and whether a stop was recorded while the command was being spawned
+    /// (`Entry::record_spawned`).
+    fn record_spawn(&mut self, spawned: &Spawned) -> (Option<String>, bool) {
         let stat = procfs::stat(spawned.pid).ok();
         let start_time = stat.as_ref().map(|s| s.start_time);
         let sid = stat.as_ref().map(|s| s.session);
         let mut stopped_meanwhile = false;
-        let entry = self
-            .write(&mut |e| {
-                stopped_meanwhile = e.record_spawned(spawned.pid.as_raw(), spawned.pgid.as_raw(), start_time, sid);
-                // The process that spawns is the keeper unless it is the recorded supervisor
-                // (`SHEEPDOG_KEEPER=off`).
-                let me = process::getpid();
-                if e.supervisor.map(|s| s.pid) != Some(me.as_raw()) {
-                    e.keeper = Some(crate::identity::proc_ref(me));
-                }
-            })
-            .ok();
-        (entry, stopped_meanwhile)
+        let written = self.write(&mut |e| {
+            stopped_meanwhile = e.record_spawned(spawned.pid.as_raw(), spawned.pgid.as_raw(), start_time, sid);
+            // The process that spawns is the keeper unless it is the recorded supervisor
+            // (`SHEEPDOG_KEEPER=off`).
+            let me = process::getpid();
+            if e.supervisor.map(|s| s.pid) != Some(me.as_raw()) {
+                e.keeper = Some(crate::identity::proc_ref(me));
+            }
+        });
+        (written.ok().map(|()| self.known.command_preview.clone()), stopped_meanwhile)
     }
 
-    fn write(&mut self, f: &mut dyn FnMut(&mut Entry)) -> Result<Entry, RegistryError> {
+    // The entry as written is left in `known`, not returned: a returned copy is one more
+    // entry-sized slot in the frame of every caller, under the loop (BENCHMARKS.md).
+    fn write(&mut self, f: &mut dyn FnMut(&mut Entry)) -> Result<(), RegistryError> {
         // Corrupt, or entry.json deleted while its directory stays (`ps` promised a rewrite);
         // a cleared entry has no directory, and `rewrite` refuses it.
-        let written = match self.reg.update(&self.id, |e| f(e)) {
+        self.known = match self.reg.update(&self.id, |e| f(e)) {
             Err(RegistryError::Corrupt { .. } | RegistryError::NotFound(_)) => self.repair(f),
             other => other,
         }?;
-        self.known = written.clone();
-        Ok(written)
+        Ok(())
     }
 
     /// Rewrites the corrupt entry from what this supervisor holds, with `f` applied.
@@ -539,8 +569,8 @@ impl Managed<'_> {
             recorded = self.write(&mut apply);
         }
         self.logs.marker(&format!("exited: {text}"));
-        if let (true, Ok(entry)) = (claimed, recorded) {
-            crate::cleanup::run_claimed(self.reg, &entry, CleanupRunner::Supervisor);
+        if claimed && recorded.is_ok() {
+            crate::cleanup::run_claimed(self.reg, &self.known, CleanupRunner::Supervisor);
         }
     }
 
@@ -629,21 +659,21 @@ impl Managed<'_> {
                 Recorded::Nothing
             }
             Happened::Spawned { spawned, .. } => {
-                let (entry, stopped_meanwhile) = self.record_spawn(&spawned);
+                let (preview, stopped_meanwhile) = self.record_spawn(&spawned);
                 if stopped_meanwhile {
                     // A stop (or reap) recorded a result while the command was being spawned:
                     // honour it through the one stop, by the same signal `sheepdog stop` sends.
                     let _ = process::kill(process::getpid(), Signal::TERM);
                 }
-                Recorded::Spawn(entry.map(|e| e.command_preview).unwrap_or_default())
+                Recorded::Spawn(preview.unwrap_or_default())
             }
             // The keeper was killed between the spawn and its record: the entry says the command
             // runs (so `start`, which got no handshake, reports it started; and the stop after
             // this adoption is recorded against it). No handshake: `start` reads the entry. A
             // stop recorded meanwhile needs nothing more: the keeper's death stops the tree.
             Happened::Adopted(spawned) if self.reg.read(&self.id).is_ok_and(|e| e.pid.is_none()) => {
-                let (entry, _) = self.record_spawn(&spawned);
-                Recorded::Spawn(entry.map(|e| e.command_preview).unwrap_or_default())
+                let (preview, _) = self.record_spawn(&spawned);
+                Recorded::Spawn(preview.unwrap_or_default())
             }
             Happened::Stopping { trigger, policy } if trigger != Trigger::ProviderExited => {
                 // Recorded before the first signal: a supervisor and keeper both killed in the
