@@ -5,13 +5,14 @@
 
 For each binary: its size; `run -- true` wall time (median of RUNS, interleaved run by run);
 the PSS and USS of idle detached supervisors (SUPERVISORS each, all running at once, from
-/proc/PID/smaps_rollup); `ps --json` and `ps --all --json` over 10,000 finished entries
-(median of PS_RUNS, interleaved). With --events, also the CPU of an idle `sheepdog events`
+/proc/PID/smaps_rollup) and how deep their stack has ever reached, in bytes (stack_reach);
+`ps --json` and `ps --all --json` over 10,000 finished entries (median of PS_RUNS,
+interleaved). With --events, also the CPU of an idle `sheepdog events`
 follower (the AFTER binary) with 100 running entries over 30 s.
 
 Kills only what it started, by pid. Prints a Markdown table for BENCHMARKS.md.
 """
-import json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, uuid
+import json, os, shutil, signal, statistics, struct, subprocess, sys, tempfile, time, uuid
 
 RUNS = 300
 SUPERVISORS = 10
@@ -44,6 +45,32 @@ def rollup(pid):
         if k in ("Private_Clean", "Private_Dirty"):
             uss += int(v.split()[0])
     return pss, uss
+
+
+def stack_reach(pid):
+    """Bytes from where the process's stack began (`startstack`, /proc/PID/stat) down to the
+    lowest byte ever written on it: the deepest any call chain went. USS counts that in whole
+    pages, and where the stack starts within its page is random, so USS moves in 4 KiB steps
+    that this does not. Reads /proc/PID/pagemap (which pages are there) and /proc/PID/mem, so
+    needs ptrace access to the supervisor; None without it."""
+    try:
+        start = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[25])
+        lo, hi = next(
+            [int(x, 16) for x in line.split()[0].split("-")]
+            for line in open(f"/proc/{pid}/maps") if line.rstrip().endswith("[stack]"))
+        with open(f"/proc/{pid}/pagemap", "rb") as pm, open(f"/proc/{pid}/mem", "rb") as mem:
+            for page in range(lo, hi, 4096):
+                pm.seek(page // 4096 * 8)
+                if not struct.unpack("Q", pm.read(8))[0] >> 63:
+                    continue
+                mem.seek(page)
+                data = mem.read(4096)
+                first = next((i for i, b in enumerate(data) if b), None)
+                if first is not None:
+                    return start - (page + first)
+    except (OSError, StopIteration, ValueError):
+        return None
+    return None
 
 
 def forge(state, n):
@@ -93,6 +120,11 @@ def stop_all(b, state):
     subprocess.run([b, "--state-dir", state, "stop", "--all"], stdout=subprocess.DEVNULL)
 
 
+def reach_text(values):
+    known = [v for v in values if v is not None]
+    return f"{int(statistics.median(known)):,}" if known else "n/a"
+
+
 def cpu_ticks(pid):
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return int(f[11]) + int(f[12])
@@ -112,6 +144,7 @@ def main():
     try:
         sups = [supervisors(b, s) for b, s in zip(bins, states)]
         mem = [[rollup(p) for p in ps] for ps in sups]
+        reach = [[stack_reach(p) for p in ps] for ps in sups]
     finally:
         for b, s in zip(bins, states):
             stop_all(b, s)
@@ -130,13 +163,15 @@ def main():
     shutil.rmtree(big, ignore_errors=True)
     print(f"load average: {os.getloadavg()}")
     print("| binary | size, bytes | `run -- true` median ms (p10–p90) | idle supervisor PSS KiB, median of "
-          f"{SUPERVISORS} | its USS KiB | `ps --json`, 10,000 entries, median ms | `ps --all --json` |")
-    print("|---|---|---|---|---|---|---|")
+          f"{SUPERVISORS} | its USS KiB | its stack reach, bytes | `ps --json`, 10,000 entries, median ms | "
+          "`ps --all --json` |")
+    print("|---|---|---|---|---|---|---|---|")
     for i in range(2):
         w = sorted(wall[i])
         p10, p90 = w[len(w) // 10], w[len(w) * 9 // 10]
         print(f"| {names[i]} | {sizes[i]:,} | {statistics.median(w):.3f} ({p10:.3f}–{p90:.3f}) | "
               f"{statistics.median(m[0] for m in mem[i]):.1f} | {statistics.median(m[1] for m in mem[i]):.1f} | "
+              f"{reach_text(reach[i])} | "
               f"{statistics.median(ps[i]):.1f} | {statistics.median(ps_all[i]):.1f} |")
     if "--events" in sys.argv:
         b = bins[1]
