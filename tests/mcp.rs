@@ -234,6 +234,78 @@ async fn a_dev_server_starts_ready_is_reached_and_logs_its_request() {
     s.close().await;
 }
 
+/// A sentence with its times and labels made alike: `Ready after 312ms` and `after 1.4s` become
+/// `after T`, `web (proc_2)` becomes `X`.
+fn alike(sentence: &str, label: &str) -> String {
+    let s = sentence.replace(label, "X");
+    let Some(at) = s.find("after ") else { return s };
+    let rest = &s[at + 6..];
+    let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'm' || c == 's')).unwrap_or(rest.len());
+    format!("{}after T{}", &s[..at], &rest[end..])
+}
+
+/// The CLI and the server say the library's one sentence for the same readiness
+/// (`ReadyOutcome::sentence`): ready on a port, and ended before it was ready.
+#[tokio::test]
+async fn the_cli_and_the_server_say_the_same_sentence_for_the_same_readiness() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let serve = |port: u16| {
+        vec![
+            "python3".to_string(),
+            "-u".into(),
+            "-m".into(),
+            "http.server".into(),
+            port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+        ]
+    };
+
+    let port = free_port();
+    let mut args = vec![
+        "start".to_string(),
+        "--name".into(),
+        "cli-web".into(),
+        "--ready-port".into(),
+        port.to_string(),
+        "--".into(),
+    ];
+    args.extend(serve(port));
+    let out = state.run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let cli_said = String::from_utf8_lossy(&out.stdout).lines().nth(1).unwrap_or_default().to_string();
+
+    let port2 = free_port();
+    let r = s.call("process_start", json!({"argv": serve(port2), "name": "mcp-web", "ready": {"port": port2}})).await;
+    let mcp_text = text(&r);
+    let mcp_said = mcp_text.lines().nth(1).unwrap_or_default().replace(&port2.to_string(), &port.to_string());
+    assert!(cli_said.starts_with("Ready after "), "{cli_said}");
+    assert_eq!(alike(&mcp_said, "mcp-web"), alike(&cli_said, "cli-web"), "{mcp_text}");
+
+    let out =
+        state.run(&["start", "--name", "cli-early", "--ready-log", "never", "--", "sh", "-c", "echo bye; exit 3"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let cli_said = err.lines().next().unwrap_or_default().trim_start_matches("sheepdog: ").to_string();
+    let r = s
+        .call(
+            "process_start",
+            json!({"argv": ["sh", "-c", "echo bye; exit 3"], "name": "mcp-early", "ready": {"logPattern": "never"}}),
+        )
+        .await;
+    let mcp_said = text(&r).lines().nth(1).unwrap_or_default().to_string();
+    let sentence = |line: &str| line.split(" Its last").next().unwrap_or_default().to_string();
+    assert!(cli_said.contains("exited (3) before it was ready."), "{err}");
+    assert_eq!(
+        alike(&sentence(&mcp_said), "mcp-early (proc_4)"),
+        alike(&sentence(&cli_said), "cli-early (proc_3)"),
+        "{}",
+        text(&r)
+    );
+    s.close().await;
+}
+
 #[tokio::test]
 async fn logs_with_a_cursor_across_rotations_have_no_duplicates_and_no_gaps() {
     let (state, guard) = (State::new(), Guard::new());

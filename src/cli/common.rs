@@ -131,11 +131,6 @@ pub(super) fn owner_from_env() -> Result<Option<sheepdog::os::Pid>, CliError> {
         .ok_or_else(|| CliError::usage(format!("{OWNER_ENV}={text}: not a process id (must be a number > 0)")))
 }
 
-/// `1.2s`, `350ms`.
-pub(super) fn ms_text(ms: u64) -> String {
-    if ms >= 1000 { format!("{:.1}s", ms as f64 / 1000.0) } else { format!("{ms}ms") }
-}
-
 pub(super) fn age(ms: u64) -> String {
     let s = sheepdog::files::now_ms().saturating_sub(ms) / 1000;
     match s {

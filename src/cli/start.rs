@@ -11,9 +11,7 @@ use sheepdog::registry::Registry;
 use sheepdog::stop::StopPolicy;
 use sheepdog::view;
 
-use super::common::{
-    SESSION_ENV, check_name, check_session, ms_text, open, owner_from_env, parse_env, parse_size, to_json,
-};
+use super::common::{SESSION_ENV, check_name, check_session, open, owner_from_env, parse_env, parse_size, to_json};
 use super::{CliError, parse_duration, parse_positive_duration, pid_arg};
 
 /// `sheepdog start`.
@@ -128,29 +126,18 @@ pub(super) fn render_started(
         return;
     }
     outln!("{}", e.id);
+    // The sentence is the library's, as MCP and `top` say it; what follows is the CLI's.
     match ready {
-        Some(ReadyOutcome::Ready { after_ms, matched, port }) => match (matched, port) {
-            (_, Some(p)) => outln!("Ready after {}: listening on port {p}.", ms_text(*after_ms)),
-            (Some(line), None) => outln!("Ready after {}: {line}", ms_text(*after_ms)),
-            _ => outln!("Ready after {}.", ms_text(*after_ms)),
-        },
-        Some(ReadyOutcome::Exited { entry, last_lines, .. }) => {
-            eprintln!(
-                "sheepdog: {} {} before it was ready; its last {} lines:",
-                entry.label(),
-                view::status_text(entry, entry.status),
-                last_lines.len()
-            );
+        Some(r @ ReadyOutcome::Ready { .. }) => outln!("{}", r.sentence(&e.label())),
+        Some(r @ ReadyOutcome::Exited { entry, last_lines, .. }) => {
+            eprintln!("sheepdog: {} Its last {} lines:", r.sentence(&entry.label()), last_lines.len());
             for l in last_lines {
                 eprintln!("{l}");
             }
         }
-        Some(ReadyOutcome::TimedOut { after_ms }) => eprintln!(
-            "sheepdog: {} is not ready yet after {}; it keeps running (stop it with 'sheepdog stop {}')",
-            e.label(),
-            ms_text(*after_ms),
-            e.id
-        ),
+        Some(r @ ReadyOutcome::TimedOut { .. }) => {
+            eprintln!("sheepdog: {} Stop it with 'sheepdog stop {}'.", r.sentence(&e.label()), e.id)
+        }
         None => {}
     }
 }

@@ -72,6 +72,12 @@ pub fn parse_positive(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// How long something took, in a sentence: `12ms` under a second, else seconds with one
+/// decimal (`1.2s`). Rounded for reading, not for `parse`; a configured bound is [`format`]ted.
+pub fn elapsed(ms: u64) -> String {
+    if ms >= 1000 { format!("{:.1}s", ms as f64 / 1000.0) } else { format!("{ms}ms") }
+}
+
 /// Formats a duration the way `parse` reads it back: `250ms`, `10s`, `1.5s`, `2m`.
 pub fn format(d: Duration) -> String {
     let ms = d.as_millis();

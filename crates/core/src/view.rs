@@ -18,6 +18,7 @@ use serde::Serialize;
 use crate::entry::{Cleanup, CleanupResult, Entry, ReadySpec, StopTimings};
 use crate::inspect::TreeProc;
 use crate::logs::{COMBINED_LOG, STDERR_LOG, STDOUT_LOG};
+use crate::ready::ReadyOutcome;
 use crate::registry::Registry;
 use crate::status::Status;
 use crate::sys::Pid;
@@ -187,6 +188,34 @@ pub fn status_text(e: &Entry, status: Status) -> String {
         },
         Status::TimedOut => "timed out".into(),
         s => s.as_str().into(),
+    }
+}
+
+// Here, not in ready.rs: the sentence says the entry's status as the views do, and views
+// already use ready.rs (the ladder allows no circle).
+impl ReadyOutcome {
+    /// The one sentence every front end says for this readiness, the CLI, MCP and `top` alike;
+    /// what to do next follows it in each front end's own words (its commands or tools).
+    /// `label` names the entry (`web (proc_1)`). Shapes: `Ready after 1.2s: listening on port
+    /// 3000.`, `Ready after 40ms: <the matching line>`, `web (proc_1) exited (3) before it was
+    /// ready.`, `web (proc_1) is not ready yet after 30.0s; it keeps running.`
+    pub fn sentence(&self, label: &str) -> String {
+        use crate::duration::elapsed;
+        match self {
+            ReadyOutcome::Ready { after_ms, port: Some(p), .. } => {
+                format!("Ready after {}: listening on port {p}.", elapsed(*after_ms))
+            }
+            ReadyOutcome::Ready { after_ms, matched: Some(line), .. } => {
+                format!("Ready after {}: {line}", elapsed(*after_ms))
+            }
+            ReadyOutcome::Ready { after_ms, .. } => format!("Ready after {}.", elapsed(*after_ms)),
+            ReadyOutcome::Exited { entry, .. } => {
+                format!("{label} {} before it was ready.", status_text(entry, entry.status))
+            }
+            ReadyOutcome::TimedOut { after_ms } => {
+                format!("{label} is not ready yet after {}; it keeps running.", elapsed(*after_ms))
+            }
+        }
     }
 }
 

@@ -655,18 +655,15 @@ impl ServerHandler for Sheepdog {
     }
 }
 
+/// What `process_start` and `process_restart` say of `e`'s readiness: the library's sentence,
+/// then what to do next in this server's tools.
 pub(crate) fn ready_text(o: &ReadyOutcome, e: &Entry) -> String {
+    // The sentence is the library's, as the CLI and `top` say it (cut as every line of a
+    // reply is); what to do next is this server's, in its tools' names.
+    let said = cut_line(&o.sentence(&e.label()));
     match o {
-        ReadyOutcome::Ready { after_ms, matched, .. } => {
-            format!("Ready after {after_ms} ms ({}).", cut_line(matched.as_deref().unwrap_or("condition met")))
-        }
-        ReadyOutcome::Exited { after_ms, entry, .. } => format!(
-            "It ended before it was ready, after {after_ms} ms: {}. Its last lines:",
-            sheepdog::view::status_text(entry, entry.status)
-        ),
-        ReadyOutcome::TimedOut { after_ms } => format!(
-            "Not ready after {after_ms} ms; {} keeps running (process_logs to see why, process_stop to end it).",
-            e.label()
-        ),
+        ReadyOutcome::Ready { .. } => said,
+        ReadyOutcome::Exited { .. } => format!("{said} Its last lines:"),
+        ReadyOutcome::TimedOut { .. } => format!("{said} process_logs shows why, process_stop ends it."),
     }
 }

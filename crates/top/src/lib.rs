@@ -336,20 +336,9 @@ pub fn restart_lines(reg: &Registry, e: &sheepdog::entry::Entry) -> (Vec<String>
                 r.entry.label(),
                 r.entry.pid.map(|p| format!(", pid {p}")).unwrap_or_default()
             ));
-            use sheepdog::ready::ReadyOutcome;
-            match &r.ready {
-                Some(ReadyOutcome::Ready { after_ms, matched, .. }) => lines.push(format!(
-                    "Ready after {after_ms} ms{}.",
-                    matched.as_ref().map(|m| format!(": {m}")).unwrap_or_default()
-                )),
-                Some(ReadyOutcome::Exited { entry, .. }) => lines.push(format!(
-                    "It finished before it was ready: {}.",
-                    sheepdog::view::status_text(entry, entry.status)
-                )),
-                Some(ReadyOutcome::TimedOut { after_ms }) => {
-                    lines.push(format!("Not ready after {after_ms} ms; it keeps running."))
-                }
-                None => {}
+            // The library's sentence, as the CLI and MCP say it.
+            if let Some(o) = &r.ready {
+                lines.push(o.sentence(&r.entry.label()));
             }
             (lines, Some(r.entry.id))
         }
