@@ -99,6 +99,8 @@ fn the_owners_sigkill_stops_what_was_kept() {
     }
     let e = kept_entry(&st, "s-owner");
     assert_eq!((e["status"].as_str(), e["stopReason"].as_str()), (Some("stopped"), Some("owner")), "{e}");
+    // In the words a managed entry's owner stop is recorded in (`Trigger::stopped_text`).
+    assert_eq!(e["statusText"], "stopped (owner exited)", "{e}");
 }
 
 /// Its supervisor SIGKILLed (stopped first, so nothing of it runs the stop), then its owner:

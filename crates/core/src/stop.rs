@@ -141,16 +141,20 @@ impl Trigger {
     /// The one table that turns a trigger into text: its word in events and the registry
     /// (`signal`, `owner`, `stdinEof`, `timeout`, `providerExited`, `supervisorKilled`), and
     /// the cause in words that the log markers say (`stopping: the owner exited`, `cleanup
-    /// triggered: the turn timeout expired`). A signal's cause is completed with its name by
-    /// [`Display`](std::fmt::Display).
-    const fn words(&self) -> (&'static str, &'static str) {
+    /// triggered: the turn timeout expired`), and the `statusText` of an entry it stopped. A
+    /// signal's cause is completed with its name by [`Display`](std::fmt::Display).
+    const fn words(&self) -> (&'static str, &'static str, &'static str) {
         match self {
-            Trigger::Signal(_) => ("signal", "(stop requested)"),
-            Trigger::OwnerDied => ("owner", "the owner exited"),
-            Trigger::StdinEof => ("stdinEof", "stdin reached EOF"),
-            Trigger::Timeout => ("timeout", "the turn timeout expired"),
-            Trigger::ProviderExited => ("providerExited", "the command exited; stopping what it left running"),
-            Trigger::SupervisorKilled => ("supervisorKilled", "the supervisor was killed"),
+            Trigger::Signal(_) => ("signal", "(stop requested)", "stopped"),
+            Trigger::OwnerDied => ("owner", "the owner exited", "stopped (owner exited)"),
+            Trigger::StdinEof => ("stdinEof", "stdin reached EOF", "stopped"),
+            Trigger::Timeout => ("timeout", "the turn timeout expired", "timed out"),
+            Trigger::ProviderExited => {
+                ("providerExited", "the command exited; stopping what it left running", "stopped")
+            }
+            Trigger::SupervisorKilled => {
+                ("supervisorKilled", "the supervisor was killed", "stopped (the supervisor was killed)")
+            }
         }
     }
 
@@ -158,6 +162,14 @@ impl Trigger {
     /// `providerExited`, `supervisorKilled`.
     pub fn name(&self) -> &'static str {
         self.words().0
+    }
+
+    /// The recorded `statusText` of an entry this trigger stopped: `stopped (owner exited)`,
+    /// `stopped (the supervisor was killed)`, else `stopped` (a stop asked for by a signal says
+    /// no more: `stopReason` has it). A timeout's is `timed out`; the supervisor, which knows
+    /// the length, writes `timed out after 2s`.
+    pub fn stopped_text(&self) -> &'static str {
+        self.words().2
     }
 }
 

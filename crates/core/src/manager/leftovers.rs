@@ -29,7 +29,7 @@ use crate::files;
 use crate::logs::{LogSet, Stream};
 use crate::registry::Registry;
 use crate::status::{CleanupRunner, Status, StopReason, Tier};
-use crate::stop::StopPolicy;
+use crate::stop::{StopPolicy, Trigger};
 use crate::supervisor::Kept;
 use crate::sys::process::{POLL_IN, PidFd, PollFd};
 use crate::sys::signal::set_nonblocking;
@@ -263,12 +263,6 @@ fn named_member(h: &Handoff) -> Option<(Member, String)> {
     }
 }
 
-/// Why the supervisor of kept leftovers stops them.
-enum Why {
-    Signal(Signal),
-    Owner,
-}
-
 /// The body of `sheepdog supervise-leftovers --id ID` ([`LeftoversArgs`]; started by [`hand_off`]): records itself
 /// as the entry's supervisor, holds the tree's cgroup, reports with a `Handshake` line, then
 /// watches until nothing of the entry is left (recorded `exited`) or a stop is due (the
@@ -313,7 +307,7 @@ pub fn watch(reg: &Registry, id: &str, output_fds: [Option<RawFd>; 2]) -> i32 {
     let policy = StopPolicy::from_timings(&entry.stop);
     let mut wait = LOOK_MIN;
     let mut next_look = Instant::now() + wait;
-    let why = loop {
+    let trigger = loop {
         let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
         let owner_slot = owner.as_ref().map(|o| {
             fds.push(PollFd::new(o.as_raw_fd(), POLL_IN));
@@ -337,7 +331,7 @@ pub fn watch(reg: &Registry, id: &str, output_fds: [Option<RawFd>; 2]) -> i32 {
         }
         while process::reap_any().is_some() {}
         if let Some(sig) = asked {
-            break Why::Signal(sig);
+            break Trigger::Signal(sig);
         }
         let cgroup_woke = cgroup_slot.is_some_and(|s| fds[s].ready());
         let owner_woke = owner_slot.is_some_and(|s| fds[s].ready());
@@ -349,7 +343,7 @@ pub fn watch(reg: &Registry, id: &str, output_fds: [Option<RawFd>; 2]) -> i32 {
             return 0;
         }
         if now.owner_gone() {
-            break Why::Owner;
+            break Trigger::OwnerDied;
         }
         if crate::inspect::recorded_tree(&now).is_none_or(|t| t.is_gone()) {
             output.drain();
@@ -363,10 +357,8 @@ pub fn watch(reg: &Registry, id: &str, output_fds: [Option<RawFd>; 2]) -> i32 {
         wait = (wait * 2).min(LOOK_MAX);
         next_look = Instant::now() + wait;
     };
-    let (reason, text) = match why {
-        Why::Owner => (StopReason::Owner, "stopped (its owner died)".to_string()),
-        Why::Signal(sig) => (StopReason::Signal, format!("stopped ({})", sig.name())),
-    };
+    // The stop's record in the words of the one table (`Trigger::stopped_text`).
+    let (reason, text) = (StopReason::from(trigger), trigger.stopped_text().to_string());
     let _ = reg.update(id, |e| {
         if e.stop_reason.is_none() {
             e.stop_reason = Some(reason.clone());

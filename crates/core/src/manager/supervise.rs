@@ -610,9 +610,7 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (Status, String)
             let after = timeout_ms.map(|ms| duration::format(Duration::from_millis(ms)));
             (Status::TimedOut, format!("timed out after {}", after.unwrap_or_default()))
         }
-        (Some(Trigger::OwnerDied), _) => (Status::Stopped, "stopped (owner exited)".into()),
-        (Some(Trigger::SupervisorKilled), _) => (Status::Stopped, "stopped (the supervisor was killed)".into()),
-        (Some(_), _) => (Status::Stopped, "stopped".into()),
+        (Some(t), _) => (Status::Stopped, t.stopped_text().into()),
         (_, Some(WaitStatus::Exited(c))) => (Status::Exited, format!("exited ({c})")),
         (_, Some(WaitStatus::Signaled(s, false))) => (Status::Killed, format!("killed ({s})")),
         (_, Some(WaitStatus::Signaled(s, true))) => (Status::Killed, format!("killed ({s}, core dumped)")),
