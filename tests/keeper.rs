@@ -693,8 +693,7 @@ fn cleanup_without_a_pid(st: &State, guard: &Guard, timeout_ms: u64) -> (String,
         e.status = sheepdog::status::Status::Stopped;
         e.status_text = Some("stopped".into());
         e.tree_gone = Some(true);
-        e.pid = Some(i32::MAX - 1);
-        e.start_time = Some(1);
+        e.provider = Some(sheepdog::entry::ProcRef::new(i32::MAX - 1, Some(1)));
         e.pgid = Some(i32::MAX - 1);
         e.cleanup = Some(sheepdog::entry::Cleanup { command: "sleep 206".into(), timeout_ms });
         // A runner that is gone (no such pid), and no `cleanupPid`.

@@ -138,17 +138,15 @@ fn forged_entries_with_a_reused_pid_or_another_boot_are_never_signalled() {
     // Same pid, another start time: a pid reused after the recorded process died.
     let reused = forge(&st, |e| {
         e.name = Some("reused".into());
-        e.pid = Some(vpid);
+        e.provider = Some(sheepdog::entry::ProcRef::new(vpid, Some(real_start + 1)));
         e.pgid = Some(vpid);
-        e.start_time = Some(real_start + 1);
         e.supervisor = Some(sheepdog::entry::ProcRef::new(vpid, Some(real_start + 1)));
     });
     // Every identity field right but the boot id: an entry from before a reboot.
     let old_boot = forge(&st, |e| {
         e.name = Some("oldboot".into());
-        e.pid = Some(vpid);
+        e.provider = Some(sheepdog::entry::ProcRef::new(vpid, Some(real_start)));
         e.pgid = Some(vpid);
-        e.start_time = Some(real_start);
         e.supervisor = Some(sheepdog::entry::ProcRef::new(vpid, Some(real_start)));
         e.boot_id = "00000000-0000-0000-0000-000000000000".into();
     });

@@ -51,10 +51,9 @@ fn issue16_reap_leaves_a_new_group_alone_whose_numbers_an_old_entry_recorded() {
     let b_provider = member(&b["pid"], &b["startTime"]);
     let (bp, bs) = (b_provider.pid.as_raw(), session_of(b_provider.pid.as_raw()));
     let old = |e: &mut sheepdog::entry::Entry| {
-        e.pid = Some(bp);
+        e.provider = Some(sheepdog::entry::ProcRef::new(bp, Some(b["startTime"].as_u64().unwrap() - 100)));
         e.pgid = Some(bp);
         e.sid = Some(bs);
-        e.start_time = Some(b["startTime"].as_u64().unwrap() - 100);
         e.supervisor = Some(sheepdog::entry::ProcRef::new(bs, Some(b["supervisorStartTime"].as_u64().unwrap() - 100)));
     };
     let a = forge_entry(&st, 60_000, old);

@@ -211,8 +211,7 @@ fn issue18_on_a_read_only_state_dir_reap_says_it_recorded_nothing_and_records_on
     let guard = Guard::new();
     // An entry whose supervisor and tree are gone (past the leeway a start in progress gets).
     let id = forge_entry(&st, 60_000, |e| {
-        e.pid = Some(i32::MAX - 1);
-        e.start_time = Some(1);
+        e.provider = Some(sheepdog::entry::ProcRef::new(i32::MAX - 1, Some(1)));
         e.pgid = Some(i32::MAX - 1);
     });
     let src = r#"

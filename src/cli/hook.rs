@@ -463,7 +463,7 @@ fn post_tool_use(dir: Option<PathBuf>, _input: &Value) -> Option<Value> {
             format!(
                 "sheepdog: `{}` (pid {}) is still running from that command, kept as entry {} ({}) of this session; it is stopped when the session ends. Stop it earlier with `sheepdog stop {}`, read its output with `sheepdog logs {}`.",
                 e.command_preview,
-                e.pid.unwrap_or(0),
+                e.pid().unwrap_or(0),
                 e.id,
                 e.label(),
                 e.id,
@@ -719,7 +719,7 @@ mod pi {
             .map(|e| format!(
                 "sheepdog: `{}` (pid {}) is still running from that command, kept as process {} of this pi session; it is stopped when pi exits. Stop it earlier with the process tool (action stop, id {}); read its output with action output, id {}.",
                 e.command_preview,
-                e.pid.unwrap_or(0),
+                e.pid().unwrap_or(0),
                 e.label(),
                 e.id,
                 e.id

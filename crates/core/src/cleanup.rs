@@ -116,7 +116,7 @@ fn tagged_since_claim(e: &Entry, claimed_ms: u64) -> Option<Tree> {
         return None;
     }
     let since = crate::sys::procfs::ticks_at(claimed_ms, CLAIM_SLACK_MS)?;
-    let since = e.start_time.map_or(since, |p| since.max(p));
+    let since = e.provider.and_then(|p| p.start_time).map_or(since, |p| since.max(p));
     Some(Tree::tagged(e.uid, &e.tag, since))
 }
 

@@ -386,8 +386,10 @@ pub struct Entry {
     pub id: String,
     pub name: Option<String>,
     pub session_id: Option<String>,
-    /// Provider pid, once spawned.
-    pub pid: Option<i32>,
+    /// The provider, once spawned (`pid`, `startTime`): its pid and its start time in clock
+    /// ticks, the identity every check of the tree begins with.
+    pub provider: Option<ProcRef>,
+    /// The provider's process group, once spawned.
     pub pgid: Option<i32>,
     /// Unix ms.
     pub started_at: u64,
@@ -411,9 +413,9 @@ pub struct Entry {
     /// or the supervisor lives, the entry is supervised: the survivor of the other's SIGKILL
     /// stops the tree and records it.
     pub keeper: Option<ProcRef>,
-    /// Identity: boot id, provider start time (clock ticks), uid.
+    /// Identity, with the provider's start time: the boot id (`/proc/sys/kernel/random/boot_id`)
+    /// and the uid.
     pub boot_id: String,
-    pub start_time: Option<u64>,
     pub uid: u32,
     /// The provider's session id (for a managed entry, the supervisor's own session). A process
     /// in the recorded group *and* session, of the same uid, started no earlier than the
@@ -544,14 +546,18 @@ impl Entry {
         true
     }
 
+    /// The provider's pid, once spawned: [`Entry::provider`]'s.
+    pub fn pid(&self) -> Option<i32> {
+        self.provider.map(|p| p.pid)
+    }
+
     /// Transition the supervisor makes once the command runs: its pid, group, start time
     /// (clock ticks) and session, and `starting` → `running`. Guard: a result recorded
     /// meanwhile (a stop or reap while the command was being spawned) is kept, and the
     /// returned `true` tells the supervisor to honour it by stopping the tree at once.
     pub fn record_spawned(&mut self, pid: i32, pgid: i32, start_time: Option<u64>, sid: Option<i32>) -> bool {
-        self.pid = Some(pid);
+        self.provider = Some(ProcRef::new(pid, start_time));
         self.pgid = Some(pgid);
-        self.start_time = start_time;
         self.sid = sid;
         if self.status == Status::Starting {
             self.status = Status::Running;
@@ -704,6 +710,7 @@ mod wire {
             let (starter_pid, starter_start_time) = ProcRef::keys(e.starter);
             let (supervisor_pid, supervisor_start_time) = ProcRef::keys(e.supervisor);
             let (keeper_pid, keeper_start_time) = ProcRef::keys(e.keeper);
+            let (pid, start_time) = ProcRef::keys(e.provider);
             let (cleanup_started_at, runner, child, cleanup_result) = e.cleanup_state.keys();
             let (cleanup_runner_pid, cleanup_runner_start_time) = ProcRef::keys(runner);
             let (cleanup_pid, cleanup_start_time) = ProcRef::keys(child);
@@ -725,14 +732,14 @@ mod wire {
                 id: Cow::Borrowed(&e.id),
                 name: e.name.as_deref().map(Cow::Borrowed),
                 session_id: e.session_id.as_deref().map(Cow::Borrowed),
-                pid: e.pid,
+                pid,
                 pgid: e.pgid,
                 started_at: e.started_at,
                 command_preview: Cow::Borrowed(&e.command_preview),
                 argv: Cow::Borrowed(&e.argv),
                 cwd: Cow::Borrowed(&e.cwd),
                 boot_id: Cow::Borrowed(&e.boot_id),
-                start_time: e.start_time,
+                start_time,
                 uid: e.uid,
                 sid: e.sid,
                 members: Cow::Borrowed(&e.members),
@@ -784,14 +791,13 @@ mod wire {
                 id: w.id.into_owned(),
                 name: w.name.map(Cow::into_owned),
                 session_id: w.session_id.map(Cow::into_owned),
-                pid: w.pid,
+                provider: ProcRef::from_keys(w.pid, w.start_time),
                 pgid: w.pgid,
                 started_at: w.started_at,
                 command_preview: w.command_preview.into_owned(),
                 argv: w.argv.into_owned(),
                 cwd: w.cwd.into_owned(),
                 boot_id: w.boot_id.into_owned(),
-                start_time: w.start_time,
                 uid: w.uid,
                 sid: w.sid,
                 members: w.members.into_owned(),
@@ -1023,13 +1029,13 @@ mod transition_tests {
         let mut e = Entry::default();
         assert!(!e.record_spawned(4242, 4242, Some(77), Some(4000)));
         assert_eq!(
-            (e.status, e.pid, e.pgid, e.start_time, e.sid),
+            (e.status, e.pid(), e.pgid, e.provider.and_then(|p| p.start_time), e.sid),
             (Status::Running, Some(4242), Some(4242), Some(77), Some(4000))
         );
         let mut stopped = Entry { status: Status::Stopped, ..Entry::default() };
         assert!(stopped.record_spawned(4243, 4243, None, None), "the supervisor must honour the stop");
         assert_eq!(stopped.status, Status::Stopped);
-        assert_eq!(stopped.pid, Some(4243), "the pid is recorded all the same, for the stop to find");
+        assert_eq!(stopped.pid(), Some(4243), "the pid is recorded all the same, for the stop to find");
     }
 
     #[test]
@@ -1154,7 +1160,7 @@ mod wire_tests {
         assert_eq!(e.starter, Some(ProcRef::new(4000, Some(50))));
         assert_eq!(e.supervisor, Some(ProcRef::new(4241, Some(76))));
         assert_eq!(e.keeper, Some(ProcRef::new(4243, Some(77))));
-        assert_eq!((e.pid, e.start_time), (Some(4242), Some(78)));
+        assert_eq!(e.provider, Some(ProcRef::new(4242, Some(78))));
         assert_eq!(e.signal, Some(SignalName::of(crate::sys::Signal::TERM)));
         assert_eq!((e.containment, e.containment_asked), (Some(Tier::Cgroup), Some(Tier::Subreaper)));
         assert_eq!(e.extra.get("futureKey"), Some(&serde_json::json!({"a": 1})));

@@ -121,7 +121,7 @@ impl Probe for Entry {
     }
 
     fn provider_alive(&self) -> bool {
-        self.this_boot() && self.pid.is_some_and(|pid| alive(ProcRef::new(pid, self.start_time)))
+        self.this_boot() && self.provider.is_some_and(alive)
     }
 }
 

@@ -53,7 +53,7 @@ pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
     if e.containment == Some(crate::status::Tier::Cgroup) && e.cgroup.is_some() {
         return cgroup::Cgroup::of_entry(e).is_some_and(|cg| cg.populated());
     }
-    let Some(start) = e.start_time else { return false };
+    let Some(start) = e.provider.and_then(|p| p.start_time) else { return false };
     if e.provider_alive() {
         return true;
     }
@@ -67,10 +67,7 @@ pub fn recorded_alive(e: &Entry, census: &OnceCell<Census>) -> bool {
 /// provider, the supervisor and its keeper, by identity.
 fn leaders(e: &Entry) -> Vec<Member> {
     let member = |p: Option<ProcRef>| Some(Member { pid: Pid::new(p?.pid)?, start_time: Some(p?.start_time?) });
-    [member(e.pid.map(|pid| ProcRef::new(pid, e.start_time))), member(e.supervisor), member(e.keeper)]
-        .into_iter()
-        .flatten()
-        .collect()
+    [member(e.provider), member(e.supervisor), member(e.keeper)].into_iter().flatten().collect()
 }
 
 /// The tree of an entry as seen without its supervisor; `None` if it never spawned. In the
@@ -95,14 +92,16 @@ pub fn recorded_tree(e: &Entry) -> Option<Tree> {
 /// The recorded tree of `e` by identity: the provider, the recorded members, the tag, the group
 /// and session (see [`recorded_tree`]).
 fn by_identity(e: &Entry) -> Option<Tree> {
-    let pid = Pid::new(e.pid?)?;
+    let provider = e.provider?;
+    let pid = Pid::new(provider.pid)?;
     let pgid = Pgid::new(e.pgid.unwrap_or(pid.as_raw()))?;
     // Without a tag only the provider itself (by full identity), what was recorded and their
     // descendants count.
     let tag = if e.tag.is_empty() { "\0untagged" } else { &e.tag };
     let members =
         e.members.iter().filter_map(|m| Some(Member { pid: Pid::new(m.pid)?, start_time: Some(m.start_time) }));
-    let tree = Tree::recorded(pid, pgid, e.start_time?, e.uid, tag).with_evidence(members.collect(), e.sid, leaders(e));
+    let tree =
+        Tree::recorded(pid, pgid, provider.start_time?, e.uid, tag).with_evidence(members.collect(), e.sid, leaders(e));
     Some(tree)
 }
 

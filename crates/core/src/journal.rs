@@ -207,8 +207,8 @@ pub fn append(root: &Path, e: &Entry, kind: Kind) -> io::Result<u64> {
 /// recorded), `exited` (a result was), `cleanupFinished` (a cleanup result was). Called by the
 /// registry under the entry's lock, after the write.
 pub fn transitions(root: &Path, before: &Entry, after: &Entry) {
-    if before.pid.is_none()
-        && let Some(pid) = after.pid
+    if before.provider.is_none()
+        && let Some(pid) = after.pid()
     {
         let _ = append(root, after, Kind::Started { pid, pgid: after.pgid });
     }

@@ -830,7 +830,12 @@ mod list_tests {
     fn remove_waits_for_a_write_in_progress_so_cleared_is_the_last_event() {
         let tmp = tempfile::tempdir().unwrap();
         let reg = Registry::open(Some(tmp.path().join("s"))).unwrap();
-        let e = Entry { id: "proc_1".into(), status: Status::Running, pid: Some(42), ..Entry::default() };
+        let e = Entry {
+            id: "proc_1".into(),
+            status: Status::Running,
+            provider: Some(crate::entry::ProcRef::new(42, None)),
+            ..Entry::default()
+        };
         put(&reg, &e.id, &serde_json::to_string(&e).unwrap());
         std::thread::scope(|s| {
             // The supervisor recording the result: the lock is held from before the read until

@@ -351,8 +351,8 @@ pub fn tree_members_known(e: &Entry, supervisor_alive: bool) -> Vec<Proc> {
 /// marked: the recorded group, and the session of the provider (or, once it is gone, of its
 /// supervisor, which the provider shares).
 pub fn provider_group_and_session(e: &Entry) -> (Option<Pgid>, Option<i32>) {
-    let pgid = e.pgid.or(e.pid).and_then(Pgid::new);
-    let session = [e.pid, e.supervisor.map(|s| s.pid)]
+    let pgid = e.pgid.or(e.pid()).and_then(Pgid::new);
+    let session = [e.pid(), e.supervisor.map(|s| s.pid)]
         .into_iter()
         .flatten()
         .filter_map(Pid::new)

@@ -151,7 +151,7 @@ fn cell(app: &App, row: &Row, col: Col) -> String {
         Col::Id => e.id.clone(),
         Col::Session => e.session_id.clone().unwrap_or_else(|| "-".into()),
         Col::Status => row.status_text.clone(),
-        Col::Pid => e.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+        Col::Pid => e.pid().map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
         // Age while it runs; how long it ran once finished.
         Col::Time => match e.ended_at.filter(|_| !row.live) {
             Some(end) => short_duration(end.saturating_sub(e.started_at)),
@@ -383,7 +383,7 @@ mod tests {
             id: id.into(),
             name: Some(name.into()),
             session_id: Some("s1".into()),
-            pid: Some(4242),
+            provider: Some(sheepdog::entry::ProcRef::new(4242, None)),
             started_at: NOW - 65_000,
             ended_at: (!live).then_some(NOW - 5_000),
             exit_code: (status == "exited").then_some(1),

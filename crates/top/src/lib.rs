@@ -334,7 +334,7 @@ pub fn restart_lines(reg: &Registry, e: &sheepdog::entry::Entry) -> (Vec<String>
             lines.push(format!(
                 "Started {}{}.",
                 r.entry.label(),
-                r.entry.pid.map(|p| format!(", pid {p}")).unwrap_or_default()
+                r.entry.pid().map(|p| format!(", pid {p}")).unwrap_or_default()
             ));
             // The library's sentence, as the CLI and MCP say it.
             if let Some(o) = &r.ready {

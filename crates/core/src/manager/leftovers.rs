@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use crate::cgroup::Cgroup;
 use crate::entry;
-use crate::entry::Entry;
 use crate::entry::RecordedMember;
+use crate::entry::{Entry, ProcRef};
 use crate::files;
 use crate::logs::{LogSet, Stream};
 use crate::registry::Registry;
@@ -172,8 +172,7 @@ fn register_and_watch(reg: &Registry, h: &Handoff) -> Result<Entry, ManagerError
         tag: h.tag.clone(),
         stop: h.policy.timings(),
         status: Status::Starting,
-        pid: first.map(|m| m.pid.as_raw()),
-        start_time: first.and_then(|m| m.start_time),
+        provider: first.map(|m| ProcRef::new(m.pid.as_raw(), m.start_time)),
         pgid: stat.as_ref().map(|s| s.pgrp),
         sid: stat.as_ref().map(|s| s.session),
         members: h

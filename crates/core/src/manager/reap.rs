@@ -128,7 +128,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> Reaped {
         // A populated cgroup is never "nothing alive", even when no member can be listed.
         let live = tree.as_ref().map(|t| t.live().len().max(usize::from(!t.is_gone()))).unwrap_or(0);
         let Some(tree) = tree.filter(|_| live > 0) else {
-            if e.pid.is_none() && files::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
+            if e.provider.is_none() && files::now_ms().saturating_sub(e.started_at) < STARTING_LEEWAY_MS {
                 if !dry_run && e.supervisor.is_some() {
                     // Its supervisor died before the spawn: a cgroup it made is empty.
                     settle_cgroup(reg, e.clone());

@@ -174,7 +174,7 @@ pub fn start(reg: &Registry, req: StartRequest) -> Result<Entry, ManagerError> {
         None => {}
     }
     if let Ok(e) = reg.read(&id)
-        && e.pid.is_some()
+        && e.provider.is_some()
     {
         return Ok(e);
     }

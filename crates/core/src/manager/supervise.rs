@@ -669,7 +669,7 @@ impl Managed<'_> {
             // runs (so `start`, which got no handshake, reports it started; and the stop after
             // this adoption is recorded against it). No handshake: `start` reads the entry. A
             // stop recorded meanwhile needs nothing more: the keeper's death stops the tree.
-            Happened::Adopted(spawned) if self.reg.read(&self.id).is_ok_and(|e| e.pid.is_none()) => {
+            Happened::Adopted(spawned) if self.reg.read(&self.id).is_ok_and(|e| e.provider.is_none()) => {
                 let (preview, _) = self.record_spawn(&spawned);
                 Recorded::Spawn(preview.unwrap_or_default())
             }
