@@ -1,8 +1,9 @@
 //! One supervisor's life: set up, split off the keeper, spawn the provider (or take over the
-//! tree after the keeper's SIGKILL), wait on events until the tree is gone or handed on, and
-//! report how it ended. Single-threaded, no async runtime.
+//! tree after the keeper's SIGKILL), wait on events until the tree is gone or handed on, record
+//! how it ended, linger while a cleanup is pending, run the cleanup, done. Single-threaded, no
+//! async runtime.
 //!
-//! [`supervise_with`] reads in that order, and the file follows it:
+//! `supervise_with` reads in that order, and the file follows it:
 //! 1. `Setup::fresh` (the owner check, the stdin and output relays, the subreaper bit, the
 //!    containment probe) or `Setup::adopt` (what an image that re-executed itself after its
 //!    keeper's SIGKILL takes over, `crate::keeper`);
@@ -10,28 +11,36 @@
 //!    keeper is done and exits as it did, and goes on only if the keeper was killed;
 //! 3. `Setup::start`: the spawn into the tree's cgroup, or the take-over of the tree a killed
 //!    keeper left (whose stop then begins at once);
-//! 4. the loop, one `Supervisor` method per step of a wake. `wait` blocks in one `poll` on the
-//!    signal self-pipe (SIGCHLD; SIGTERM, SIGINT, SIGHUP, which stop; and the signals in
-//!    [`Signal::FORWARDED`], passed on to the provider's group), the owner's pidfd, stdin's
-//!    hang-up (only with `--on-stdin-eof stop`), the terminal's hang-up, the cgroup's events,
-//!    in a keeper the supervisor's pipe, the relays, and whatever fds the [`Hooks`] adds (a
-//!    managed process's log pipes). Then, in order: the supervisor's death, the signals, the
-//!    reaping of every child it has (the provider and any orphan re-parented to it), the
-//!    owner, the other fds, the look at the members and the turn timeout; last `step`, where
-//!    `Life::next` (a pure transition, unit-tested without processes as
-//!    [`crate::stop::StopMachine`] is) decides from the stop machine's phase and the
-//!    provider's status whether the supervisor runs on, waits for a drainer, steps the stop,
-//!    hands the leftovers on or is done. "All gone" is re-checked after every wake, so it
-//!    exits within a millisecond of the last descendant's death;
+//! 4. the one loop over `Life`'s states (running, stopping, recording, lingering, cleaning up,
+//!    done), each state's step returning the next. Running and stopping are the tree's wakes,
+//!    one `Supervisor` method per step: `wait` blocks in one `poll` on the signal self-pipe
+//!    (SIGCHLD; SIGTERM, SIGINT, SIGHUP, which stop; and the signals in [`Signal::FORWARDED`],
+//!    passed on to the provider's group), the owner's pidfd, stdin's hang-up (only with
+//!    `--on-stdin-eof stop`), the terminal's hang-up, the cgroup's events, in a keeper the
+//!    supervisor's pipe, the relays, and whatever fds the [`Hooks`] adds (a managed process's
+//!    log pipes). Then, in order: the supervisor's death, the signals, the reaping of every
+//!    child it has (the provider and any orphan re-parented to it), the owner, the other fds,
+//!    the look at the members and the turn timeout; last `step`, where `Life::next` (a pure
+//!    transition, unit-tested without processes as [`crate::stop::StopMachine`] is) decides
+//!    from the stop machine's phase and the provider's status whether the supervisor runs on,
+//!    waits for a drainer, steps the stop, hands the leftovers on or is done with the tree.
+//!    "All gone" is re-checked after every wake, so the tree's part ends within a millisecond
+//!    of the last descendant's death;
 //! 5. `Supervisor::finish`: the last zombies reaped, the output relay emptied, the cgroup
-//!    removed, the terminal given back: the [`Outcome`].
+//!    removed, the terminal given back: the [`Outcome`];
+//! 6. `Supervisor::record`: the front end records it ([`Hooks::record_outcome`]: a managed
+//!    supervisor writes the registry; `run` records nothing more) and answers what is left,
+//!    `Life::recorded`: nothing, the cleanup a stop triggered, or, after the command's own
+//!    exit, a cleanup pending on a trigger still to come;
+//! 7. `Supervisor::linger`: while such a cleanup is pending, the same loop waits, idle, in a
+//!    `poll` of its own on the signal self-pipe, the owner's pidfd (the same `OwnerWatch`),
+//!    the turn timeout and, in a keeper, the supervisor's pipe; `Life::lingered` (pure, tested
+//!    the same way) decides after each wake;
+//! 8. the cleanup ([`Hooks::clean_up`]), then `Life::Done`: the loop returns the outcome.
 //!
-//! What a managed supervisor does after it (records the outcome, runs the cleanup a stop
-//! triggered, lingers while one is pending: [`await_trigger`]) is `manager::supervise`'s.
-//!
-//! Longer than the ~700 lines a file here usually keeps to (about 1500 before its unit tests),
-//! on purpose: the setup, the loop, its wake-ups and its one exit path are read as one piece,
-//! as tini's `main` is; split, a reader would follow a stop across files.
+//! Longer than the ~700 lines a file here usually keeps to (about 1600 before its unit tests),
+//! on purpose: the setup, the loop, its wake-ups and its states are read as one piece; split, a
+//! reader would follow a stop across files.
 
 use std::ffi::OsString;
 use std::io;
@@ -265,6 +274,44 @@ pub trait Hooks: Listener {
     }
     /// One of [`Hooks::fds`] is readable or hung up.
     fn ready(&mut self, _fd: RawFd) {}
+    /// `Life::Recording`: the tree's part is over and `outcome` is how it ended. Records it
+    /// and answers what is left to do: [`Pending::Nothing`] (the default: `run` records nothing
+    /// more than its events, and never lingers), a cleanup claimed with the record, or one that
+    /// waits for a trigger.
+    fn record_outcome(&mut self, _outcome: &Outcome) -> Pending {
+        Pending::Nothing
+    }
+    /// `Life::Lingering`: a signal that is no stop came (SIGUSR1: "your entry changed"); true
+    /// if the cleanup is still pending (false: the supervisor is done).
+    fn still_needed(&mut self) -> bool {
+        false
+    }
+    /// `Life::CleaningUp`: runs the cleanup, as `cleanup` says.
+    fn clean_up(&mut self, _cleanup: Cleanup) {}
+}
+
+/// What is left to do once the outcome is recorded ([`Hooks::record_outcome`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pending {
+    /// Nothing: the supervisor is done.
+    Nothing,
+    /// The cleanup a stop triggered, claimed with the record: it runs now
+    /// ([`Cleanup::Claimed`]).
+    Cleanup,
+    /// A cleanup is pending after the command's own exit, and a trigger may still come: the
+    /// supervisor lingers, idle, watching the owner (`owner`: its pid and its start time in
+    /// clock ticks, as recorded) and the turn timeout's end (`until`), and hears SIGTERM,
+    /// SIGINT, SIGHUP (ARCHITECTURE.md: "a cleanup belongs to the entry").
+    Trigger { owner: Option<(Pid, Option<u64>)>, until: Option<Instant> },
+}
+
+/// Which cleanup `Life::CleaningUp` runs ([`Hooks::clean_up`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cleanup {
+    /// The one a stop triggered, claimed when the outcome was recorded.
+    Claimed,
+    /// The one that was pending while the supervisor lingered, for this trigger (claimed now).
+    Triggered(Trigger),
 }
 
 /// The front end that hears nothing and asks nothing.
@@ -742,7 +789,8 @@ struct Split {
     adopted: Option<(Spawned, Option<WaitStatus>)>,
 }
 
-/// Runs one provider under supervision until it and everything it started are gone.
+/// Runs one provider under supervision until it and everything it started are gone, then
+/// until the front end's record and cleanup are done ([`Hooks::record_outcome`]).
 ///
 /// Order matters and is the point: signal handlers first (a stop that lands the instant after
 /// the spawn is still seen), then the owner check (the provider never runs for a wrong or dead
@@ -774,10 +822,10 @@ fn handled_signals() -> Vec<Signal> {
     handled
 }
 
-/// [`supervise`] with handlers the caller installed ([`install_signals`]) and keeps after the
-/// tree is gone: a managed supervisor goes on listening for a stop while a cleanup is pending
-/// ([`await_trigger`]).
-pub fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn Hooks) -> Result<Outcome, Error> {
+/// [`supervise`] with its signal handlers installed: the one life, in order. The setup
+/// ([`Setup::fresh`] or [`Setup::adopt`], [`Setup::split`], [`Setup::start`]), then the one
+/// loop over [`Life`]'s states until [`Life::Done`].
+fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn Hooks) -> Result<Outcome, Error> {
     if let Some(tag) = opts.tag.take() {
         opts.spawn.env.push((crate::tree::TAG_ENV.into(), tag.into()));
     }
@@ -821,27 +869,48 @@ pub fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn H
         drain: None,
         backlog: false,
         kept: None,
+        outcome: None,
     };
     sup.first_watches(adopted.is_some());
-    loop {
-        let now = Instant::now();
-        let (fds, slots) = sup.wait(now)?;
-        sup.supervisor_death(&fds, &slots);
-        sup.signals();
-        let reaped = sup.reap(now);
-        sup.owner(&fds, &slots);
-        sup.ready(&fds, slots);
-        let now = Instant::now();
-        sup.scan_and_timeout(now, reaped > 0);
-        if let Life::HandingOn | Life::Gone | Life::Unfinished = sup.step(now, reaped) {
-            break;
-        }
-    }
-    Ok(sup.finish(terminal_home))
+    let mut life = Life::Running;
+    let outcome = loop {
+        life = match life {
+            // Running and stopping: one wake of the tree's `poll`, its steps in order, and
+            // `Life::next` at its end.
+            Life::Running | Life::Draining | Life::Stopping => {
+                let now = Instant::now();
+                let (fds, slots) = sup.wait(now)?;
+                sup.supervisor_death(&fds, &slots);
+                sup.signals();
+                let reaped = sup.reap(now);
+                sup.owner(&fds, &slots);
+                sup.ready(&fds, slots);
+                let now = Instant::now();
+                sup.scan_and_timeout(now, reaped > 0);
+                sup.step(now, reaped)
+            }
+            // The tree's ends: the last zombies, the relays, the cgroup, the terminal; the outcome.
+            Life::HandingOn | Life::Gone | Life::Unfinished => sup.finish(terminal_home),
+            Life::Recording => sup.record(),
+            Life::Lingering => sup.linger(),
+            Life::CleaningUp(cleanup) => {
+                sup.hooks.clean_up(cleanup);
+                Life::Done
+            }
+            // Every road to `Done` passes `finish`; were one not to, the tree is finished (and
+            // recorded) first.
+            Life::Done => match sup.outcome.take() {
+                Some(outcome) => break outcome,
+                None => sup.finish(terminal_home),
+            },
+        };
+    };
+    Ok(outcome)
 }
 
-/// The supervision loop's state, held from the spawn (or take-over) to the finish. Its methods
-/// are the steps of one wake, in the order [`supervise_with`] calls them.
+/// The supervision loop's state, held from the spawn (or take-over) to the end. Its methods are
+/// the steps of one wake of the tree, in the order [`supervise_with`] calls them, then the
+/// states after the tree's, in the loop's order.
 struct Supervisor<'a> {
     signals: &'a SignalPipe,
     hooks: &'a mut dyn Hooks,
@@ -875,6 +944,9 @@ struct Supervisor<'a> {
     backlog: bool,
     /// What [`Life::HandingOn`] handed on.
     kept: Option<Kept>,
+    /// How the tree ended, from [`Supervisor::finish`] on: what [`Life::Recording`] records and
+    /// the loop returns at [`Life::Done`].
+    outcome: Option<Outcome>,
 }
 
 /// Where each watched fd sits in one wake's poll set (index 0 is the signal self-pipe).
@@ -1111,8 +1183,8 @@ impl Supervisor<'_> {
     }
 
     /// The end of a wake: [`Life::next`] decides, and the loop acts on it (hands the leftovers
-    /// on, waits, or steps the stop machine). Returns where the life is after it: the loop ends
-    /// at [`Life::HandingOn`], [`Life::Gone`] and [`Life::Unfinished`].
+    /// on, waits, or steps the stop machine). Returns where the life is after it: the tree's part
+    /// ends at [`Life::HandingOn`], [`Life::Gone`] and [`Life::Unfinished`].
     fn step(&mut self, now: Instant, reaped: usize) -> Life {
         // Exited on its own with a status: what it left is handed on, not stopped, and without
         // the drain window (a reader of its output is kept with the rest). A provider killed by
@@ -1125,8 +1197,16 @@ impl Supervisor<'_> {
                 self.hand_on(members);
                 return Life::HandingOn;
             }
-            // Draining: not yet, a reader is still writing out what the provider printed.
-            Life::Running | Life::Draining | Life::Gone | Life::Unfinished => None,
+            // Draining: not yet, a reader is still writing out what the provider printed. (The
+            // states after the tree's are never `Life::next`'s.)
+            Life::Running
+            | Life::Draining
+            | Life::Gone
+            | Life::Unfinished
+            | Life::Recording
+            | Life::Lingering
+            | Life::CleaningUp(_)
+            | Life::Done => None,
             Life::Stopping if self.provider.is_some() => {
                 let was_running = !self.machine.stopping();
                 if was_running && let Some(policy) = self.hooks.policy_for_stop(Trigger::ProviderExited) {
@@ -1177,10 +1257,13 @@ impl Supervisor<'_> {
         self.kept = Some(Kept { members, cgroup, pgid: self.spawned.pgid, output });
     }
 
-    /// After the loop: the last zombies reaped, the output relay emptied, the tree's cgroup
-    /// removed (not a kept one), the terminal given back to `terminal_home`; how it ended.
-    fn finish(self, terminal_home: Option<Pgid>) -> Outcome {
-        let Supervisor { spawned, provider, tree, machine, link, mut output, kept, .. } = self;
+    /// [`Life::HandingOn`], [`Life::Gone`], [`Life::Unfinished`]: the tree's part ends. The last
+    /// zombies reaped, the output relay emptied, the tree's cgroup removed (not a kept one), the
+    /// terminal given back to `terminal_home`, and what only the tree's watch needed closed (the
+    /// relays, the owner's pidfd, the cgroup's fds): how it ended is the [`Outcome`], next
+    /// recorded ([`Life::Recording`]).
+    fn finish(&mut self, terminal_home: Option<Pgid>) -> Life {
+        let (spawned, provider, machine) = (self.spawned, self.provider, &self.machine);
         // The tree's cgroup goes with the tree; a leftover is reported (and removed by `reap`).
         if machine.phase() == Phase::Gone {
             // Nothing of the tree is alive, so no more zombies come: reap them now rather than
@@ -1193,28 +1276,104 @@ impl Supervisor<'_> {
             }
         }
         // The tree is gone (or past its kill wait): the relay copies out what it left in the pipes.
-        if let Some(o) = output.as_mut() {
+        if let Some(mut o) = self.output.take() {
             o.drain_now();
         }
-        drop(output);
+        let kept = self.kept.take();
         // A tree handed on alive keeps its cgroup.
-        let cgroup_left = kept.is_none() && tree.cgroup().is_some_and(|cg| cg.remove().is_err());
+        let cgroup_left = kept.is_none() && self.tree.cgroup().is_some_and(|cg| cg.remove().is_err());
         if let Some(home) = terminal_home {
             // A script that ran `sheepdog run -- CMD` reads the terminal next: the foreground goes
             // back from the provider's (now empty) group, unless someone else already took it.
             process::give_terminal_back(spawned.pgid, home);
         }
-        Outcome {
+        let left = if machine.phase() == Phase::Unfinished { self.tree.live() } else { Vec::new() };
+        // Nothing below watches the tree or its stdin any more.
+        self.tree.close_cgroup();
+        self.relay = None;
+        self.owner = None;
+        self.drain = None;
+        (self.watch_stdin, self.terminal) = (false, None);
+        self.outcome = Some(Outcome {
             spawned,
             provider,
             trigger: machine.trigger(),
             tree_gone: machine.phase() == Phase::Gone,
             escalated: machine.escalated(),
             cgroup_left,
-            left: if machine.phase() == Phase::Unfinished { tree.live() } else { Vec::new() },
+            left,
             kept,
-            keeper: link,
+            keeper: self.link.take(),
+        });
+        Life::Recording
+    }
+
+    /// [`Life::Recording`]: the front end records the outcome ([`Hooks::record_outcome`]) and
+    /// answers what is left to do ([`Life::recorded`]). A pending cleanup to watch for begins
+    /// [`Life::Lingering`] at once ([`Supervisor::begin_lingering`]).
+    // Never inlined, as the other states after the tree's: their locals would sit in the frame
+    // under the loop for the supervisor's whole life (ARCHITECTURE.md, "Invariants").
+    #[inline(never)]
+    fn record(&mut self) -> Life {
+        let Some(outcome) = &self.outcome else { return Life::Done };
+        let pending = self.hooks.record_outcome(outcome);
+        match (Life::recorded(&pending), pending) {
+            (Life::Lingering, Pending::Trigger { owner, until }) => self.begin_lingering(owner, until),
+            (next, _) => next,
         }
+    }
+
+    /// Lingering begins: the watches of the tree's life are set to what is left to watch, the
+    /// owner recorded as `owner` (pid, start time in clock ticks; identity-checked through a
+    /// pidfd, as in the tree's life), the turn timeout's end `until` and, in a keeper, the
+    /// supervisor's pipe. Then the first look, before any `poll`: an owner already gone, a
+    /// cleanup no longer needed, a timeout already past.
+    fn begin_lingering(&mut self, owner: Option<(Pid, Option<u64>)>, until: Option<Instant>) -> Life {
+        self.owner = owner.and_then(|(pid, start_time)| OwnerWatch::recorded(pid, start_time));
+        self.timeout_at = until;
+        self.supervisor_fd =
+            self.outcome.as_ref().and_then(|o| o.keeper.as_ref()).map(crate::keeper::Link::supervisor_gone_fd);
+        let first = Lingered {
+            owner_died: owner.is_some() && self.owner.is_none(),
+            recheck: true,
+            timed_out: until.is_some_and(|u| Instant::now() >= u),
+            ..Lingered::default()
+        };
+        let hooks = &mut *self.hooks;
+        Life::lingered(&first, &mut || hooks.still_needed())
+    }
+
+    /// [`Life::Lingering`]: one wake of its `poll`, on the signal self-pipe, the owner's pidfd
+    /// and, in a keeper, the supervisor's pipe, until the turn timeout's end (the owner looked
+    /// at every [`OWNER_POLL`] without a pidfd). Children it still inherits are reaped. A failed
+    /// `poll` ends the lingering ([`Life::Done`]).
+    #[inline(never)]
+    fn linger(&mut self) -> Life {
+        let now = Instant::now();
+        let mut fds = vec![PollFd::new(self.signals.as_raw_fd(), POLL_IN)];
+        let owner =
+            self.owner.as_ref().and_then(|o| o.pidfd.as_ref()).map(|fd| slot(&mut fds, fd.as_raw_fd(), POLL_IN));
+        let supervisor = self.supervisor_fd.map(|fd| slot(&mut fds, fd, POLL_IN));
+        let mut deadline = self.timeout_at;
+        if self.owner.as_ref().is_some_and(|o| o.pidfd.is_none()) {
+            deadline = earliest(deadline, Some(now + OWNER_POLL));
+        }
+        if process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).is_err() {
+            return Life::Done;
+        }
+        let mut wake = Lingered::of_signals(&self.signals.drain());
+        if wake.reap {
+            while process::reap_any().is_some() {}
+        }
+        wake.supervisor_gone = supervisor.is_some_and(|slot| fds[slot].ready());
+        wake.owner_died = match (&self.owner, owner) {
+            (Some(_), Some(slot)) => fds[slot].ready(),
+            (Some(o), None) => o.gone_by_poll(),
+            (None, _) => false,
+        };
+        wake.timed_out = self.timeout_at.is_some_and(|u| Instant::now() >= u);
+        let hooks = &mut *self.hooks;
+        Life::lingered(&wake, &mut || hooks.still_needed())
     }
 }
 
@@ -1271,20 +1430,27 @@ fn look_for_drainers(tree: &Tree) -> Vec<Member> {
     tree.draining()
 }
 
-/// Where a supervisor's life is, as one wake of its loop ends: what [`Life::next`] decides from
-/// the stop machine's [`Phase`] and the provider's wait status, and what the loop then does.
+/// Where a supervisor's life is: the state of its one loop ([`supervise_with`]), from the
+/// spawn (or take-over) to the end. Each state's step in the loop returns the next; the
+/// decisions are pure functions, unit-tested without processes as [`crate::stop::StopMachine`]
+/// is: [`Life::next`] at the end of each of the tree's wakes, [`Life::recorded`] after the
+/// record, [`Life::lingered`] after each wake while lingering.
 ///
 /// Issue 32 names the stages running, stopping, recording, lingering, cleaning up and done. In
 /// the loop they are:
-/// - running: [`Life::Running`]; after the provider's own exit, [`Life::Draining`] lingers
-///   (at most [`OUTPUT_DRAIN`]) while a leftover writes out what the provider printed;
-/// - stopping: [`Life::Stopping`], the one stop or the cleanup of what an exited provider left;
-/// - done: [`Life::Gone`] or [`Life::Unfinished`], or [`Life::HandingOn`] when the leftovers
-///   are kept alive ([`Options::keep_leftovers`]); the loop ends there.
-///
-/// Recording, lingering and cleaning up come after the loop, in a managed supervisor
-/// (`manager::supervise`): it records the [`Outcome`], runs the cleanup a stop triggered, and
-/// after the command's own exit lingers, idle, while its cleanup is pending ([`await_trigger`]).
+/// - running: [`Life::Running`]; after the provider's own exit, [`Life::Draining`] holds the
+///   stop back (at most [`OUTPUT_DRAIN`]) while a leftover writes out what the provider printed;
+/// - stopping: [`Life::Stopping`], the one stop or the cleanup of what an exited provider left.
+///   The tree's part ends at [`Life::Gone`] or [`Life::Unfinished`], or at [`Life::HandingOn`]
+///   when the leftovers are kept alive ([`Options::keep_leftovers`]); there the tree is
+///   finished ([`Supervisor::finish`]) and its [`Outcome`] made;
+/// - recording: [`Life::Recording`], the front end records the outcome and answers what is left
+///   ([`Hooks::record_outcome`]);
+/// - lingering: [`Life::Lingering`], after the command's own exit while its cleanup is pending
+///   and an owner or turn timeout is set: idle, until a trigger or until the cleanup is no
+///   longer needed;
+/// - cleaning up: [`Life::CleaningUp`], the cleanup runs ([`Hooks::clean_up`]);
+/// - done: [`Life::Done`], the loop returns the outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Life {
     /// The provider runs and no stop was asked: the loop waits (the stop machine has no step).
@@ -1297,12 +1463,21 @@ enum Life {
     /// nothing is left.
     Stopping,
     /// The provider exited on its own with a status and leftovers are kept: what it left alive
-    /// is handed on ([`Kept`]), not stopped, and the loop ends.
+    /// is handed on ([`Kept`]), not stopped, and the tree's part ends.
     HandingOn,
-    /// Nothing of the tree is alive: the loop ends.
+    /// Nothing of the tree is alive: the tree's part ends.
     Gone,
-    /// The kill wait passed with something alive: the loop ends.
+    /// The kill wait passed with something alive: the tree's part ends.
     Unfinished,
+    /// The outcome is recorded ([`Hooks::record_outcome`]).
+    Recording,
+    /// A cleanup is pending and its trigger may still come ([`Pending::Trigger`]): the loop
+    /// waits on the signals, the owner, the turn timeout and, in a keeper, the supervisor.
+    Lingering,
+    /// The cleanup runs ([`Hooks::clean_up`]).
+    CleaningUp(Cleanup),
+    /// Nothing is left to do: the loop returns the outcome.
+    Done,
 }
 
 /// What [`Life::next`] may need to look at, asked only when the answer decides (each look
@@ -1333,6 +1508,67 @@ impl Life {
             (Phase::Running, Some(_)) if look.drain_waits() => Life::Draining,
             (Phase::Running, Some(_)) => Life::Stopping,
         }
+    }
+
+    /// The transition after [`Life::Recording`], from what the front end answered: nothing left
+    /// is [`Life::Done`], a claimed cleanup runs now, a pending one is waited for.
+    fn recorded(pending: &Pending) -> Life {
+        match pending {
+            Pending::Nothing => Life::Done,
+            Pending::Cleanup => Life::CleaningUp(Cleanup::Claimed),
+            Pending::Trigger { .. } => Life::Lingering,
+        }
+    }
+
+    /// The transition at the end of a wake of [`Life::Lingering`] (and at its beginning, with
+    /// `recheck` set), from what the wake saw, first found first: a stop's signal, the
+    /// supervisor's death (in a keeper), the owner's death each run the cleanup for their
+    /// trigger; then, if another signal came, `still_needed` is asked (once) and a no ends the
+    /// supervisor; last the turn timeout runs the cleanup. Otherwise the lingering goes on.
+    fn lingered(wake: &Lingered, still_needed: &mut dyn FnMut() -> bool) -> Life {
+        let trigger = match *wake {
+            Lingered { stop: Some(sig), .. } => Trigger::Signal(sig),
+            Lingered { supervisor_gone: true, .. } => Trigger::SupervisorKilled,
+            Lingered { owner_died: true, .. } => Trigger::OwnerDied,
+            Lingered { recheck: true, .. } if !still_needed() => return Life::Done,
+            Lingered { timed_out: true, .. } => Trigger::Timeout,
+            _ => return Life::Lingering,
+        };
+        Life::CleaningUp(Cleanup::Triggered(trigger))
+    }
+}
+
+/// What one wake of [`Life::Lingering`] saw ([`Life::lingered`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Lingered {
+    /// The first SIGTERM, SIGINT or SIGHUP received: a stop.
+    stop: Option<Signal>,
+    /// Another signal came (SIGUSR1: "your entry changed"): is the cleanup still needed?
+    recheck: bool,
+    /// SIGCHLD came: children this process inherits are reaped.
+    reap: bool,
+    /// In a keeper: the supervisor's pipe hung up.
+    supervisor_gone: bool,
+    /// The owner died (or, as lingering begins, was already gone or someone else).
+    owner_died: bool,
+    /// The turn timeout's end has passed.
+    timed_out: bool,
+}
+
+impl Lingered {
+    /// What the signals received in one wake, in order, ask for (nothing else is set).
+    fn of_signals(signals: &[Signal]) -> Lingered {
+        let mut wake = Lingered::default();
+        for &sig in signals {
+            match sig {
+                Signal::TERM | Signal::INT | Signal::HUP => {
+                    wake.stop = wake.stop.or(Some(sig));
+                }
+                Signal::CHLD => wake.reap = true,
+                _ => wake.recheck = true,
+            }
+        }
+        wake
     }
 }
 
@@ -1396,79 +1632,6 @@ fn unannounced_provider(foreign: &[Member]) -> Option<Spawned> {
     children.first().map(|s| Spawned { pid: s.pid, pgid: s.pid.as_group() })
 }
 
-/// Waits, with nothing left to supervise, for a reason to stop: SIGTERM/SIGINT/SIGHUP, the
-/// death of `owner` (identity-checked against `owner_start` clock ticks, through a pidfd), or
-/// the `until` deadline (the turn timeout). Any other signal (SIGUSR1: "your entry changed")
-/// asks `still_needed`; when it says no, returns `None`. Used by a managed supervisor whose
-/// command exited on its own while a cleanup is still pending (ARCHITECTURE.md: "a cleanup belongs
-/// to the entry"). Children it still inherits are reaped on the way. In a keeper,
-/// `supervisor_gone` ([`crate::keeper::Link::supervisor_gone_fd`]) hanging up is the trigger
-/// [`Trigger::SupervisorKilled`].
-pub fn await_trigger(
-    signals: &SignalPipe,
-    owner: Option<(Pid, Option<u64>)>,
-    until: Option<Instant>,
-    still_needed: &mut dyn FnMut() -> bool,
-    supervisor_gone: Option<RawFd>,
-) -> Option<Trigger> {
-    // The same watch as the supervision loop's: a pidfd opened between two identity checks.
-    let watch = match owner {
-        Some((p, t)) => match OwnerWatch::recorded(p, t) {
-            Some(w) => Some(w),
-            None => return Some(Trigger::OwnerDied),
-        },
-        None => None,
-    };
-    if !still_needed() {
-        return None;
-    }
-    loop {
-        let now = Instant::now();
-        if until.is_some_and(|u| now >= u) {
-            return Some(Trigger::Timeout);
-        }
-        let mut fds = vec![PollFd::new(signals.as_raw_fd(), POLL_IN)];
-        let owner_slot = watch.as_ref().and_then(|w| w.pidfd.as_ref()).map(|fd| {
-            fds.push(PollFd::new(fd.as_raw_fd(), POLL_IN));
-            fds.len() - 1
-        });
-        // In a keeper: the supervisor's SIGKILL is a trigger too.
-        let supervisor_slot = supervisor_gone.map(|fd| {
-            fds.push(PollFd::new(fd, POLL_IN));
-            fds.len() - 1
-        });
-        let mut deadline = until;
-        if watch.as_ref().is_some_and(|w| w.pidfd.is_none()) {
-            deadline = earliest(deadline, Some(now + OWNER_POLL));
-        }
-        if process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).is_err() {
-            return None;
-        }
-        let mut recheck = false;
-        for sig in signals.drain() {
-            match sig {
-                Signal::TERM | Signal::INT | Signal::HUP => return Some(Trigger::Signal(sig)),
-                Signal::CHLD => while process::reap_any().is_some() {},
-                _ => recheck = true,
-            }
-        }
-        if supervisor_slot.is_some_and(|slot| fds[slot].ready()) {
-            return Some(Trigger::SupervisorKilled);
-        }
-        let owner_died = match (&watch, owner_slot) {
-            (Some(_), Some(slot)) => fds[slot].ready(),
-            (Some(w), None) => w.gone_by_poll(),
-            (None, _) => false,
-        };
-        if owner_died {
-            return Some(Trigger::OwnerDied);
-        }
-        if recheck && !still_needed() {
-            return None;
-        }
-    }
-}
-
 /// Begins (or hastens) the stop for `trigger`. The front end hears of a stop
 /// ([`Happened::Stopping`]) before its first signal goes out, so a managed entry records why it
 /// stops even if this process is killed in the middle of it.
@@ -1529,7 +1692,7 @@ mod tests {
     use crate::stop::{Phase, Trigger};
     use crate::sys::{Pid, Signal, WaitStatus};
 
-    use super::{Error, Exit, Life, Outcome};
+    use super::{Cleanup, Error, Exit, Life, Lingered, Outcome, Pending};
 
     /// docs/reference.md's exit-status table of `sheepdog run`, row by row.
     #[test]
@@ -1694,5 +1857,93 @@ mod tests {
             look.drain = false;
             assert_eq!(next(Phase::Running, provider, false, &mut look), Life::Stopping, "the drain is over");
         }
+    }
+
+    #[test]
+    fn recording_answers_done_a_cleanup_now_or_lingering() {
+        assert_eq!(Life::recorded(&Pending::Nothing), Life::Done, "run: nothing more to do");
+        assert_eq!(Life::recorded(&Pending::Cleanup), Life::CleaningUp(Cleanup::Claimed));
+        let pid = Pid::new(4242).unwrap();
+        for owner in [None, Some((pid, Some(7)))] {
+            for until in [None, Some(Instant::now())] {
+                assert_eq!(Life::recorded(&Pending::Trigger { owner, until }), Life::Lingering);
+            }
+        }
+    }
+
+    /// [`Life::lingered`] with `still_needed` answering `needed`; also returns whether it was asked.
+    fn lingered(wake: Lingered, needed: bool) -> (Life, usize) {
+        let mut asked = 0;
+        let life = Life::lingered(&wake, &mut || {
+            asked += 1;
+            needed
+        });
+        (life, asked)
+    }
+
+    fn triggered(trigger: Trigger) -> Life {
+        Life::CleaningUp(Cleanup::Triggered(trigger))
+    }
+
+    #[test]
+    fn lingering_with_nothing_seen_goes_on_and_asks_nothing() {
+        for needed in [false, true] {
+            assert_eq!(lingered(Lingered::default(), needed), (Life::Lingering, 0));
+            let reaped_only = Lingered { reap: true, ..Lingered::default() };
+            assert_eq!(lingered(reaped_only, needed), (Life::Lingering, 0), "SIGCHLD only reaps");
+        }
+    }
+
+    #[test]
+    fn lingering_each_trigger_runs_the_cleanup_for_it() {
+        let none = Lingered::default();
+        let cases = [
+            (Lingered { stop: Some(Signal::TERM), ..none }, Trigger::Signal(Signal::TERM)),
+            (Lingered { stop: Some(Signal::HUP), ..none }, Trigger::Signal(Signal::HUP)),
+            (Lingered { supervisor_gone: true, ..none }, Trigger::SupervisorKilled),
+            (Lingered { owner_died: true, ..none }, Trigger::OwnerDied),
+            (Lingered { timed_out: true, ..none }, Trigger::Timeout),
+        ];
+        for (wake, trigger) in cases {
+            assert_eq!(lingered(wake, true), (triggered(trigger), 0), "{wake:?}");
+        }
+    }
+
+    #[test]
+    fn lingering_looks_at_a_stop_then_the_supervisor_then_the_owner_then_the_entry_then_the_timeout() {
+        let all = Lingered {
+            stop: Some(Signal::INT),
+            recheck: true,
+            reap: true,
+            supervisor_gone: true,
+            owner_died: true,
+            timed_out: true,
+        };
+        assert_eq!(lingered(all, false), (triggered(Trigger::Signal(Signal::INT)), 0));
+        let all = Lingered { stop: None, ..all };
+        assert_eq!(lingered(all, false), (triggered(Trigger::SupervisorKilled), 0));
+        let all = Lingered { supervisor_gone: false, ..all };
+        assert_eq!(lingered(all, false), (triggered(Trigger::OwnerDied), 0), "an owner gone at the start, too");
+        let all = Lingered { owner_died: false, ..all };
+        assert_eq!(lingered(all, false), (Life::Done, 1), "a cleanup no longer needed does not run at the timeout");
+        assert_eq!(lingered(all, true), (triggered(Trigger::Timeout), 1));
+    }
+
+    #[test]
+    fn lingering_another_signal_asks_once_whether_the_cleanup_is_still_needed() {
+        let recheck = Lingered { recheck: true, ..Lingered::default() };
+        assert_eq!(lingered(recheck, false), (Life::Done, 1), "it ran elsewhere, or the entry was cleared");
+        assert_eq!(lingered(recheck, true), (Life::Lingering, 1));
+    }
+
+    #[test]
+    fn lingering_reads_a_wakes_signals_in_order() {
+        let of = |sigs: &[Signal]| Lingered::of_signals(sigs);
+        assert_eq!(of(&[]), Lingered::default());
+        assert_eq!(of(&[Signal::CHLD]), Lingered { reap: true, ..Lingered::default() });
+        assert_eq!(of(&[Signal::USR1]), Lingered { recheck: true, ..Lingered::default() });
+        let both = of(&[Signal::USR1, Signal::INT, Signal::TERM, Signal::CHLD]);
+        assert_eq!(both, Lingered { stop: Some(Signal::INT), recheck: true, reap: true, ..Lingered::default() });
+        assert_eq!(of(&[Signal::HUP]).stop, Some(Signal::HUP));
     }
 }

@@ -190,6 +190,12 @@ impl Tree {
         self.cgroup.as_ref()
     }
 
+    /// Closes the tree's cgroup (its fds): its supervisor is done with the tree, and what is
+    /// left of it, if anything, is `reap`'s.
+    pub fn close_cgroup(&mut self) {
+        self.cgroup = None;
+    }
+
     /// Adds the evidence that needs no tag (for members that cleared their environment):
     /// `members` the supervisor recorded (each counts, with its descendants, while its start
     /// time still matches), and the provider's session `sid`: a process in the recorded group

@@ -19,7 +19,7 @@ use crate::registry::{Registry, RegistryError};
 use crate::spawn::{SpawnOptions, Spawned};
 use crate::status::{CleanupRunner, SignalName, Status, StopReason};
 use crate::stop::{StopPolicy, Trigger};
-use crate::supervisor::{Happened, Hooks, Listener, OnStdinEof, Options, Outcome, Owner};
+use crate::supervisor::{Cleanup, Happened, Hooks, Listener, OnStdinEof, Options, Outcome, Owner, Pending};
 use crate::sys::process::{POLL_IN, PollFd};
 use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
 use crate::sys::{Pid, Signal, WaitStatus, process, procfs};
@@ -232,26 +232,12 @@ pub fn run_supervisor(
         Err((code, message)) => return fail(code, message),
     };
     let opts = std::mem::take(&mut prepared.opts);
-    let managed = &mut prepared.managed;
-    // The handlers outlive the tree: a stop that arrives while a cleanup is pending is heard.
-    let signals = match supervisor::install_signals() {
-        Ok(s) => s,
-        Err(e) => return fail(e.exit_code(), e.to_string()),
-    };
-    let outcome = match supervisor::supervise_with(&signals, opts, managed) {
+    // The whole life, to the recorded result and the cleanup (`Hooks for Managed`).
+    let outcome = match supervisor::supervise(opts, &mut prepared.managed) {
         Ok(o) => o,
         Err(supervisor::Error::Containment(r)) => return fail(exit::USAGE, r.render(name)),
         Err(e) => return fail(e.exit_code(), e.to_string()),
     };
-    managed.drain(DRAIN_AFTER_EXIT);
-    managed.logs.flush_partials();
-    managed.finish(&outcome);
-    // The FIFOs go once the result is recorded: a sender that finds them gone reads the entry
-    // to tell "exited" from "input already closed" (stdin.rs).
-    managed.stdin = None;
-    if outcome.trigger.is_none() {
-        managed.linger(&signals, outcome.keeper.as_ref());
-    }
     if let Some(keeper) = outcome.keeper {
         keeper.done();
     }
@@ -505,7 +491,10 @@ impl Managed<'_> {
         }
     }
 
-    fn finish(&mut self, outcome: &Outcome) {
+    /// Records `outcome` as the entry's result (retrying a write that did not go in, for at
+    /// most [`RESULT_RETRY_FOR`]). Returns true if a stop's cleanup was claimed with it: it is
+    /// this supervisor's to run now.
+    fn finish(&mut self, outcome: &Outcome) -> bool {
         let mut text = String::new();
         let mut claimed = false;
         // An unfinished stop: who is left, by identity (a later stop or reap looks for them), and
@@ -569,37 +558,24 @@ impl Managed<'_> {
             recorded = self.write(&mut apply);
         }
         self.logs.marker(&format!("exited: {text}"));
-        if claimed && recorded.is_ok() {
-            crate::cleanup::run_claimed(self.reg, &self.known, CleanupRunner::Supervisor);
-        }
+        claimed && recorded.is_ok()
     }
 
     /// The command exited on its own, but its cleanup is still pending (a `docker run -d`
     /// wrapper exits at once; its container runs on). While an owner or a turn timeout is set,
-    /// stay, idle, watching them, and run the cleanup when either fires or when asked to stop
-    /// (SIGTERM); leave as soon as nothing is pending any more (it ran elsewhere, was removed by
-    /// `update`, or the entry was cleared: `sheepdog` sends SIGUSR1 after such changes).
-    fn linger(&mut self, signals: &SignalPipe, keeper: Option<&crate::keeper::Link>) {
-        let Ok(e) = self.reg.read(&self.id) else { return };
+    /// the supervisor lingers, idle, watching them ([`Pending::Trigger`]), and runs the cleanup
+    /// when either fires or when asked to stop (SIGTERM); it leaves as soon as nothing is
+    /// pending any more (it ran elsewhere, was removed by `update`, or the entry was cleared:
+    /// `sheepdog` sends SIGUSR1 after such changes, and [`Hooks::still_needed`] reads the entry).
+    fn pending_trigger(&mut self) -> Pending {
+        let Ok(e) = self.reg.read(&self.id) else { return Pending::Nothing };
         if !e.cleanup_pending() || (e.owner.is_none() && e.timeout_ms.is_none()) {
-            return;
+            return Pending::Nothing;
         }
         let owner = e.owner.and_then(|o| Some((Pid::new(o.pid)?, o.start_time)));
         let until = e.timeout_left().map(|left| Instant::now() + left);
         self.logs.marker("waiting: the cleanup is pending; it runs on stop, owner exit or the turn timeout");
-        let (reg, id) = (self.reg, self.id.clone());
-        let mut still_needed = || reg.read(&id).is_ok_and(|e| e.cleanup_pending());
-        let Some(trigger) = supervisor::await_trigger(
-            signals,
-            owner,
-            until,
-            &mut still_needed,
-            keeper.map(crate::keeper::Link::supervisor_gone_fd),
-        ) else {
-            return;
-        };
-        self.logs.marker(&format!("cleanup triggered: {trigger}"));
-        crate::cleanup::run_once(self.reg, &self.id, CleanupRunner::Supervisor);
+        Pending::Trigger { owner, until }
     }
 }
 
@@ -774,6 +750,42 @@ impl Hooks for Managed<'_> {
 
     fn fds(&self) -> Vec<RawFd> {
         self.pipes.iter().map(|(p, _)| p.as_raw_fd()).chain(self.stdin.as_ref().map(|s| s.ctl_fd())).collect()
+    }
+
+    /// Drains the log pipes (for at most [`DRAIN_AFTER_EXIT`]), then writes the result; a stop's
+    /// cleanup claimed with it runs next, else what is left is a cleanup pending on a trigger,
+    /// or nothing.
+    fn record_outcome(&mut self, outcome: &Outcome) -> Pending {
+        self.drain(DRAIN_AFTER_EXIT);
+        self.logs.flush_partials();
+        if self.finish(outcome) {
+            return Pending::Cleanup;
+        }
+        // The FIFOs go once the result is recorded (after a claimed cleanup, as before it ran):
+        // a sender that finds them gone reads the entry to tell "exited" from "input already
+        // closed" (stdin.rs).
+        self.stdin = None;
+        if outcome.trigger.is_some() {
+            return Pending::Nothing;
+        }
+        self.pending_trigger()
+    }
+
+    fn still_needed(&mut self) -> bool {
+        self.reg.read(&self.id).is_ok_and(|e| e.cleanup_pending())
+    }
+
+    fn clean_up(&mut self, cleanup: Cleanup) {
+        match cleanup {
+            Cleanup::Claimed => {
+                crate::cleanup::run_claimed(self.reg, &self.known, CleanupRunner::Supervisor);
+                self.stdin = None;
+            }
+            Cleanup::Triggered(trigger) => {
+                self.logs.marker(&format!("cleanup triggered: {trigger}"));
+                crate::cleanup::run_once(self.reg, &self.id, CleanupRunner::Supervisor);
+            }
+        }
     }
 
     fn ready(&mut self, fd: RawFd) {
