@@ -45,7 +45,6 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
 use crate::spawn::Spawned;
 use crate::sys::process::{self, Forked};
@@ -255,28 +254,29 @@ fn keeper_ready(ready: io::Result<()>, to_supervisor: OwnedFd, from_supervisor: 
 }
 
 /// What a supervisor that re-executed itself after its keeper's SIGKILL takes over: set by its
-/// relay (`crate::sys::keep`) in `SHEEPDOG_ADOPT` and by [`split`] in `SHEEPDOG_ADOPT_TREE`.
+/// relay (`crate::sys::keep`) in `SHEEPDOG_ADOPT` and by [`split`] in `SHEEPDOG_ADOPT_TREE`,
+/// read once by [`take_adoption`] and passed down as a value ([`crate::supervisor::Options`]).
 #[derive(Debug)]
-pub(crate) struct Adoption {
+pub struct Adoption {
     /// What the keeper told before it ended, and how it ended.
-    pub report: Report,
+    pub(crate) report: Report,
     /// The children the supervisor had before the split.
-    pub foreign: Vec<Pid>,
+    pub(crate) foreign: Vec<Pid>,
     /// The tree's cgroup: path and inode.
-    pub cgroup: Option<(PathBuf, u64)>,
+    pub(crate) cgroup: Option<(PathBuf, u64)>,
     /// The group to give the terminal back to.
-    pub terminal_home: Option<Pgid>,
+    pub(crate) terminal_home: Option<Pgid>,
     /// The fds left open for this image ([`Handover::inherit`]), until taken.
-    inherited: std::sync::Mutex<Vec<RawFd>>,
+    inherited: Vec<RawFd>,
 }
 
 impl Adoption {
     /// Takes the fds the relay left open ([`Handover::inherit`], in order), each owned once:
     /// a second call gets none. An fd that is not open is left out.
-    pub fn take_inherited(&self) -> Vec<OwnedFd> {
+    pub(crate) fn take_inherited(&mut self) -> Vec<OwnedFd> {
         #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
         {
-            let fds = std::mem::take(&mut *self.inherited.lock().unwrap_or_else(|e| e.into_inner()));
+            let fds = std::mem::take(&mut self.inherited);
             fds.into_iter().filter_map(crate::sys::keep::inherited_fd).collect()
         }
         #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
@@ -284,24 +284,21 @@ impl Adoption {
     }
 }
 
-/// The adoption this process was started for, if any: read (and removed from the environment,
-/// so that nothing it spawns sees it) on the first call. Call it first from a single-threaded
-/// supervisor, before anything is spawned.
-pub(crate) fn adoption() -> Option<&'static Adoption> {
-    static ADOPTION: OnceLock<Option<Adoption>> = OnceLock::new();
-    ADOPTION
-        .get_or_init(|| {
-            #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
-            {
-                use crate::sys::keep;
-                let found = keep::take_env(keep::ADOPT_VAR)?;
-                let tree = keep::take_env(TREE_VAR).unwrap_or_default();
-                parse_adoption(found.to_str()?, &tree.to_string_lossy())
-            }
-            #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
-            None
-        })
-        .as_ref()
+/// The adoption this process was started for, if any, taken from the environment (and removed
+/// from it, so that nothing it spawns sees it, and a second call finds none). The supervisor's
+/// one entry takes it first, before anything is spawned, and hands the value down: a managed
+/// supervisor's `run_supervisor` (which also needs it before the loop) through
+/// [`crate::supervisor::Options::adoption`], else `supervise` itself.
+pub(crate) fn take_adoption() -> Option<Adoption> {
+    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        use crate::sys::keep;
+        let found = keep::take_env(keep::ADOPT_VAR)?;
+        let tree = keep::take_env(TREE_VAR).unwrap_or_default();
+        parse_adoption(found.to_str()?, &tree.to_string_lossy())
+    }
+    #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    None
 }
 
 /// Parses the two variables (see [`Adoption`]): `s<signal>:<hex>` or `e<code>:<hex>`, and
@@ -332,7 +329,7 @@ fn parse_adoption(found: &str, tree: &str) -> Option<Adoption> {
             (b'f', list) => a.foreign = list.split(',').filter_map(|p| Pid::new(p.parse().ok()?)).collect(),
             (b't', g) => a.terminal_home = g.parse().ok().and_then(Pgid::new),
             (b'i', list) => {
-                a.inherited = std::sync::Mutex::new(list.split(',').filter_map(|f| f.parse().ok()).collect());
+                a.inherited = list.split(',').filter_map(|f| f.parse().ok()).collect();
             }
             (b'c', c) => {
                 a.cgroup = c.split_once(':').and_then(|(i, p)| Some((PathBuf::from(p), i.parse().ok()?)));

@@ -186,6 +186,11 @@ pub struct Options {
     /// A tag the provider carries in `SHEEPDOG_TAG` (inherited by all it starts): how what it
     /// leaves is found again once this supervisor is gone ([`Options::keep_leftovers`]).
     pub tag: Option<String>,
+    /// What this image takes over after its keeper's SIGKILL, when a front end took it first
+    /// (a managed supervisor needs it before the loop: `manager::supervise`). `None` here:
+    /// [`supervise`] takes it itself (`crate::keeper::take_adoption`), so a `run` that
+    /// re-executed itself adopts its tree without its front end knowing.
+    pub adoption: Option<crate::keeper::Adoption>,
 }
 
 /// What happened in one supervisor's life, as its loop tells it: one value per event, in the
@@ -829,9 +834,11 @@ fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn Hooks
     if let Some(tag) = opts.tag.take() {
         opts.spawn.env.push((crate::tree::TAG_ENV.into(), tag.into()));
     }
-    // A supervisor that re-executed itself after its keeper's SIGKILL (crate::keeper::adoption)
-    // takes the tree over: no owner check can stop it, no cgroup is made, nothing is spawned.
-    let adoption = crate::keeper::adoption();
+    // A supervisor that re-executed itself after its keeper's SIGKILL takes the tree over: no
+    // owner check can stop it, no cgroup is made, nothing is spawned. Taken once, here or by
+    // the front end before (`Options::adoption`), and held as a value from then on.
+    let adoption = opts.adoption.take().or_else(crate::keeper::take_adoption);
+    let adoption = adoption.as_ref();
     let mut setup = match adoption {
         None => Setup::fresh(&mut opts, hooks)?,
         Some(a) => Setup::adopt(a, opts.owner)?,

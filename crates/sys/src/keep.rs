@@ -19,7 +19,7 @@
 //! (the allocator's among them), so the supervisor does not go on in it: it `execve`s
 //! `/proc/self/exe` with its own arguments and what it learned in `SHEEPDOG_ADOPT` (the
 //! keeper's wait status and its messages, in hex), and the new image adopts the tree
-//! (`sheepdog_core::keeper::adoption`). The pid, its children, its subreaper bit and its blocked
+//! (`sheepdog_core::keeper::take_adoption`). The pid, its children, its subreaper bit and its blocked
 //! signals stay across `execve`.
 //!
 //! What this gives up: the OOM killer kills every process that shares the victim's memory, so

@@ -224,10 +224,13 @@ pub fn run_supervisor(
         Handshake::Failed { code, message }.send();
         code
     };
-    if crate::keeper::adoption().is_some() && settle_the_keepers_cleanup(reg, id) {
+    // Taken once, first: what this image takes over after its keeper's SIGKILL, a value from
+    // here down to the loop (`Options::adoption`).
+    let adoption = crate::keeper::take_adoption();
+    if adoption.is_some() && settle_the_keepers_cleanup(reg, id) {
         return 0;
     }
-    let mut prepared = match prepare(reg, id, cwd, argv, containment) {
+    let mut prepared = match prepare(reg, id, cwd, argv, containment, adoption) {
         Ok(p) => p,
         Err((code, message)) => return fail(code, message),
     };
@@ -263,6 +266,7 @@ fn prepare<'a>(
     cwd: PathBuf,
     argv: Vec<OsString>,
     containment: cgroup::Request,
+    mut adoption: Option<crate::keeper::Adoption>,
 ) -> Result<Box<Prepared<'a>>, (i32, String)> {
     let me = process::getpid();
     let mut cgroup_name = None;
@@ -296,7 +300,7 @@ fn prepare<'a>(
     };
     // A supervisor adopting its tree reads the pipes the provider already writes to, which its
     // relay left open across `execve` (crate::keeper::Adoption); the new ones go unused.
-    if let Some(a) = crate::keeper::adoption()
+    if let Some(a) = adoption.as_mut()
         && let Ok([out, err]) = <[OwnedFd; 2]>::try_from(a.take_inherited())
     {
         (out_r, err_r) = (out, err);
@@ -306,9 +310,9 @@ fn prepare<'a>(
         Err(e) => return Err((exit::USAGE, format!("unable to open logs in {}: {e}", reg.dir(id).display()))),
     };
     // `--stdin pipe`: the command reads a FIFO this supervisor holds open (stdin.rs).
-    // A supervisor adopting its tree (crate::keeper::adoption) spawns nothing: the FIFOs are the
-    // dead keeper's, and the command has its stdin.
-    let adopting = crate::keeper::adoption().is_some();
+    // A supervisor adopting its tree spawns nothing: the FIFOs are the dead keeper's, and the
+    // command has its stdin.
+    let adopting = adoption.is_some();
     let (stdin_pipe, stdin) = if entry.stdin_pipe && !adopting {
         match super::stdin::StdinPipe::open(&reg.dir(id)) {
             Ok((pipe, reader)) => (Some(pipe), OwnedFd::from(reader)),
@@ -342,6 +346,7 @@ fn prepare<'a>(
         policy: StopPolicy::from_timings(&entry.stop),
         timeout: entry.timeout_ms.map(Duration::from_millis),
         containment: cgroup::Request { label: id.to_string(), name: cgroup_name, ..containment },
+        adoption,
         ..Options::default()
     };
     let managed = Managed {
