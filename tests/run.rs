@@ -24,6 +24,28 @@ fn exits_with_the_providers_code() {
     assert_eq!(status_of(&["--", "sh", "-c", "exit 3"]).code(), Some(3));
 }
 
+/// `run` is parsed by a command line of its own (`RunCli`: clap then builds no other
+/// subcommand); its help and its errors are the full command line's, word for word.
+#[test]
+fn run_parsed_alone_has_the_help_and_errors_of_the_whole_command_line() {
+    let out = |args: &[&str]| {
+        let o = sheepdog().args(args).stdin(Stdio::null()).output().expect("sheepdog");
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let alone = out(&["run", "--help"]);
+    assert_eq!(alone, out(&["help", "run"]), "`run --help` against the whole command line's help for run");
+    assert!(alone.1.contains("--leftovers") && alone.1.contains("--state-dir"), "{}", alone.1);
+    // A bad flag: the same line and status through either parser (`--json` first or not).
+    let (code, _, err) = out(&["--json", "run", "--stdin", "bogus", "--", "true"]);
+    assert_eq!(code, Some(125), "{err}");
+    assert!(err.starts_with("sheepdog: invalid value 'bogus' for '--stdin <MODE>'"), "{err}");
+    assert!(err.contains("(see 'sheepdog run --help')"), "{err}");
+}
+
 #[test]
 fn dies_by_the_signal_that_killed_the_provider() {
     let st = status_of(&["--", "sh", "-c", "kill -USR1 $$"]);

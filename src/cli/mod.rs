@@ -78,6 +78,15 @@ fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     about = "A process supervisor for AI coding agents: when sheepdog is gone, so is everything the agent started."
 )]
 struct Cli {
+    #[command(flatten)]
+    globals: Globals,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The options every subcommand takes, [`Cli`]'s and [`RunCli`]'s alike.
+#[derive(Debug, clap::Args)]
+struct Globals {
     /// Print errors (and results, where a command has them) as JSON on stdout.
     #[arg(long, global = true)]
     json: bool,
@@ -85,13 +94,51 @@ struct Cli {
     /// else ~/.local/state/sheepdog).
     #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+}
+
+/// `run`'s one line in `--help`, shared by [`Command::Run`] and [`RunCli`].
+const RUN_ABOUT: &str = "Run CMD in the foreground under supervision: stop its whole process tree, then exit";
+
+/// The command line of `sheepdog [--json] [--state-dir DIR] run ...` alone: the same global
+/// options and the same [`RunArgs`] as [`Cli`], so the same help and errors. `run` is the
+/// supervisor under every hooked shell call, and for [`Cli`] clap builds every subcommand's
+/// arguments first: that heap's high water stays in the process for the command's whole life
+/// (BENCHMARKS.md).
+#[derive(Debug, Parser)]
+#[command(name = "sheepdog", version)]
+struct RunCli {
+    #[command(flatten)]
+    globals: Globals,
     #[command(subcommand)]
-    command: Command,
+    command: RunOnly,
+}
+
+#[derive(Debug, Subcommand)]
+enum RunOnly {
+    #[command(about = RUN_ABOUT)]
+    Run(RunArgs),
+}
+
+/// True when the subcommand is `run`: the first argument that is not a global option.
+fn is_run(args: &[OsString]) -> bool {
+    let mut rest = args.iter().skip(1);
+    while let Some(a) = rest.next() {
+        match a.to_str() {
+            Some("--json") => {}
+            Some("--state-dir") => {
+                rest.next();
+            }
+            Some(s) if s.starts_with("--state-dir=") => {}
+            Some(s) => return s == "run",
+            None => return false,
+        }
+    }
+    false
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run CMD in the foreground under supervision: stop its whole process tree, then exit.
+    #[command(about = RUN_ABOUT)]
     Run(RunArgs),
     /// Start CMD in the background under its own detached supervisor; print its id.
     Start(start::StartArgs),
@@ -299,12 +346,20 @@ fn dispatch(args: &[OsString]) -> i32 {
     if let Some((dir, rest)) = mcp_invocation(args) {
         return mcp(rest, dir).unwrap_or_else(|e| report(&e, json));
     }
+    if is_run(args) {
+        let cli = match RunCli::try_parse_from(args) {
+            Ok(cli) => cli,
+            Err(e) => return clap_error(e, json, help_for(args)),
+        };
+        let RunOnly::Run(a) = cli.command;
+        let Globals { json, state_dir } = cli.globals;
+        return run::run(a, state_dir, json).unwrap_or_else(|e| report(&e, json));
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => return clap_error(e, json, help_for(args)),
     };
-    let dir = cli.state_dir;
-    let json = cli.json;
+    let Globals { json, state_dir: dir } = cli.globals;
     let result = match cli.command {
         Command::Run(a) => run::run(a, dir, json),
         Command::Start(a) => start::start(a, dir, json),
