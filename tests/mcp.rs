@@ -306,6 +306,23 @@ async fn the_cli_and_the_server_say_the_same_sentence_for_the_same_readiness() {
     s.close().await;
 }
 
+/// `sheepdog wait` for several entries and `process_wait` say the library's one sentence for
+/// each entry (`manager::waited_line`).
+#[tokio::test]
+async fn the_cli_and_the_server_say_the_same_sentence_for_each_entry_waited_for() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let a = state.start(&["--name", "three", "--", "sh", "-c", "exit 3"])["id"].as_str().unwrap().to_string();
+    let b = state.start(&["--name", "zero", "--", "true"])["id"].as_str().unwrap().to_string();
+    let out = state.run(&["wait", &a, &b]);
+    let cli: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(cli, vec![format!("three ({a}): exited (3)."), format!("zero ({b}): exited (0).")], "{out:?}");
+    let r = s.call("process_wait", json!({"ids": [a, b]})).await;
+    let said: Vec<String> = text(&r).lines().filter(|l| !l.starts_with(' ')).map(str::to_string).collect();
+    assert_eq!(said, cli, "{}", text(&r));
+    s.close().await;
+}
+
 #[tokio::test]
 async fn logs_with_a_cursor_across_rotations_have_no_duplicates_and_no_gaps() {
     let (state, guard) = (State::new(), Guard::new());

@@ -91,10 +91,11 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
             };
             list.push(v);
         } else if finished {
+            // One entry: its status alone, for a script; several: the sentence MCP says too.
             if single {
                 outln!("{}", view::status_text(&entry, entry.status));
             } else {
-                outln!("{}: {}", entry.label(), view::status_text(&entry, entry.status));
+                outln!("{}", manager::waited_line(&entry, entry.status, true));
             }
         } else if !a.any && matches!(w, Waited::TimedOut) {
             messages.push(format!(

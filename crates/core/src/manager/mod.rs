@@ -48,7 +48,7 @@ pub use stdin::{SEND_MAX, SEND_TIMEOUT, SendError, send};
 pub use stop::{StopOutcome, not_recorded_line, not_recorded_view, stop, stop_many, stoppable};
 pub use supervise::{MAX_RECORDED_MEMBERS, SuperviseArgs, run_supervisor};
 pub use update::{CLEANUP_TIMEOUT_MS, UpdateRequest, update};
-pub use wait::{Waited, WaitedMany, exit_status_of, wait, wait_many};
+pub use wait::{Waited, WaitedMany, exit_status_of, wait, wait_many, waited_line};
 
 /// How long `stop` waits past an entry's recorded `maxStopMs` before it acts past the
 /// supervisor: 1000 ms, for the supervisor's own registry write and exit.

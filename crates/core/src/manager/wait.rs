@@ -114,6 +114,16 @@ fn record_gone_later(reg: &Registry, mut e: Entry) -> Entry {
     }
 }
 
+/// The sentence every front end says for one entry of a wait (`sheepdog wait` for several
+/// entries, MCP's `process_wait`): `web (proc_1): exited (0).` once it finished, `web
+/// (proc_1): still running.` when the wait returned before it did. `status` is the entry's as
+/// the kernel says now (`inspect::live_status`). A `sheepdog wait` for one entry prints its
+/// status text alone (a script's `status=$(sheepdog wait web)`).
+pub fn waited_line(e: &Entry, status: Status, finished: bool) -> String {
+    let text = crate::view::status_text(e, status);
+    if finished { format!("{}: {text}.", e.label()) } else { format!("{}: still {text}.", e.label()) }
+}
+
 /// The exit status `wait` reports for a finished entry: the process's code, or 128 + the signal
 /// that ended it; `None` when neither is known (the supervisor was killed, and the entry was
 /// then stopped, reaped or recorded lost from outside: nobody saw the process's own status).

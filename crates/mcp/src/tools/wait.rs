@@ -91,15 +91,13 @@ pub(crate) fn wait(ctx: &Ctx, a: WaitArgs) -> Result<Done<WaitResult>, ToolError
         };
         let status = inspect::live_status(&cur, &OnceCell::new());
         let done = done || status.is_finished();
-        let status_text = sheepdog::view::status_text(&cur, status);
         let last =
             if done { cut_lines(&sheepdog::ready::output_tail(&ctx.reg, &cur.id), RESULT_LINES) } else { Vec::new() };
+        // The library's sentence, as `sheepdog wait` says it for several entries.
+        lines.push(manager::waited_line(&cur, status, done));
         if done {
             told.push(cur.id.clone());
-            lines.push(format!("{}: {status_text}.", cur.label()));
             lines.extend(last.iter().map(|l| format!("    {l}")));
-        } else {
-            lines.push(format!("{}: still {status_text}.", cur.label()));
         }
         items.push(WaitItem { process: proc_as(&ctx.reg, &cur, status, verbose), done, last_lines: last });
     }
