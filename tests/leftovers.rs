@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// A shell (the owner) that runs `sheepdog run --owner $$ --leftovers keep --session S -- sh -c
-/// CMD`, prints `run STATUS`, then waits to be killed. CMD prints `left PID...` of what it
-/// leaves.
-fn owner_script(st: &State, session: &str, cmd: &str) -> String {
+/// A shell (the owner) that runs `sheepdog run --owner $$ --leftovers keep --session S --
+/// SHELL -c CMD`, prints `run STATUS`, then waits to be killed. CMD prints `left PID...` of what
+/// it leaves.
+fn owner_script(st: &State, session: &str, shell: &str, cmd: &str) -> String {
     format!(
-        "{bin} --state-dir {dir} run --owner $$ --leftovers keep --session {session} --term-grace 1s -- sh -c {cmd}; echo run $?; exec sleep 100",
+        "{bin} --state-dir {dir} run --owner $$ --leftovers keep --session {session} --term-grace 1s -- {shell} -c {cmd}; echo run $?; exec sleep 100",
         bin = bin(),
         dir = st.path().display(),
         cmd = shell_quote(cmd),
@@ -38,7 +38,7 @@ fn spawn_owner(
     guard: &Guard,
 ) -> (std::process::Child, Lines, Vec<i32>) {
     let mut cmd = std::process::Command::new("sh");
-    cmd.args(["-c", &owner_script(st, session, LEAVES_THREE)]).env("D", dir).stdin(Stdio::null());
+    cmd.args(["-c", &owner_script(st, session, "sh", LEAVES_THREE)]).env("D", dir).stdin(Stdio::null());
     let (owner, lines) = spawn_lines(cmd, guard);
     let left = lines.pids("left", SECS(10));
     left.iter().for_each(|p| guard.track(*p));
@@ -285,12 +285,7 @@ fn the_output_relay_passes_every_byte_in_order() {
 fn a_disowned_job_is_kept_and_the_entry_is_named_from_its_command() {
     let guard = Guard::new();
     let st = State::new();
-    let script = format!(
-        "{bin} --state-dir {dir} run --owner $$ --leftovers keep --session s-disown --term-grace 1s -- bash -c {cmd}; echo run $?; exec sleep 100",
-        bin = bin(),
-        dir = st.path().display(),
-        cmd = shell_quote("sleep 303 & disown; echo left $!; exit 0"),
-    );
+    let script = owner_script(&st, "s-disown", "bash", "sleep 303 & disown; echo left $!; exit 0");
     let mut cmd = std::process::Command::new("sh");
     cmd.args(["-c", &script]).stdin(Stdio::null());
     let (_owner, lines) = spawn_lines(cmd, &guard);
@@ -319,7 +314,7 @@ fn a_leftover_older_than_the_one_the_entry_is_named_from_is_still_the_entrys() {
     let dir = tempfile::tempdir().unwrap();
     let cmd = "mkfifo \"$D/fifo\"; (read x < \"$D/fifo\"; exec sleep 300) & a=$!; sleep 0.1; sleep 0.3 & echo left $a; exit 0";
     let mut c = std::process::Command::new("sh");
-    c.args(["-c", &owner_script(&st, "s-older", cmd)]).env("D", dir.path()).stdin(Stdio::null());
+    c.args(["-c", &owner_script(&st, "s-older", "sh", cmd)]).env("D", dir.path()).stdin(Stdio::null());
     let (_owner, lines) = spawn_lines(c, &guard);
     let left = lines.pids("left", SECS(10));
     left.iter().for_each(|p| guard.track(*p));
