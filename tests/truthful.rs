@@ -205,6 +205,80 @@ finally:
     assert_eq!(wait_gone(&pids, SECS(10)), Vec::<i32>::new(), "nothing is left");
 }
 
+/// Issue 32, item 5: a one-off grace over 49 days (more ms than 32 bits hold) rides in the
+/// SIGTERM's value too, all 64 bits of it on 64-bit Linux: on a full disk nothing else could
+/// carry it, and the supervisor used to fall back on the entry's own 1 s grace, killing the
+/// command the request asked to wait 60 days for.
+#[test]
+#[cfg(target_pointer_width = "64")]
+fn a_one_off_term_grace_over_49_days_reaches_the_supervisor_on_a_full_disk() {
+    let src = FULL_DISK_PY.to_string()
+        + r#"
+try:
+    v = start("--term-grace", "1s", "--", "sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.05; done")
+    fill()
+    stop = subprocess.Popen([S, "--state-dir", state, "stop", "--term-grace", "1440h", v["id"]],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The entry's 1 s grace and the 1.5 s kill wait, with room for a loaded machine.
+    time.sleep(5)
+    try:
+        alive = open("/proc/%d/stat" % v["pid"]).read().split(") ")[1].split()[0] != "Z"
+    except OSError:
+        alive = False
+    print("alive", alive, flush=True)
+    os.remove(fill_path)
+    try:
+        os.kill(v["pid"], 9)
+    except ProcessLookupError:
+        pass
+    print("stop", stop.wait(), flush=True)
+finally:
+    subprocess.run(["umount", "-l", d])
+"#;
+    let st = State::new();
+    let guard = Guard::new();
+    let Some((mut child, lines)) = in_mount_namespace(&st, &src, &guard) else { return };
+    let pids = lines.pids("pids", SECS(10));
+    pids.iter().for_each(|p| guard.track(*p));
+    let alive = lines.expect("alive", SECS(30)).join(" ");
+    let stop = lines.expect("stop", SECS(30)).join(" ");
+    wait_child(&mut child, SECS(30));
+    assert_eq!(alive, "True", "the command kept its 60-day grace, not the entry's 1 s");
+    assert_ne!(stop, "", "the stop returned once the command was killed");
+    assert_eq!(wait_gone(&pids, SECS(10)), Vec::<i32>::new(), "nothing is left");
+}
+
+/// The other end of the same path: the supervisor reads all 64 bits of the value, and records
+/// the grace it stops with (`stop.termGraceMs`), where a 32-bit read made 60 days into 10.
+#[test]
+#[cfg(target_pointer_width = "64")]
+fn the_supervisor_records_a_one_off_grace_over_49_days_to_the_ms() {
+    let st = State::new();
+    let guard = Guard::new();
+    let trap = "trap '' TERM; echo up; while :; do sleep 0.05; done";
+    let v = st.start(&["--term-grace", "1s", "--", "sh", "-c", trap]);
+    let (id, cmd) = (v["id"].as_str().unwrap().to_string(), v["pid"].as_i64().unwrap() as i32);
+    guard.track(cmd);
+    guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
+    let mut stop =
+        st.cmd(&["stop", "--term-grace", "1440h", &id]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    guard.track_child(&stop);
+    let path = st.path().join("procs").join(&id).join("entry.json");
+    let grace = || -> Option<u64> {
+        let e: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        e["stop"]["termGraceMs"].as_u64()
+    };
+    let deadline = Instant::now() + SECS(10);
+    while grace() == Some(1000) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let recorded = grace();
+    signal(cmd, libc::SIGKILL);
+    wait_child(&mut stop, SECS(20));
+    assert_eq!(recorded, Some(1440 * 3_600_000), "the grace the stop asked for, to the ms");
+    assert_eq!(wait_gone(&[cmd], SECS(10)), Vec::<i32>::new(), "nothing is left");
+}
+
 #[test]
 fn issue18_on_a_read_only_state_dir_reap_says_it_recorded_nothing_and_records_once_writable() {
     let st = State::new();

@@ -1072,7 +1072,7 @@ impl Supervisor<'_> {
                 };
                 // `sheepdog stop --term-grace`: the request's one-off grace, in ms, rides in the
                 // signal's value (nothing is written to the entry for this process to read back).
-                let one_off = self.signals.take_value(sig).map(|ms| Duration::from_millis(u64::from(ms)));
+                let one_off = self.signals.take_value(sig).map(Duration::from_millis);
                 begin_with(&mut self.machine, trigger, &self.tree, self.hooks, one_off);
             }
         }

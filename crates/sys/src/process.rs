@@ -375,7 +375,7 @@ impl PidFd {
     /// a stop request carries its one-off term grace straight to the supervisor. 64-bit Linux;
     /// elsewhere ENOSYS, and the caller says it another way.
     #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-    pub fn send_with_value(&self, sig: Signal, value: u32) -> io::Result<Sent> {
+    pub fn send_with_value(&self, sig: Signal, value: u64) -> io::Result<Sent> {
         let info = queued_info(sig, value);
         // SAFETY: pidfd_send_signal(2) with an fd this value owns, a siginfo buffer of the
         // kernel's size that outlives the call, and no flags.
@@ -390,7 +390,7 @@ impl PidFd {
     }
 
     #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
-    pub fn send_with_value(&self, _sig: Signal, _value: u32) -> io::Result<Sent> {
+    pub fn send_with_value(&self, _sig: Signal, _value: u64) -> io::Result<Sent> {
         Err(io::Error::from_raw_os_error(libc::ENOSYS))
     }
 }
@@ -399,14 +399,14 @@ impl PidFd {
 /// 64-bit Linux: `si_signo` at 0, `si_code` at 8, then `si_pid` at 16, `si_uid` at 20 and the
 /// `sigval` at 24 (what `rt_sigqueueinfo(2)` and `pidfd_send_signal(2)` take).
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-pub fn queued_info(sig: Signal, value: u32) -> [u8; 128] {
+pub fn queued_info(sig: Signal, value: u64) -> [u8; 128] {
     let mut info = [0u8; 128];
     let mut put = |at: usize, bytes: &[u8]| info[at..at + bytes.len()].copy_from_slice(bytes);
     put(0, &sig.as_raw().to_ne_bytes());
     put(8, &libc::SI_QUEUE.to_ne_bytes());
     put(16, &getpid().0.to_ne_bytes());
     put(20, &getuid().to_ne_bytes());
-    put(24, &u64::from(value).to_ne_bytes());
+    put(24, &value.to_ne_bytes());
     info
 }
 
@@ -414,7 +414,7 @@ pub fn queued_info(sig: Signal, value: u32) -> [u8; 128] {
 /// reused meanwhile (this process's unreaped child: the forked keeper). 64-bit Linux; elsewhere
 /// ENOSYS.
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-pub fn queue(pid: Pid, sig: Signal, value: u32) -> io::Result<()> {
+pub fn queue(pid: Pid, sig: Signal, value: u64) -> io::Result<()> {
     let info = queued_info(sig, value);
     // SAFETY: rt_sigqueueinfo(2) with a siginfo buffer of the kernel's size that outlives the call.
     let rc = unsafe { libc::syscall(libc::SYS_rt_sigqueueinfo, pid.as_raw(), sig.as_raw(), info.as_ptr()) };
@@ -422,7 +422,7 @@ pub fn queue(pid: Pid, sig: Signal, value: u32) -> io::Result<()> {
 }
 
 #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
-pub fn queue(_pid: Pid, _sig: Signal, _value: u32) -> io::Result<()> {
+pub fn queue(_pid: Pid, _sig: Signal, _value: u64) -> io::Result<()> {
     Err(io::Error::from_raw_os_error(libc::ENOSYS))
 }
 

@@ -134,31 +134,31 @@ const MAX_SIGNAL: i32 = 65;
 static PENDING: [AtomicBool; MAX_SIGNAL as usize] = [const { AtomicBool::new(false) }; MAX_SIGNAL as usize];
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
-/// The value each signal last arrived with: [`QUEUED`] set and the value in the low 32 bits when
-/// it was queued with one (`SI_QUEUE`: `sigqueue`, [`crate::process::PidFd::send_with_value`]),
-/// 0 when it came plainly (`kill`).
+/// The value each signal last arrived with when it was queued with one (`SI_QUEUE`: `sigqueue`,
+/// [`crate::process::PidFd::send_with_value`]): the whole `sigval`, 64 bits on 64-bit Linux.
 static VALUES: [AtomicU64; MAX_SIGNAL as usize] = [const { AtomicU64::new(0) }; MAX_SIGNAL as usize];
-/// The bit of [`VALUES`] that says a value came.
-const QUEUED: u64 = 1 << 32;
+/// Whether the signal's last arrival carried a value (in [`VALUES`]); false when it came plainly
+/// (`kill`). A flag of its own, as every value of [`VALUES`] is one a sender may mean.
+static QUEUED: [AtomicBool; MAX_SIGNAL as usize] = [const { AtomicBool::new(false) }; MAX_SIGNAL as usize];
 
-/// The value `info` carries, tagged [`QUEUED`], or 0 for a signal sent plainly.
+/// The value `info` carries, or `None` for a signal sent plainly.
 ///
 /// # Safety
 /// `info` is NULL or the `siginfo_t` the kernel passed to an `SA_SIGINFO` handler.
 #[cfg(target_os = "linux")]
-unsafe fn queued_value(info: *const libc::siginfo_t) -> u64 {
+unsafe fn queued_value(info: *const libc::siginfo_t) -> Option<u64> {
     // SAFETY: the function's contract; `si_value` reads the union member SI_QUEUE fills.
     unsafe {
         if info.is_null() || (*info).si_code != libc::SI_QUEUE {
-            return 0;
+            return None;
         }
-        QUEUED | u64::from((*info).si_value().sival_ptr as usize as u32)
+        Some((*info).si_value().sival_ptr as usize as u64)
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-unsafe fn queued_value(_info: *const libc::siginfo_t) -> u64 {
-    0
+unsafe fn queued_value(_info: *const libc::siginfo_t) -> Option<u64> {
+    None
 }
 
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
@@ -171,9 +171,11 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _context: 
             libc::signal(sig, libc::SIG_DFL);
             libc::kill(libc::getpid(), sig);
         } else {
-            // The value first: the loop reads it after it sees the flag.
-            if let Some(value) = VALUES.get(sig as usize) {
-                value.store(queued_value(info), Ordering::SeqCst);
+            // The value first: the loop reads it after it sees the flags.
+            let came = queued_value(info);
+            if let (Some(value), Some(queued)) = (VALUES.get(sig as usize), QUEUED.get(sig as usize)) {
+                value.store(came.unwrap_or(0), Ordering::SeqCst);
+                queued.store(came.is_some(), Ordering::SeqCst);
             }
             if let Some(flag) = PENDING.get(sig as usize) {
                 flag.store(true, Ordering::SeqCst);
@@ -266,7 +268,8 @@ impl SignalPipe {
         for flag in &PENDING {
             flag.store(false, Ordering::SeqCst);
         }
-        for value in &VALUES {
+        for (value, queued) in VALUES.iter().zip(&QUEUED) {
+            queued.store(false, Ordering::SeqCst);
             value.store(0, Ordering::SeqCst);
         }
         OWNER_PID.store(rustix::process::getpid().as_raw_pid(), Ordering::SeqCst);
@@ -283,9 +286,9 @@ impl SignalPipe {
     /// The value `sig` last arrived with when it was queued with one (a stop's one-off term
     /// grace in ms: [`crate::process::PidFd::send_with_value`]), taken once; `None` when it came
     /// plainly. Read after [`SignalPipe::drain`] returned `sig`.
-    pub fn take_value(&self, sig: Signal) -> Option<u32> {
-        let v = VALUES.get(sig.0 as usize)?.swap(0, Ordering::SeqCst);
-        (v & QUEUED != 0).then_some(v as u32)
+    pub fn take_value(&self, sig: Signal) -> Option<u64> {
+        let i = sig.0 as usize;
+        QUEUED.get(i)?.swap(false, Ordering::SeqCst).then(|| VALUES[i].swap(0, Ordering::SeqCst))
     }
 }
 

@@ -421,12 +421,12 @@ fn with_term_grace(e: &mut Entry, g: Duration) {
 /// Asks a verified supervisor for the one stop: SIGTERM, carrying `term_grace` (ms) as the
 /// signal's value when given (`sys::process::PidFd::send_with_value`), which the supervisor
 /// uses for this stop only and records with it. Where a signal cannot carry a value (not 64-bit
-/// Linux), or the grace does not fit in one (over 49 days), the grace is written to the entry
+/// Linux), or the grace does not fit in its 64 bits of ms, the grace is written to the entry
 /// first, for the supervisor to read as its stop begins; a registry that cannot be written (a
 /// full disk) must not keep the tree from stopping, so the signal goes either way.
 fn ask_to_stop(reg: &Registry, id: &str, sup: &crate::sys::process::PidFd, term_grace: Option<Duration>) {
     if let Some(g) = term_grace {
-        if let Ok(ms) = u32::try_from(g.as_millis())
+        if let Ok(ms) = u64::try_from(g.as_millis())
             && sup.send_with_value(Signal::TERM, ms).is_ok()
         {
             return;
