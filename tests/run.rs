@@ -566,8 +566,20 @@ print('pid1', open('/proc/1/comm').read().strip(), 'zombies', len(zombies), flus
 time.sleep(100)
 "#;
     let guard = Guard::new();
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events");
     let mut cmd = std::process::Command::new("unshare");
-    cmd.args(["--pid", "--fork", "--mount-proc", bin(), "run", "--", "python3", "-c", src]).stdin(Stdio::null());
+    cmd.args([
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "sh",
+        "-c",
+        r#"exec "$0" run --events-fd 3 -- python3 -c "$1" 3>"$2""#,
+    ])
+    .args([bin(), src])
+    .arg(&events)
+    .stdin(Stdio::null());
     let (mut child, lines) = spawn_lines(cmd, &guard);
     let got = lines.expect("pid1", SECS(10));
     assert_eq!(got, ["sheepdog", "zombies", "0"], "the orphan's zombie was not reaped");
@@ -583,6 +595,11 @@ time.sleep(100)
     // PID 1 cannot die by a signal it handles; it exits 128+15 instead.
     assert!(st.code() == Some(143) || st.signal() == Some(libc::SIGTERM), "{st:?}");
     assert_eq!(wait_gone(&tree, Duration::ZERO), Vec::<i32>::new());
+    // And says so: the `exited` event (written by the keeper, whose front is PID 1) gives the
+    // status PID 1 really exits with.
+    let text = std::fs::read_to_string(&events).unwrap();
+    let exited = text.lines().find(|l| l.contains(r#""event":"exited""#)).unwrap_or_else(|| panic!("{text}"));
+    assert!(exited.contains(r#""status":143"#), "{exited}");
 }
 
 #[test]

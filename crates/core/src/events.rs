@@ -290,6 +290,7 @@ mod tests {
             left: Vec::new(),
             kept: None,
             keeper: None,
+            as_init: false,
         };
         assert_eq!(
             serde_json::to_string(&Event::exited(&outcome)).unwrap(),

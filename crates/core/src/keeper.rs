@@ -184,6 +184,8 @@ pub(crate) fn split(signals: &SignalPipe, handled: &[Signal], handover: Handover
     let (from_keeper, to_supervisor) = pipe_cloexec()?;
     let (from_supervisor, life) = pipe_cloexec()?;
     set_nonblocking(from_keeper.as_raw_fd())?;
+    // Read here, in the supervisor: the keeper is never PID 1, but exits as its front does.
+    let front_is_init = process::getpid().as_raw() == 1;
     #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
     if shared() {
         use crate::sys::keep;
@@ -193,14 +195,13 @@ pub(crate) fn split(signals: &SignalPipe, handled: &[Signal], handover: Handover
         let tree_env = handover.to_env();
         let mut close = handover.close;
         close.extend([to_supervisor.as_raw_fd(), from_supervisor.as_raw_fd()]);
-        let is_init = process::getpid().as_raw() == 1;
         let relay = keep::Relay::new(
             handled,
             &early,
             from_keeper.as_raw_fd(),
             (close, handover.inherit),
             (DONE, SPAWNED),
-            is_init,
+            front_is_init,
             &[tree_env],
         )
         .inspect_err(|_| keep::restore_mask(&mask))?;
@@ -210,7 +211,7 @@ pub(crate) fn split(signals: &SignalPipe, handled: &[Signal], handover: Handover
             keep::restore_mask(&mask);
             become_keeper()
         });
-        return keeper_ready(ready, to_supervisor, from_supervisor);
+        return keeper_ready(ready, Link { to_supervisor, from_supervisor, front_is_init });
     }
     let _ = (handled, handover);
     match process::fork()? {
@@ -221,7 +222,7 @@ pub(crate) fn split(signals: &SignalPipe, handled: &[Signal], handover: Handover
         Forked::Child => {
             drop((from_keeper, life));
             let ready = signals.renew_after_fork().and_then(|()| become_keeper());
-            keeper_ready(ready, to_supervisor, from_supervisor)
+            keeper_ready(ready, Link { to_supervisor, from_supervisor, front_is_init })
         }
     }
 }
@@ -234,11 +235,11 @@ fn become_keeper() -> io::Result<()> {
     Ok(())
 }
 
-/// In the keeper, after its setup: its pipe ends become its [`Link`], which it holds until its
-/// last act (linger and cleanups still watch the supervisor). Until the setup succeeded the keeper is only a copy: a failure
-/// is the same as a keeper killed at birth, which the supervisor handles (it exits as the
-/// keeper did).
-fn keeper_ready(ready: io::Result<()>, to_supervisor: OwnedFd, from_supervisor: OwnedFd) -> io::Result<Role> {
+/// In the keeper, after its setup: `link`, which it holds until its last act (linger and
+/// cleanups still watch the supervisor). Until the setup succeeded the keeper is only a copy: a
+/// failure is the same as a keeper killed at birth, which the supervisor handles (it exits as
+/// the keeper did).
+fn keeper_ready(ready: io::Result<()>, link: Link) -> io::Result<Role> {
     if ready.is_err() {
         std::process::exit(crate::exit::USAGE);
     }
@@ -250,7 +251,7 @@ fn keeper_ready(ready: io::Result<()>, to_supervisor: OwnedFd, from_supervisor: 
         default(info);
         crate::sys::signal::die_by(Signal::ABRT);
     }));
-    Ok(Role::Keeper(Link { to_supervisor, from_supervisor }))
+    Ok(Role::Keeper(link))
 }
 
 /// What a supervisor that re-executed itself after its keeper's SIGKILL takes over: set by its
@@ -351,12 +352,22 @@ pub struct Link {
     /// The read end of the pipe only the supervisor can write to: it hangs up when the
     /// supervisor is gone.
     from_supervisor: OwnedFd,
+    /// The supervisor in front is PID 1 of its PID namespace (`sheepdog run` as a container's
+    /// init), which cannot die by a signal it raises at itself: see [`Link::front_is_init`].
+    front_is_init: bool,
 }
 
 impl Link {
     /// The fd that becomes readable (hangs up) when the supervisor is gone.
     pub fn supervisor_gone_fd(&self) -> RawFd {
         self.from_supervisor.as_raw_fd()
+    }
+
+    /// True if the supervisor in front is PID 1 of its PID namespace: the statuses this keeper
+    /// exits with are then what PID 1 can exit with (128 + N, never death by N), since the front
+    /// exits as the keeper did.
+    pub fn front_is_init(&self) -> bool {
+        self.front_is_init
     }
 
     /// Tells the supervisor `message`; a supervisor that is gone is not an error.

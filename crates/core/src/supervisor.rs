@@ -350,6 +350,9 @@ pub struct Outcome {
     /// [`crate::keeper::Link::done`] on it as its last act (after it recorded or printed what
     /// it must), and the supervisor in front then exits as this process does.
     pub keeper: Option<crate::keeper::Link>,
+    /// This process, or the supervisor in front of this keeper, is PID 1 of its PID namespace:
+    /// [`Outcome::exit`] then gives 128 + N where it would die by N.
+    pub as_init: bool,
 }
 
 /// What a provider left running when it exited on its own, handed on alive
@@ -394,7 +397,7 @@ impl Outcome {
     /// with, and what `exited`'s `status` reports.
     pub fn exit(&self) -> Exit {
         match self.exit_by_signal() {
-            Exit::Signal(s) if is_init() => Exit::Code(crate::exit::by_signal(s.as_raw())),
+            Exit::Signal(s) if self.as_init => Exit::Code(crate::exit::by_signal(s.as_raw())),
             exit => exit,
         }
     }
@@ -419,14 +422,10 @@ impl Outcome {
     }
 }
 
-/// Set before the keeper is forked: the supervisor in front of it is PID 1 of its namespace,
-/// so the statuses the keeper computes are what PID 1 can exit with.
-static FRONT_IS_INIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// True if this process, or the supervisor this keeper works for, is PID 1 of its PID
-/// namespace: it cannot die by a signal it raises at itself.
+/// True if this process is PID 1 of its PID namespace: it cannot die by a signal it raises at
+/// itself. (A keeper asks its [`crate::keeper::Link::front_is_init`].)
 fn is_init() -> bool {
-    process::getpid().as_raw() == 1 || FRONT_IS_INIT.load(std::sync::atomic::Ordering::Relaxed)
+    process::getpid().as_raw() == 1
 }
 
 /// The supervisor's end when its keeper finished (or never spawned): it exits as the keeper
@@ -687,7 +686,6 @@ impl Setup {
     ///
     /// Errors: [`Error::Io`] if the keeper cannot be forked.
     fn split(&mut self, signals: &SignalPipe, opts: &mut Options, hooks: &mut dyn Hooks) -> Result<Split, Error> {
-        FRONT_IS_INIT.store(process::getpid().as_raw() == 1, std::sync::atomic::Ordering::Relaxed);
         let handover = crate::keeper::Handover {
             close: opts
                 .spawn
@@ -1310,6 +1308,7 @@ impl Supervisor<'_> {
             cgroup_left,
             left,
             kept,
+            as_init: is_init() || self.link.as_ref().is_some_and(crate::keeper::Link::front_is_init),
             keeper: self.link.take(),
         });
         Life::Recording
@@ -1716,6 +1715,7 @@ mod tests {
             left: Vec::new(),
             kept: None,
             keeper: None,
+            as_init: false,
         };
         let kill = Signal::KILL;
         let term = Signal::TERM;
@@ -1760,6 +1760,16 @@ mod tests {
         ];
         for (row, o, want) in rows {
             assert_eq!(o.exit(), *want, "{row}");
+        }
+        // As PID 1 of a PID namespace (or a keeper whose front is): no death by a signal, its
+        // status instead; codes are unchanged.
+        for (row, o, want) in rows {
+            let o = Outcome { as_init: true, ..outcome(o.provider, o.trigger, o.tree_gone) };
+            let want = match *want {
+                Exit::Signal(s) => Exit::Code(128 + s.as_raw()),
+                code => code,
+            };
+            assert_eq!(o.exit(), want, "as PID 1: {row}");
         }
         let e = |raw| std::io::Error::from_raw_os_error(raw);
         let program = "x".to_string();
