@@ -21,7 +21,7 @@ use crate::status::{CleanupRunner, SignalName, Status, StopReason};
 use crate::stop::{StopPolicy, Trigger};
 use crate::supervisor::{Cleanup, Happened, Hooks, Listener, OnStdinEof, Options, Outcome, Owner, Pending};
 use crate::sys::process::{POLL_IN, PollFd};
-use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
+use crate::sys::signal::{pipe_cloexec, set_nonblocking};
 use crate::sys::{Pid, Signal, WaitStatus, process, procfs};
 use crate::tree::{ID_ENV, Member, TAG_ENV};
 use crate::{cgroup, duration, exit, logs, supervisor};
@@ -132,10 +132,6 @@ impl SuperviseArgs {
     }
 }
 
-/// How often [`settle_the_keepers_cleanup`] looks again when it cannot wait for SIGCHLD (its
-/// signal pipe could not be made): 20 ms, the tick it looked at before it waited on events.
-const SETTLE_FALLBACK_TICK: Duration = Duration::from_millis(20);
-
 /// In a supervisor that re-executed itself after its keeper's SIGKILL: if the keeper had already
 /// stopped the tree and recorded it, and was running the entry's cleanup, that cleanup is left to
 /// run (it is this process's child now, re-parented to a subreaper) until its `sh` ends (then
@@ -148,6 +144,7 @@ const SETTLE_FALLBACK_TICK: Duration = Duration::from_millis(20);
 // runs only after a keeper's SIGKILL.
 #[cold]
 #[inline(never)]
+#[cfg(target_os = "linux")]
 fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
     let Some(e) = reg.read(id).ok().filter(|e| {
         e.is_finished()
@@ -176,11 +173,10 @@ fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
             }
         }
     };
-    // Woken by events, not a timer: SIGCHLD, through a signal pipe whose handler is installed
-    // (and the signal unblocked: the relay kept every signal blocked across `execve`) here; the
-    // other signals stay blocked, as before. Every member of the cleanup is this subreaper's
-    // descendant, so the last to exit is its child. The cleanup's bound is the poll's timeout.
-    let sigchld = SignalPipe::install(&[Signal::CHLD]).ok();
+    // Woken by events, not a timer: SIGCHLD, taken with `sigtimedwait` while every signal stays
+    // blocked as the relay left them across `execve` (no handler, no fd: nothing here can fail
+    // into a polling tick). Every member of the cleanup is this subreaper's descendant, so the
+    // last to exit is its child. The cleanup's bound is the wait's timeout.
     let bound_ms =
         e.cleanup.as_ref().zip(e.cleanup_state.claimed_at()).map_or(0, |(c, started)| started + c.timeout_ms);
     loop {
@@ -191,13 +187,7 @@ fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
             break;
         }
         let until_bound = Duration::from_millis(bound_ms.saturating_sub(crate::files::now_ms()));
-        match &sigchld {
-            Some(pipe) => {
-                let _ = process::poll(&mut [PollFd::new(pipe.as_raw_fd(), POLL_IN)], Some(until_bound));
-                pipe.drain();
-            }
-            None => std::thread::sleep(until_bound.min(SETTLE_FALLBACK_TICK)),
-        }
+        crate::sys::signal::wait_for(Signal::CHLD, until_bound);
     }
     reap(&mut status);
     // Ended within its bound: what is known is recorded (its output went with the keeper).
@@ -205,6 +195,13 @@ fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
         crate::cleanup::record_reaped(reg, id, st, CleanupRunner::Supervisor);
     }
     true
+}
+
+/// A keeper's SIGKILL is taken over by re-executing only on Linux (`crate::sys::keep`): nothing
+/// else starts a supervisor with an adoption, so there is never a cleanup to settle.
+#[cfg(not(target_os = "linux"))]
+fn settle_the_keepers_cleanup(_reg: &Registry, _id: &str) -> bool {
+    false
 }
 
 /// The body of the detached supervisor (`sheepdog supervise-entry`): runs the entry's command
