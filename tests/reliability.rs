@@ -397,22 +397,16 @@ fn stop_past_a_stopped_supervisor_also_stops_members_that_cleared_their_environm
 #[test]
 fn on_a_full_disk_stop_still_stops_the_tree_and_says_the_result_was_not_recorded() {
     // A private mount namespace with a 1 MiB tmpfs as the state dir, filled to the last byte.
-    let src = FULL_DISK_PY.to_string()
-        + r#"
-try:
+    let body = r#"
     v = start("--", "sleep", "100")
     fill()
     r = subprocess.run([S, "--state-dir", state, "stop", "--term-grace", "1s", v["id"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     print("rc", r.returncode, flush=True)
     print("err", r.stderr.decode().strip().replace("\n", " | "), flush=True)
-finally:
-    subprocess.run(["umount", "-l", d])
 "#;
     let st = State::new();
     let guard = Guard::new();
-    let Some((mut child, lines)) = in_mount_namespace(&st, &src, &guard) else { return };
-    let pids = lines.pids("pids", SECS(10));
-    pids.iter().for_each(|p| guard.track(*p));
+    let Some((mut child, lines, pids)) = on_a_full_disk(&st, &guard, body) else { return };
     let rc = lines.expect("rc", SECS(30));
     let err = lines.next(SECS(10));
     wait_child(&mut child, SECS(10));

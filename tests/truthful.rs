@@ -116,9 +116,7 @@ fn issue18_non_utf8_argv_cwd_and_env_reach_restart_and_the_cleanup_byte_for_byte
 
 #[test]
 fn issue18_on_a_full_disk_stop_json_says_the_tree_is_gone_unrecorded_and_the_supervisor_records_it_later() {
-    let src = FULL_DISK_PY.to_string()
-        + r#"
-try:
+    let body = r#"
     v = start("--", "sleep", "100")
     fill()
     r = subprocess.run([S, "--state-dir", state, "--json", "stop", "--term-grace", "300ms", v["id"]],
@@ -138,14 +136,10 @@ try:
             break
         time.sleep(0.02)
     print("after", status, ps["entries"][0]["statusText"], flush=True)
-finally:
-    subprocess.run(["umount", "-l", d])
 "#;
     let st = State::new();
     let guard = Guard::new();
-    let Some((mut child, lines)) = in_mount_namespace(&st, &src, &guard) else { return };
-    let pids = lines.pids("pids", SECS(10));
-    pids.iter().for_each(|p| guard.track(*p));
+    let Some((mut child, lines, pids)) = on_a_full_disk(&st, &guard, body) else { return };
     let rc = lines.expect("rc", SECS(30));
     let out = lines.expect("out", SECS(5)).join(" ");
     let err = lines.expect("err", SECS(5)).join(" ");
@@ -171,9 +165,7 @@ finally:
 /// then lived 30 s instead of 300 ms.
 #[test]
 fn a_one_off_term_grace_reaches_the_supervisor_on_a_full_disk() {
-    let src = FULL_DISK_PY.to_string()
-        + r#"
-try:
+    let body = r#"
     v = start("--term-grace", "30s", "--", "sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.05; done")
     fill()
     asked = time.monotonic()
@@ -189,14 +181,10 @@ try:
     print("gone", round(time.monotonic() - asked, 3), flush=True)
     os.remove(fill_path)
     stop.wait()
-finally:
-    subprocess.run(["umount", "-l", d])
 "#;
     let st = State::new();
     let guard = Guard::new();
-    let Some((mut child, lines)) = in_mount_namespace(&st, &src, &guard) else { return };
-    let pids = lines.pids("pids", SECS(10));
-    pids.iter().for_each(|p| guard.track(*p));
+    let Some((mut child, lines, pids)) = on_a_full_disk(&st, &guard, body) else { return };
     let gone: f64 = lines.expect("gone", SECS(30))[0].parse().unwrap();
     eprintln!("the command lived {gone} s after the stop");
     wait_child(&mut child, SECS(60));
@@ -212,9 +200,7 @@ finally:
 #[test]
 #[cfg(target_pointer_width = "64")]
 fn a_one_off_term_grace_over_49_days_reaches_the_supervisor_on_a_full_disk() {
-    let src = FULL_DISK_PY.to_string()
-        + r#"
-try:
+    let body = r#"
     v = start("--term-grace", "1s", "--", "sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.05; done")
     fill()
     stop = subprocess.Popen([S, "--state-dir", state, "stop", "--term-grace", "1440h", v["id"]],
@@ -232,14 +218,10 @@ try:
     except ProcessLookupError:
         pass
     print("stop", stop.wait(), flush=True)
-finally:
-    subprocess.run(["umount", "-l", d])
 "#;
     let st = State::new();
     let guard = Guard::new();
-    let Some((mut child, lines)) = in_mount_namespace(&st, &src, &guard) else { return };
-    let pids = lines.pids("pids", SECS(10));
-    pids.iter().for_each(|p| guard.track(*p));
+    let Some((mut child, lines, pids)) = on_a_full_disk(&st, &guard, body) else { return };
     let alive = lines.expect("alive", SECS(30)).join(" ");
     let stop = lines.expect("stop", SECS(30)).join(" ");
     wait_child(&mut child, SECS(30));

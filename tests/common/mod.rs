@@ -375,6 +375,18 @@ def fill():
                 pass
 "#;
 
+/// A full-disk test's script run: `body`, the Python of its `try:` block (indented four spaces),
+/// after [`FULL_DISK_PY`] and before a `finally:` that unmounts the tmpfs, in a mount namespace
+/// of its own ([`in_mount_namespace`]); the `pids` line that `start` prints is read and each pid
+/// tracked by `guard`. `None` (skipped) where a mount namespace is refused.
+pub fn on_a_full_disk(st: &State, guard: &Guard, body: &str) -> Option<(Child, Lines, Vec<i32>)> {
+    let src = format!("{FULL_DISK_PY}\ntry:\n{body}\nfinally:\n    subprocess.run([\"umount\", \"-l\", d])\n");
+    let (child, lines) = in_mount_namespace(st, &src, guard)?;
+    let pids = lines.pids("pids", SECS(10));
+    pids.iter().for_each(|p| guard.track(*p));
+    Some((child, lines, pids))
+}
+
 /// True (after printing `SKIPPED: ...`) when `unshare ARGS true` is refused here: tests that need
 /// a namespace of their own then skip instead of failing.
 pub fn unshare_refused(args: &[&str]) -> bool {
