@@ -14,7 +14,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { execFileSync } from "node:child_process";
 
-import { Guard, alive, answers, binDir, devPids, devServer, freePort, geminiSetup, runGemini, survivors, tempDir, until } from "./harness.mjs";
+import { Guard, alive, answers, binDir, devPids, devServer, freePort, geminiSetup, interruptMidCall, runGemini, survivors, tempDir, until } from "./harness.mjs";
 import { startGeminiModel } from "./gemini-model.mjs";
 
 let guard;
@@ -78,36 +78,24 @@ test("kill -9 of the agent mid-turn leaves nothing", async () => {
 
 test("SIGINT of the agent mid-call (Gemini CLI has no tool that stops a process: the user's Ctrl+C is the stop) ends the dev server whole, where the bare host leaves all of it running", async () => {
   guard = new Guard();
-  const run = async (plugin) => {
-    const dir = tempDir("sheepdog-gm-int-");
-    const port = await freePort();
-    // A foreground call: the shell waits for the server, so the SIGINT comes mid-call.
-    const m = await model([sh(devServer(dir, port)), { text: "done" }]);
-    const setup = geminiSetup({ plugin });
-    let pids;
-    let sent;
-    const r = await runGemini(m, setup, {
-      guard,
-      // The signal goes to the agent itself, not to the relaunching parent.
-      relaunch: false,
-      ms: 30_000,
-      during: async (child) => {
-        pids = await devPids(dir, guard);
-        await until(() => answers(port), 10_000, "the dev server's port");
-        sent = Date.now();
-        child.kill("SIGINT");
-      },
-    });
-    const took = Date.now() - sent;
-    const left = await survivors(pids, port);
-    guard.killAll();
-    return { left, pids, took, ended: r.code === 0 && r.signal === null };
-  };
-  const bare = await run(false);
-  const hooked = await run(true);
-  for (const x of [bare, hooked]) assert.ok(x.ended && x.took < 10_000, `Gemini CLI exits (code 0) on the SIGINT: ${JSON.stringify(x)}`);
-  assert.deepEqual(bare.left, { live: bare.pids, open: true }, "the bare host leaves the whole tree running, the call's shell too");
-  assert.deepEqual(hooked.left, { live: [], open: false }, "5 s after the SIGINT nothing of the tree is alive and the port is free");
+  await interruptMidCall({
+    prefix: "sheepdog-gm-int-",
+    guard,
+    portMs: 10_000,
+    ended: "Gemini CLI exits (code 0) on the SIGINT",
+    launch: async ({ plugin, dir, port, interrupt }) => {
+      // A foreground call: the shell waits for the server, so the SIGINT comes mid-call.
+      const m = await model([sh(devServer(dir, port)), { text: "done" }]);
+      const r = await runGemini(m, geminiSetup({ plugin }), {
+        guard,
+        // The signal goes to the agent itself, not to the relaunching parent.
+        relaunch: false,
+        ms: 30_000,
+        during: (child) => interrupt(child, () => devPids(dir, guard)),
+      });
+      return r.code === 0 && r.signal === null;
+    },
+  });
 });
 
 test("a nohup'd server from a foreground call answers in the next turn, is told to the model once, and is gone after the exit", async () => {

@@ -6,6 +6,7 @@
 // cleanup killed, by recorded pid and start time, never by name (npm/tests/helpers.mjs: zombies
 // count as dead; a thread group is alive while any thread is).
 
+import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { after } from "node:test";
 import fs from "node:fs";
@@ -247,6 +248,41 @@ export async function survivors(pids, port, ms = 5000) {
     if ((live.length === 0 && !open) || Date.now() >= end) return { live, open };
     await sleep(50);
   }
+}
+
+/**
+ * A user's Ctrl+C mid-call, on the bare host and then the hooked one (Gemini CLI and opencode have
+ * no tool that stops a process: the SIGINT is the stop). For each, `launch({ plugin, dir, port,
+ * interrupt })` runs the host on a model whose one foreground call runs `devServer(dir, port)`,
+ * passes `interrupt(child, pidsOf)` on as the host run's `during`, and returns whether the host
+ * ended as it does on a SIGINT. `interrupt` waits for the pids (`pidsOf()`) and for the server's
+ * port (up to `portMs`), then sends the SIGINT. Then the assertions: each host ends within 10 s
+ * (`ended` says how it should), the bare one leaves the whole tree running, and 5 s after the
+ * SIGINT nothing of the hooked one's is alive and the port is free.
+ */
+export async function interruptMidCall({ prefix, guard, portMs, ended, launch }) {
+  const run = async (plugin) => {
+    const dir = tempDir(prefix);
+    const port = await freePort();
+    let pids;
+    let sent;
+    const interrupt = async (child, pidsOf) => {
+      pids = await pidsOf();
+      await until(() => answers(port), portMs, "the dev server's port");
+      sent = Date.now();
+      child.kill("SIGINT");
+    };
+    const done = await launch({ plugin, dir, port, interrupt });
+    const took = Date.now() - sent;
+    const left = await survivors(pids, port);
+    guard.killAll();
+    return { left, pids, took, done };
+  };
+  const bare = await run(false);
+  const hooked = await run(true);
+  for (const x of [bare, hooked]) assert.ok(x.done && x.took < 10_000, `${ended}: ${JSON.stringify(x)}`);
+  assert.deepEqual(bare.left, { live: bare.pids, open: true }, "the bare host leaves the whole tree running, the call's shell too");
+  assert.deepEqual(hooked.left, { live: [], open: false }, "5 s after the SIGINT nothing of the tree is alive and the port is free");
 }
 
 export const GEMINI = versions.gemini;

@@ -20,6 +20,7 @@ import {
   devPids,
   devServer,
   freePort,
+  interruptMidCall,
   opencodeSetup,
   sleep,
   runOpencode,
@@ -100,34 +101,22 @@ test("kill -9 of the agent mid-turn leaves nothing", async () => {
 
 test("SIGINT of the agent mid-call (opencode has no tool that stops a process: the user's Ctrl+C is the stop) ends the dev server whole, where the bare host leaves all of it running", async () => {
   guard = new Guard();
-  const run = async (plugin) => {
-    const dir = tempDir("sheepdog-oc-int-");
-    const port = await freePort();
-    // A foreground call: the shell waits for the server, so the SIGINT comes mid-call.
-    const m = await model([bash(devServer(dir, port)), { text: "done" }]);
-    const setup = opencodeSetup(m, { plugin });
-    let pids;
-    let sent;
-    const r = await runOpencode(setup, {
-      guard,
-      ms: 60_000,
-      during: async (child) => {
-        pids = await startedPids(m, dir);
-        await until(() => answers(port), 30_000, "the dev server's port");
-        sent = Date.now();
-        child.kill("SIGINT");
-      },
-    });
-    const took = Date.now() - sent;
-    const left = await survivors(pids, port);
-    guard.killAll();
-    return { left, pids, took, ended: r.signal === "SIGINT" };
-  };
-  const bare = await run(false);
-  const hooked = await run(true);
-  for (const x of [bare, hooked]) assert.ok(x.ended && x.took < 10_000, `opencode dies of the SIGINT: ${JSON.stringify(x)}`);
-  assert.deepEqual(bare.left, { live: bare.pids, open: true }, "the bare host leaves the whole tree running, the call's shell too");
-  assert.deepEqual(hooked.left, { live: [], open: false }, "5 s after the SIGINT nothing of the tree is alive and the port is free");
+  await interruptMidCall({
+    prefix: "sheepdog-oc-int-",
+    guard,
+    portMs: 30_000,
+    ended: "opencode dies of the SIGINT",
+    launch: async ({ plugin, dir, port, interrupt }) => {
+      // A foreground call: the shell waits for the server, so the SIGINT comes mid-call.
+      const m = await model([bash(devServer(dir, port)), { text: "done" }]);
+      const r = await runOpencode(opencodeSetup(m, { plugin }), {
+        guard,
+        ms: 60_000,
+        during: (child) => interrupt(child, () => startedPids(m, dir)),
+      });
+      return r.signal === "SIGINT";
+    },
+  });
 });
 
 test("a nohup'd server from a foreground call answers in the next turn, is told to the model once, is listed by MCP, and is gone after the exit", async () => {
