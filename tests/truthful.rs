@@ -261,6 +261,74 @@ fn the_supervisor_records_a_one_off_grace_over_49_days_to_the_ms() {
     assert_eq!(wait_gone(&[cmd], SECS(10)), Vec::<i32>::new(), "nothing is left");
 }
 
+/// A SIGTERM queued with a value by anyone (`sigqueue(3)`) is read as a one-off grace in ms, as
+/// `stop --term-grace` sends it, and so is held to the longest grace `stop` accepts (8760h):
+/// 2^64 - 1 ms used to be taken as it came, a stop that never escalates.
+#[test]
+#[cfg(target_pointer_width = "64")]
+fn a_queued_sigterms_value_is_held_to_the_longest_grace_stop_accepts() {
+    let st = State::new();
+    let guard = Guard::new();
+    let trap = "trap '' TERM; echo up; while :; do sleep 0.05; done";
+    let v = st.start(&["--term-grace", "1s", "--", "sh", "-c", trap]);
+    let (id, cmd, sup) = (
+        v["id"].as_str().unwrap().to_string(),
+        v["pid"].as_i64().unwrap() as i32,
+        v["supervisorPid"].as_i64().unwrap() as i32,
+    );
+    guard.track(cmd);
+    guard.track(sup);
+    let queued = std::process::Command::new("python3")
+        .args(["-c", "import ctypes, sys; sys.exit(ctypes.CDLL(None).sigqueue(int(sys.argv[1]), 15, ctypes.c_void_p(2**64 - 1)))"])
+        .arg(sup.to_string())
+        .status()
+        .unwrap();
+    assert!(queued.success(), "sigqueue: {queued:?}");
+    let path = st.path().join("procs").join(&id).join("entry.json");
+    let grace = || -> Option<u64> {
+        let e: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        e["stop"]["termGraceMs"].as_u64()
+    };
+    let deadline = Instant::now() + SECS(10);
+    while grace() == Some(1000) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let recorded = grace();
+    signal(cmd, libc::SIGKILL);
+    assert_eq!(recorded, Some(8760 * 3_600_000), "at most 8760h");
+    assert_eq!(wait_gone(&[cmd, sup], SECS(10)), Vec::<i32>::new(), "nothing is left");
+}
+
+/// A one-off grace is for its stop only: once the stop is recorded the entry's own timings are
+/// back, and a `restart` repeats them (it used to repeat the one-off: `stop --term-grace 0ms`
+/// then `restart` made an entry that is SIGKILLed at once on every stop).
+#[test]
+fn a_one_off_term_grace_does_not_outlive_its_stop_into_a_restart() {
+    let st = State::new();
+    let guard = Guard::new();
+    let trap = "trap '' TERM; echo up; while :; do sleep 0.05; done";
+    let v = st.start(&["--term-grace", "2s", "--", "sh", "-c", trap]);
+    let id = v["id"].as_str().unwrap().to_string();
+    guard.track(v["pid"].as_i64().unwrap() as i32);
+    guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
+    st.ok(&["stop", "--term-grace", "0ms", &id]);
+    let grace = |id: &str| {
+        let e: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(st.path().join("procs").join(id).join("entry.json")).unwrap())
+                .unwrap();
+        e["stop"]["termGraceMs"].as_u64()
+    };
+    assert_eq!(grace(&id), Some(2000), "the stopped entry's own grace");
+    let new = st.ok(&["restart", "--json", &id]);
+    let new: serde_json::Value = serde_json::from_str(new.trim()).unwrap();
+    let new = &new["restarted"][0];
+    let new_id = new["id"].as_str().unwrap().to_string();
+    guard.track(new["pid"].as_i64().unwrap() as i32);
+    guard.track(new["supervisorPid"].as_i64().unwrap() as i32);
+    assert_eq!(grace(&new_id), Some(2000), "the restart repeats the entry's grace, not the one-off");
+    st.ok(&["stop", "--term-grace", "0ms", &new_id]);
+}
+
 #[test]
 fn issue18_on_a_read_only_state_dir_reap_says_it_recorded_nothing_and_records_once_writable() {
     let st = State::new();

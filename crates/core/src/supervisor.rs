@@ -1070,7 +1070,10 @@ impl Supervisor<'_> {
                 };
                 // `sheepdog stop --term-grace`: the request's one-off grace, in ms, rides in the
                 // signal's value (nothing is written to the entry for this process to read back).
-                let one_off = self.signals.take_value(sig).map(Duration::from_millis);
+                // Anyone may queue a value with a signal: held to the longest grace `stop`
+                // accepts, so none can make a stop that never escalates.
+                let one_off =
+                    self.signals.take_value(sig).map(|ms| Duration::from_millis(ms).min(crate::duration::MAX));
                 begin_with(&mut self.machine, trigger, &self.tree, self.hooks, one_off);
             }
         }

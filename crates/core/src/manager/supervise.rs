@@ -349,6 +349,7 @@ fn prepare<'a>(
     let managed = Managed {
         reg,
         id: id.to_string(),
+        own_stop: entry.stop,
         known: entry,
         logs,
         pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
@@ -372,6 +373,11 @@ struct Managed<'a> {
     seen: std::collections::HashSet<(i32, u64)>,
     /// `--stdin pipe`, until the input is ended or the tree is gone.
     stdin: Option<super::stdin::StdinPipe>,
+    /// The entry's own stop timings, as this supervisor found them (only a stop's one-off
+    /// `--term-grace` changes them, and only while that stop runs): put back with the result,
+    /// so that the one-off holds for that stop only and a `restart` repeats the entry's own
+    /// options.
+    own_stop: entry::StopTimings,
 }
 
 /// At most this many descendants are recorded in an entry: 4096 (the oldest first). A tree
@@ -499,6 +505,7 @@ impl Managed<'_> {
     fn finish(&mut self, outcome: &Outcome) -> bool {
         let mut text = String::new();
         let mut claimed = false;
+        let own_stop = self.own_stop;
         // An unfinished stop: who is left, by identity (a later stop or reap looks for them), and
         // in the status text who it is, or the reason when it is a refused signal.
         let mut apply =
@@ -538,6 +545,7 @@ impl Managed<'_> {
                     tree_gone: outcome.tree_gone,
                     cgroup_left: outcome.cgroup_left,
                 });
+                e.stop = own_stop;
                 // A stop (not the command's own exit) is two steps: the tree, then the cleanup. The
                 // claim goes in the same write as the result, so nobody who reads a stopped entry
                 // (`wait`, `clear`) can see its cleanup as not yet triggered.
@@ -655,7 +663,7 @@ impl Managed<'_> {
                 // Recorded before the first signal: a supervisor and keeper both killed in the
                 // middle of the stop leave an entry that says a stop began, and why, and with
                 // which timings (a `stop --term-grace` request's one-off grace: what readers of
-                // `maxStopMs` wait for).
+                // `maxStopMs` wait for; the entry's own are put back with the result).
                 let reason = StopReason::from(trigger);
                 let timings = policy.timings();
                 let _ = self.write(&mut |e| {
