@@ -9,6 +9,7 @@
 mod common;
 
 use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -443,6 +444,89 @@ fn a_keeper_killed_while_start_waits_never_makes_start_deny_a_started_command() 
 /// The supervisor SIGKILLed while `sheepdog stop` waits for it: its keeper has already begun the
 /// stop and finishes it (the grace kept, its own record); `stop` waits for the keeper instead of
 /// killing it and writing "did not finish in time".
+/// The keeper SIGKILLed in the middle of a stop a signal began: the supervisor that adopts the
+/// tree goes on with that stop (told by the keeper, `keeper::Message::Stopping`), so `run`
+/// still dies by the SIGTERM it was sent, and the events say one stop. It used to begin a
+/// second stop for the keeper's death, with a whole grace: exit 137, two `stopping` events and
+/// `exited` with the trigger `supervisorKilled`.
+#[test]
+fn a_keeper_killed_mid_stop_leaves_the_supervisor_to_finish_that_stop_for_its_signal() {
+    let guard = Guard::new();
+    let script = format!(
+        "exec {} run --events-fd 3 --term-grace 3s -- \
+         sh -c \"trap '' TERM; echo member \\$\\$; while :; do sleep 0.05; done\" 3>&1",
+        bin()
+    );
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", &script]).stdin(Stdio::null()).stderr(Stdio::piped());
+    let (mut child, lines) = spawn_lines(cmd, &guard);
+    let sup = child.id() as i32;
+    let mut events = Vec::new();
+    let member: i32 = loop {
+        let l = lines.next(SECS(10));
+        match l.strip_prefix("member ") {
+            Some(p) => break p.parse().unwrap(),
+            None => events.push(l),
+        }
+    };
+    guard.track(member);
+    let keeper = the_keeper(sup);
+    guard.track(keeper);
+    signal(sup, libc::SIGTERM);
+    // The keeper's stop has sent its SIGTERM (the command ignores it: the grace runs).
+    loop {
+        let l = lines.next(SECS(10));
+        let stopping = l.contains(r#""event":"stopping""#);
+        events.push(l);
+        if stopping {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    kill9(keeper);
+    let status = wait_child(&mut child, SECS(15));
+    while let Some(l) = lines.try_next(SECS(1)) {
+        events.push(l);
+    }
+    let text = events.join("\n");
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "run dies by the SIGTERM it was sent: {status:?}\n{text}");
+    assert_eq!(text.matches(r#""event":"stopping""#).count(), 1, "one stop:\n{text}");
+    let exited = events.iter().find(|l| l.contains(r#""event":"exited""#)).unwrap_or_else(|| panic!("{text}"));
+    assert!(exited.contains(r#""trigger":"signal""#), "{exited}");
+    assert!(wait_gone(&[member], Duration::ZERO).is_empty());
+}
+
+/// The same for a managed entry under `sheepdog stop`: the keeper killed a second into the
+/// stop's grace; the adopting supervisor goes on with the stop `stop` asked for, and the entry
+/// records it as that stop (it used to record a second stop, `supervisorKilled`, "stopped (the
+/// supervisor was killed)").
+#[test]
+fn a_keeper_killed_during_sheepdog_stop_leaves_the_supervisor_to_finish_that_stop() {
+    let st = State::new();
+    let guard = Guard::new();
+    let trap = "trap '' TERM; while :; do sleep 0.05; done";
+    let v = st.start(&["--term-grace", "3s", "--", "sh", "-c", trap]);
+    let id = v["id"].as_str().unwrap().to_string();
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    guard.track(v["pid"].as_i64().unwrap() as i32);
+    guard.track(sup);
+    let keeper = the_keeper(sup);
+    guard.track(keeper);
+    let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    guard.track_child(&stopper);
+    st.wait_log(&id, "combined.log", "[sheepdog] stopping:");
+    std::thread::sleep(Duration::from_secs(1));
+    kill9(keeper);
+    let out = stopper.wait_with_output().unwrap();
+    let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{o}{e}");
+    let e = st.entry(&id);
+    assert_eq!((e["status"].as_str(), e["stopReason"].as_str()), (Some("stopped"), Some("signal")), "{e}");
+    assert_eq!(e["statusText"], "stopped", "{e}");
+    assert_eq!(e["treeGone"], true, "{e}");
+    assert!(wait_gone(&[v["pid"].as_i64().unwrap() as i32, sup], SECS(5)).is_empty(), "nothing is left");
+}
+
 #[test]
 fn sigkill_of_a_supervisor_during_sheepdog_stop_leaves_the_stop_to_its_keeper() {
     let st = State::new();

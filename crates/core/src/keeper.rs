@@ -45,8 +45,10 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::time::Instant;
 
 use crate::spawn::Spawned;
+use crate::stop::Trigger;
 use crate::sys::process::{self, Forked};
 use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
 use crate::sys::{Pgid, Pid, Signal, WaitStatus};
@@ -85,12 +87,38 @@ pub(crate) enum Message {
     /// The keeper finished its work (the tree is gone, results recorded, cleanups run) and
     /// exits now: the supervisor exits as it does.
     Done,
+    /// The keeper's stop sent its SIGTERM, for this trigger; its grace ends at this
+    /// `CLOCK_MONOTONIC` ms (low 32 bits: [`crate::sys::process::monotonic_ms`]). A supervisor
+    /// that adopts the tree after the keeper's SIGKILL goes on with this stop.
+    Stopping(Trigger, u32),
 }
 
 const SPAWNED: i32 = 1;
 const EXITED: i32 = 2;
 const SIGNALED: i32 = 3;
 const DONE: i32 = 4;
+const STOPPING: i32 = 5;
+
+/// A trigger in a [`Message::Stopping`]: a signal by its number, the others below zero. Only
+/// the triggers of a stop asked from outside the chain go there.
+fn trigger_code(t: Trigger) -> Option<i32> {
+    match t {
+        Trigger::Signal(s) => Some(s.as_raw()),
+        Trigger::OwnerDied => Some(-1),
+        Trigger::StdinEof => Some(-2),
+        Trigger::Timeout => Some(-3),
+        Trigger::ProviderExited | Trigger::SupervisorKilled => None,
+    }
+}
+
+fn trigger_of(code: i32) -> Option<Trigger> {
+    match code {
+        -1 => Some(Trigger::OwnerDied),
+        -2 => Some(Trigger::StdinEof),
+        -3 => Some(Trigger::Timeout),
+        n => Signal::from_raw(n).map(Trigger::Signal),
+    }
+}
 
 impl Message {
     fn encode(self) -> [u8; 12] {
@@ -99,6 +127,7 @@ impl Message {
             Message::Provider(WaitStatus::Exited(c)) => (EXITED, c, 0),
             Message::Provider(WaitStatus::Signaled(s, core)) => (SIGNALED, s.as_raw(), i32::from(core)),
             Message::Done => (DONE, 0, 0),
+            Message::Stopping(t, until) => (STOPPING, trigger_code(t).unwrap_or(0), until as i32),
         };
         let mut out = [0u8; 12];
         out[..4].copy_from_slice(&kind.to_ne_bytes());
@@ -114,6 +143,7 @@ impl Message {
             EXITED => Some(Message::Provider(WaitStatus::Exited(word(4)))),
             SIGNALED => Signal::from_raw(word(4)).map(|s| Message::Provider(WaitStatus::Signaled(s, word(8) != 0))),
             DONE => Some(Message::Done),
+            STOPPING => trigger_of(word(4)).map(|t| Message::Stopping(t, word(8) as u32)),
             _ => None,
         }
     }
@@ -370,6 +400,18 @@ impl Link {
         self.front_is_init
     }
 
+    /// Tells the supervisor that this keeper's stop sent its SIGTERM, for `trigger`, with its
+    /// grace ending at `until` ([`Message::Stopping`]); a trigger from inside the chain is not
+    /// told (a keeper whose supervisor was killed has no one to tell).
+    pub(crate) fn tell_stopping(&self, trigger: Trigger, until: Instant) {
+        if trigger_code(trigger).is_none() {
+            return;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        let at = process::monotonic_ms().saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+        self.tell(Message::Stopping(trigger, at as u32));
+    }
+
     /// Tells the supervisor `message`; a supervisor that is gone is not an error.
     pub(crate) fn tell(&self, message: Message) {
         let _ = process::write_raw(self.to_supervisor.as_raw_fd(), &message.encode());
@@ -391,6 +433,9 @@ pub(crate) struct Report {
     pub done: bool,
     /// The keeper's own wait status.
     pub keeper: Option<WaitStatus>,
+    /// The stop the keeper had begun ([`Message::Stopping`]): its trigger, and when its grace
+    /// ends (`CLOCK_MONOTONIC` ms, low 32 bits).
+    pub stopping: Option<(Trigger, u32)>,
 }
 
 impl Report {
@@ -401,6 +446,7 @@ impl Report {
                 Some(Message::Spawned(s)) => self.spawned = Some(s),
                 Some(Message::Provider(ws)) => self.provider = Some(ws),
                 Some(Message::Done) => self.done = true,
+                Some(Message::Stopping(t, until)) => self.stopping = Some((t, until)),
                 None => {}
             }
         }
@@ -470,6 +516,7 @@ impl Front {
 #[cfg(test)]
 mod tests {
     use crate::spawn::Spawned;
+    use crate::stop::Trigger;
     use crate::sys::{Pid, Signal, WaitStatus};
 
     use super::Message;
@@ -482,6 +529,10 @@ mod tests {
             Message::Provider(WaitStatus::Exited(3)),
             Message::Provider(WaitStatus::Signaled(Signal::KILL, false)),
             Message::Done,
+            Message::Stopping(Trigger::Signal(Signal::TERM), 7),
+            Message::Stopping(Trigger::OwnerDied, u32::MAX),
+            Message::Stopping(Trigger::StdinEof, 0),
+            Message::Stopping(Trigger::Timeout, 1 << 31),
         ] {
             assert_eq!(Message::decode(&m.encode()), Some(m));
         }

@@ -709,7 +709,7 @@ impl Setup {
                         Owner::Parent(p) | Owner::Process(p) => Owner::Process(p),
                     };
                 }
-                Ok(Split { link: Some(l), adopted: None })
+                Ok(Split { link: Some(l), adopted: None, resumed: None })
             }
             Role::Supervisor(mut front) => {
                 // The provider's stdio (a managed entry's log pipes) is the keeper's: a copy held
@@ -719,7 +719,7 @@ impl Setup {
                 self.output = None;
                 hooks.handed_to_keeper();
                 let report = front.relay(signals);
-                Ok(Split { link: None, adopted: take_over(&report, &self.foreign) })
+                Ok(Split { link: None, adopted: take_over(&report, &self.foreign), resumed: report.stopping })
             }
         }
     }
@@ -790,6 +790,9 @@ struct Split {
     /// The keeper was killed (or, in an adopting image, had been): the provider to take over,
     /// and its wait status if the keeper reaped it.
     adopted: Option<(Spawned, Option<WaitStatus>)>,
+    /// With `adopted`: the stop the killed keeper had begun, to go on with
+    /// ([`crate::keeper::Report::stopping`]).
+    resumed: Option<(Trigger, u32)>,
 }
 
 /// Runs one provider under supervision until it and everything it started are gone, then
@@ -842,12 +845,12 @@ fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn Hooks
         Some(a) => Setup::adopt(a, opts.owner)?,
     };
     let split = match adoption {
-        Some(a) => Split { link: None, adopted: take_over(&a.report, &setup.foreign) },
+        Some(a) => Split { link: None, adopted: take_over(&a.report, &setup.foreign), resumed: a.report.stopping },
         None if crate::keeper::wanted() => setup.split(signals, &mut opts, hooks)?,
-        None => Split { link: None, adopted: None },
+        None => Split { link: None, adopted: None, resumed: None },
     };
     let (spawned, provider, tree) = setup.start(&mut opts, &split, hooks)?;
-    let Split { link, adopted } = split;
+    let Split { link, adopted, resumed } = split;
     let Setup { owner, relay, output, terminal_home, .. } = setup;
     let started = Instant::now();
     let mut sup = Supervisor {
@@ -875,8 +878,9 @@ fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn Hooks
         backlog: false,
         kept: None,
         outcome: None,
+        told_the_stop: false,
     };
-    sup.first_watches(adopted.is_some());
+    sup.first_watches(adopted.is_some(), resumed);
     let mut life = Life::Running;
     let outcome = loop {
         life = match life {
@@ -892,7 +896,9 @@ fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn Hooks
                 sup.ready(&fds, slots);
                 let now = Instant::now();
                 sup.scan_and_timeout(now, reaped > 0);
-                sup.step(now, reaped)
+                let life = sup.step(now, reaped);
+                sup.tell_the_stop(now);
+                life
             }
             // The tree's ends: the last zombies, the relays, the cgroup, the terminal; the outcome.
             Life::HandingOn | Life::Gone | Life::Unfinished => sup.finish(terminal_home),
@@ -952,6 +958,8 @@ struct Supervisor<'a> {
     /// How the tree ended, from [`Supervisor::finish`] on: what [`Life::Recording`] records and
     /// the loop returns at [`Life::Done`].
     outcome: Option<Outcome>,
+    /// In a keeper: the supervisor in front was told of the stop ([`Supervisor::tell_the_stop`]).
+    told_the_stop: bool,
 }
 
 /// Where each watched fd sits in one wake's poll set (index 0 is the signal self-pipe).
@@ -977,9 +985,17 @@ impl Supervisor<'_> {
     /// What is watched from the start: a take-over (`adopted`) runs the stop at once; stdin is
     /// watched for EOF (`--on-stdin-eof stop`, or the stop begins at once for a stdin that is
     /// already at EOF); the terminal is watched for its hang-up.
-    fn first_watches(&mut self, adopted: bool) {
-        if adopted {
-            begin(&mut self.machine, Trigger::SupervisorKilled, &self.tree, self.hooks);
+    fn first_watches(&mut self, adopted: bool, resumed: Option<(Trigger, u32)>) {
+        match resumed {
+            // The killed keeper's stop goes on: its trigger (a `run` stopped by SIGTERM still
+            // dies by SIGTERM), and what was left of its grace, not a second whole one.
+            Some((trigger, until)) if adopted => {
+                let left = until.wrapping_sub(process::monotonic_ms() as u32) as i32;
+                let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
+                resume(&mut self.machine, trigger, &self.tree, self.hooks, left);
+            }
+            _ if adopted => begin(&mut self.machine, Trigger::SupervisorKilled, &self.tree, self.hooks),
+            _ => {}
         }
         // With the relay, the relay reads stdin and reports its EOF.
         if self.on_stdin_eof == OnStdinEof::Stop && !adopted && self.relay.is_none() {
@@ -999,6 +1015,23 @@ impl Supervisor<'_> {
             .then(|| (0..3).find(|fd| process::fd_kind(*fd) == FdKind::Tty))
             .flatten()
             .filter(|fd| !(watch_stdin && *fd == 0));
+    }
+
+    /// In a keeper, once its stop sent SIGTERM: the supervisor in front is told the stop's
+    /// trigger and when its grace ends ([`crate::keeper::Link::tell_stopping`]), once, so that
+    /// if this keeper is SIGKILLed the supervisor that adopts the tree goes on with this stop
+    /// ([`resume`]) instead of beginning a second one, with a whole grace and no trigger.
+    fn tell_the_stop(&mut self, now: Instant) {
+        let (Some(link), false) = (&self.link, self.told_the_stop) else { return };
+        let until = match self.machine.phase() {
+            Phase::Terminating { until } => until,
+            Phase::Killing { .. } => now,
+            _ => return,
+        };
+        if let Some(trigger) = self.machine.trigger() {
+            link.tell_stopping(trigger, until);
+        }
+        self.told_the_stop = true;
     }
 
     /// Blocks in the one `poll` until something is ready or [`Supervisor::deadline`] passes.
@@ -1666,6 +1699,16 @@ fn begin_with(
         }
         hooks.on(&Happened::Stopping { trigger, policy: machine.policy() });
     }
+    machine.begin(trigger, Instant::now(), tree);
+}
+
+/// After a keeper's SIGKILL: the stop it had begun for `trigger` goes on with the grace `left`
+/// (the front end heard of it from the keeper already: no [`Happened::Stopping`] again).
+fn resume(machine: &mut StopMachine, trigger: Trigger, tree: &Tree, hooks: &mut dyn Hooks, left: Duration) {
+    if let Some(policy) = hooks.policy_for_stop(trigger) {
+        machine.set_policy(policy);
+    }
+    machine.set_policy(StopPolicy { term_grace: left, ..*machine.policy() });
     machine.begin(trigger, Instant::now(), tree);
 }
 

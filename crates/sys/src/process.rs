@@ -92,6 +92,13 @@ pub fn getpid() -> Pid {
     Pid(rustix::process::getpid().as_raw_pid())
 }
 
+/// `CLOCK_MONOTONIC` in ms: one clock for every process on the machine (outside time
+/// namespaces), so one process can say a deadline that another reads, which `Instant` cannot.
+pub fn monotonic_ms() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1000 + u64::try_from(t.tv_nsec).unwrap_or(0) / 1_000_000
+}
+
 /// The parent's id; 1 (or a subreaper's) once the parent died.
 pub fn getppid() -> i32 {
     rustix::process::Pid::as_raw(rustix::process::getppid())
