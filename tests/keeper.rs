@@ -527,6 +527,33 @@ fn a_keeper_killed_during_sheepdog_stop_leaves_the_supervisor_to_finish_that_sto
     assert!(wait_gone(&[v["pid"].as_i64().unwrap() as i32, sup], SECS(5)).is_empty(), "nothing is left");
 }
 
+/// What is left of a grace longer than 24.8 days (more ms than a signed 32-bit word holds) goes
+/// on after the keeper's SIGKILL too: the deadline the keeper tells is 64 bits of ms.
+#[test]
+fn a_keeper_killed_mid_stop_hands_on_a_grace_of_weeks() {
+    let st = State::new();
+    let guard = Guard::new();
+    let trap = "trap '' TERM; while :; do sleep 0.05; done";
+    let v = st.start(&["--term-grace", "600h", "--", "sh", "-c", trap]);
+    let id = v["id"].as_str().unwrap().to_string();
+    let (cmd, sup) = (v["pid"].as_i64().unwrap() as i32, v["supervisorPid"].as_i64().unwrap() as i32);
+    guard.track(cmd);
+    guard.track(sup);
+    let keeper = the_keeper(sup);
+    guard.track(keeper);
+    let mut stopper = st.cmd(&["stop", &id]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    guard.track_child(&stopper);
+    st.wait_log(&id, "combined.log", "[sheepdog] stopping:");
+    kill9(keeper);
+    // Past the kill wait (1.5 s): a grace read as over will have been escalated by now.
+    std::thread::sleep(Duration::from_secs(3));
+    let alive = procfs::stat(sheepdog::os::Pid::new(cmd).unwrap()).is_ok_and(|s| !s.is_zombie());
+    signal(cmd, libc::SIGKILL);
+    wait_child(&mut stopper, SECS(15));
+    assert!(alive, "the command kept what was left of its 600 h grace");
+    assert!(wait_gone(&[cmd, sup], SECS(5)).is_empty(), "nothing is left");
+}
+
 #[test]
 fn sigkill_of_a_supervisor_during_sheepdog_stop_leaves_the_stop_to_its_keeper() {
     let st = State::new();

@@ -88,15 +88,18 @@ pub(crate) enum Message {
     /// exits now: the supervisor exits as it does.
     Done,
     /// The keeper's stop sent its SIGTERM, for this trigger; its grace ends at this
-    /// `CLOCK_MONOTONIC` ms (low 32 bits: [`crate::sys::process::monotonic_ms`]). A supervisor
-    /// that adopts the tree after the keeper's SIGKILL goes on with this stop.
-    Stopping(Trigger, u32),
+    /// `CLOCK_MONOTONIC` ms ([`crate::sys::process::monotonic_ms`]). A supervisor that adopts
+    /// the tree after the keeper's SIGKILL goes on with this stop.
+    Stopping(Trigger, u64),
 }
 
 const SPAWNED: i32 = 1;
 const EXITED: i32 = 2;
 const SIGNALED: i32 = 3;
 const DONE: i32 = 4;
+/// The low byte of a [`Message::Stopping`]'s kind; the next byte is the trigger
+/// ([`trigger_code`], -3 to 64 as a byte), so that both words hold the 64-bit deadline (a grace
+/// may last 8760h: more ms than 32 bits hold).
 const STOPPING: i32 = 5;
 
 /// A trigger in a [`Message::Stopping`]: a signal by its number, the others below zero. Only
@@ -127,7 +130,13 @@ impl Message {
             Message::Provider(WaitStatus::Exited(c)) => (EXITED, c, 0),
             Message::Provider(WaitStatus::Signaled(s, core)) => (SIGNALED, s.as_raw(), i32::from(core)),
             Message::Done => (DONE, 0, 0),
-            Message::Stopping(t, until) => (STOPPING, trigger_code(t).unwrap_or(0), until as i32),
+            Message::Stopping(t, until) => {
+                let kind = STOPPING | (i32::from(trigger_code(t).unwrap_or(0) as i8 as u8) << 8);
+                let mut out = [0u8; 12];
+                out[..4].copy_from_slice(&kind.to_ne_bytes());
+                out[4..].copy_from_slice(&until.to_ne_bytes());
+                return out;
+            }
         };
         let mut out = [0u8; 12];
         out[..4].copy_from_slice(&kind.to_ne_bytes());
@@ -143,7 +152,10 @@ impl Message {
             EXITED => Some(Message::Provider(WaitStatus::Exited(word(4)))),
             SIGNALED => Signal::from_raw(word(4)).map(|s| Message::Provider(WaitStatus::Signaled(s, word(8) != 0))),
             DONE => Some(Message::Done),
-            STOPPING => trigger_of(word(4)).map(|t| Message::Stopping(t, word(8) as u32)),
+            k if k & 0xFF == STOPPING => {
+                let until = u64::from_ne_bytes(rec.get(4..12)?.try_into().ok()?);
+                trigger_of(i32::from(((k >> 8) & 0xFF) as u8 as i8)).map(|t| Message::Stopping(t, until))
+            }
             _ => None,
         }
     }
@@ -409,7 +421,7 @@ impl Link {
         }
         let left = until.saturating_duration_since(Instant::now());
         let at = process::monotonic_ms().saturating_add(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
-        self.tell(Message::Stopping(trigger, at as u32));
+        self.tell(Message::Stopping(trigger, at));
     }
 
     /// Tells the supervisor `message`; a supervisor that is gone is not an error.
@@ -434,8 +446,8 @@ pub(crate) struct Report {
     /// The keeper's own wait status.
     pub keeper: Option<WaitStatus>,
     /// The stop the keeper had begun ([`Message::Stopping`]): its trigger, and when its grace
-    /// ends (`CLOCK_MONOTONIC` ms, low 32 bits).
-    pub stopping: Option<(Trigger, u32)>,
+    /// ends (`CLOCK_MONOTONIC` ms).
+    pub stopping: Option<(Trigger, u64)>,
 }
 
 impl Report {
@@ -530,7 +542,8 @@ mod tests {
             Message::Provider(WaitStatus::Signaled(Signal::KILL, false)),
             Message::Done,
             Message::Stopping(Trigger::Signal(Signal::TERM), 7),
-            Message::Stopping(Trigger::OwnerDied, u32::MAX),
+            Message::Stopping(Trigger::Signal(Signal::from_raw(31).unwrap()), 1 << 40),
+            Message::Stopping(Trigger::OwnerDied, u64::MAX),
             Message::Stopping(Trigger::StdinEof, 0),
             Message::Stopping(Trigger::Timeout, 1 << 31),
         ] {

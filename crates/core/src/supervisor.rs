@@ -792,7 +792,7 @@ struct Split {
     adopted: Option<(Spawned, Option<WaitStatus>)>,
     /// With `adopted`: the stop the killed keeper had begun, to go on with
     /// ([`crate::keeper::Report::stopping`]).
-    resumed: Option<(Trigger, u32)>,
+    resumed: Option<(Trigger, u64)>,
 }
 
 /// Runs one provider under supervision until it and everything it started are gone, then
@@ -985,13 +985,12 @@ impl Supervisor<'_> {
     /// What is watched from the start: a take-over (`adopted`) runs the stop at once; stdin is
     /// watched for EOF (`--on-stdin-eof stop`, or the stop begins at once for a stdin that is
     /// already at EOF); the terminal is watched for its hang-up.
-    fn first_watches(&mut self, adopted: bool, resumed: Option<(Trigger, u32)>) {
+    fn first_watches(&mut self, adopted: bool, resumed: Option<(Trigger, u64)>) {
         match resumed {
             // The killed keeper's stop goes on: its trigger (a `run` stopped by SIGTERM still
             // dies by SIGTERM), and what was left of its grace, not a second whole one.
             Some((trigger, until)) if adopted => {
-                let left = until.wrapping_sub(process::monotonic_ms() as u32) as i32;
-                let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
+                let left = Duration::from_millis(until.saturating_sub(process::monotonic_ms()));
                 resume(&mut self.machine, trigger, &self.tree, self.hooks, left);
             }
             _ if adopted => begin(&mut self.machine, Trigger::SupervisorKilled, &self.tree, self.hooks),
