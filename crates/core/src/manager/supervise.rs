@@ -350,6 +350,7 @@ fn prepare<'a>(
         reg,
         id: id.to_string(),
         own_stop: entry.stop,
+        adopted: false,
         known: entry,
         logs,
         pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
@@ -378,6 +379,8 @@ struct Managed<'a> {
     /// so that the one-off holds for that stop only and a `restart` repeats the entry's own
     /// options.
     own_stop: entry::StopTimings,
+    /// This supervisor took the tree over from its killed keeper ([`Happened::Adopted`]).
+    adopted: bool,
 }
 
 /// At most this many descendants are recorded in an entry: 4096 (the oldest first). A tree
@@ -505,15 +508,16 @@ impl Managed<'_> {
     fn finish(&mut self, outcome: &Outcome) -> bool {
         let mut text = String::new();
         let mut claimed = false;
-        let own_stop = self.own_stop;
+        let (own_stop, adopted) = (self.own_stop, self.adopted);
         // An unfinished stop: who is left, by identity (a later stop or reap looks for them), and
         // in the status text who it is, or the reason when it is a refused signal.
         let mut apply =
             |e: &mut Entry| {
-                if e.is_finished() && outcome.trigger == Some(Trigger::SupervisorKilled) {
+                if e.is_finished() && (outcome.trigger == Some(Trigger::SupervisorKilled) || adopted) {
                     // The keeper recorded the result and was killed afterwards (during the cleanup
                     // or while it waited for a trigger): its death is a stop, so only a cleanup
-                    // that is still pending is left to do.
+                    // that is still pending is left to do. (An adopter that went on with the
+                    // keeper's stop has that stop's trigger, not `SupervisorKilled`.)
                     text = e.status_text.clone().unwrap_or_default();
                     claimed = crate::cleanup::claim(e);
                     return;
@@ -616,6 +620,7 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (Status, String)
 /// writer (`events::EventSink`).
 impl Listener for Managed<'_> {
     fn on(&mut self, event: &Happened<'_>) {
+        self.adopted |= matches!(event, Happened::Adopted(_));
         let recorded = self.record(event);
         self.mark(event, &recorded);
         if let Happened::Spawned { .. } = event {
