@@ -504,8 +504,7 @@ fn a_keeper_killed_mid_stop_leaves_the_supervisor_to_finish_that_stop_for_its_si
 fn a_keeper_killed_during_sheepdog_stop_leaves_the_supervisor_to_finish_that_stop() {
     let st = State::new();
     let guard = Guard::new();
-    let trap = "trap '' TERM; while :; do sleep 0.05; done";
-    let v = st.start(&["--term-grace", "3s", "--", "sh", "-c", trap]);
+    let v = st.start(&["--term-grace", "3s", "--", "sh", "-c", IGNORES_TERM]);
     let id = v["id"].as_str().unwrap().to_string();
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
     guard.track(v["pid"].as_i64().unwrap() as i32);
@@ -533,8 +532,7 @@ fn a_keeper_killed_during_sheepdog_stop_leaves_the_supervisor_to_finish_that_sto
 fn a_keeper_killed_mid_stop_hands_on_a_grace_of_weeks() {
     let st = State::new();
     let guard = Guard::new();
-    let trap = "trap '' TERM; while :; do sleep 0.05; done";
-    let v = st.start(&["--term-grace", "600h", "--", "sh", "-c", trap]);
+    let v = st.start(&["--term-grace", "600h", "--", "sh", "-c", IGNORES_TERM]);
     let id = v["id"].as_str().unwrap().to_string();
     let (cmd, sup) = (v["pid"].as_i64().unwrap() as i32, v["supervisorPid"].as_i64().unwrap() as i32);
     guard.track(cmd);

@@ -193,6 +193,16 @@ fn a_one_off_term_grace_reaches_the_supervisor_on_a_full_disk() {
     assert_eq!(wait_gone(&pids, SECS(10)), Vec::<i32>::new(), "nothing is left");
 }
 
+/// The `stop.termGraceMs` `id` records once it is no longer `from` (a stop began with another
+/// grace), looked at for up to 10 s; what it records then.
+fn grace_once_changed(st: &State, id: &str, from: u64) -> Option<u64> {
+    let deadline = Instant::now() + SECS(10);
+    while st.term_grace_ms(id) == Some(from) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    st.term_grace_ms(id)
+}
+
 /// Issue 32, item 5: a one-off grace over 49 days (more ms than 32 bits hold) rides in the
 /// SIGTERM's value too, all 64 bits of it on 64-bit Linux: on a full disk nothing else could
 /// carry it, and the supervisor used to fall back on the entry's own 1 s grace, killing the
@@ -237,24 +247,14 @@ fn a_one_off_term_grace_over_49_days_reaches_the_supervisor_on_a_full_disk() {
 fn the_supervisor_records_a_one_off_grace_over_49_days_to_the_ms() {
     let st = State::new();
     let guard = Guard::new();
-    let trap = "trap '' TERM; echo up; while :; do sleep 0.05; done";
-    let v = st.start(&["--term-grace", "1s", "--", "sh", "-c", trap]);
+    let v = st.start(&["--term-grace", "1s", "--", "sh", "-c", IGNORES_TERM]);
     let (id, cmd) = (v["id"].as_str().unwrap().to_string(), v["pid"].as_i64().unwrap() as i32);
     guard.track(cmd);
     guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
     let mut stop =
         st.cmd(&["stop", "--term-grace", "1440h", &id]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     guard.track_child(&stop);
-    let path = st.path().join("procs").join(&id).join("entry.json");
-    let grace = || -> Option<u64> {
-        let e: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
-        e["stop"]["termGraceMs"].as_u64()
-    };
-    let deadline = Instant::now() + SECS(10);
-    while grace() == Some(1000) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let recorded = grace();
+    let recorded = grace_once_changed(&st, &id, 1000);
     signal(cmd, libc::SIGKILL);
     wait_child(&mut stop, SECS(20));
     assert_eq!(recorded, Some(1440 * 3_600_000), "the grace the stop asked for, to the ms");
@@ -269,8 +269,7 @@ fn the_supervisor_records_a_one_off_grace_over_49_days_to_the_ms() {
 fn a_queued_sigterms_value_is_held_to_the_longest_grace_stop_accepts() {
     let st = State::new();
     let guard = Guard::new();
-    let trap = "trap '' TERM; echo up; while :; do sleep 0.05; done";
-    let v = st.start(&["--term-grace", "1s", "--", "sh", "-c", trap]);
+    let v = st.start(&["--term-grace", "1s", "--", "sh", "-c", IGNORES_TERM]);
     let (id, cmd, sup) = (
         v["id"].as_str().unwrap().to_string(),
         v["pid"].as_i64().unwrap() as i32,
@@ -284,16 +283,7 @@ fn a_queued_sigterms_value_is_held_to_the_longest_grace_stop_accepts() {
         .status()
         .unwrap();
     assert!(queued.success(), "sigqueue: {queued:?}");
-    let path = st.path().join("procs").join(&id).join("entry.json");
-    let grace = || -> Option<u64> {
-        let e: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
-        e["stop"]["termGraceMs"].as_u64()
-    };
-    let deadline = Instant::now() + SECS(10);
-    while grace() == Some(1000) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let recorded = grace();
+    let recorded = grace_once_changed(&st, &id, 1000);
     signal(cmd, libc::SIGKILL);
     assert_eq!(recorded, Some(8760 * 3_600_000), "at most 8760h");
     assert_eq!(wait_gone(&[cmd, sup], SECS(10)), Vec::<i32>::new(), "nothing is left");
@@ -306,26 +296,19 @@ fn a_queued_sigterms_value_is_held_to_the_longest_grace_stop_accepts() {
 fn a_one_off_term_grace_does_not_outlive_its_stop_into_a_restart() {
     let st = State::new();
     let guard = Guard::new();
-    let trap = "trap '' TERM; echo up; while :; do sleep 0.05; done";
-    let v = st.start(&["--term-grace", "2s", "--", "sh", "-c", trap]);
+    let v = st.start(&["--term-grace", "2s", "--", "sh", "-c", IGNORES_TERM]);
     let id = v["id"].as_str().unwrap().to_string();
     guard.track(v["pid"].as_i64().unwrap() as i32);
     guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
     st.ok(&["stop", "--term-grace", "0ms", &id]);
-    let grace = |id: &str| {
-        let e: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(st.path().join("procs").join(id).join("entry.json")).unwrap())
-                .unwrap();
-        e["stop"]["termGraceMs"].as_u64()
-    };
-    assert_eq!(grace(&id), Some(2000), "the stopped entry's own grace");
+    assert_eq!(st.term_grace_ms(&id), Some(2000), "the stopped entry's own grace");
     let new = st.ok(&["restart", "--json", &id]);
     let new: serde_json::Value = serde_json::from_str(new.trim()).unwrap();
     let new = &new["restarted"][0];
     let new_id = new["id"].as_str().unwrap().to_string();
     guard.track(new["pid"].as_i64().unwrap() as i32);
     guard.track(new["supervisorPid"].as_i64().unwrap() as i32);
-    assert_eq!(grace(&new_id), Some(2000), "the restart repeats the entry's grace, not the one-off");
+    assert_eq!(st.term_grace_ms(&new_id), Some(2000), "the restart repeats the entry's grace, not the one-off");
     st.ok(&["stop", "--term-grace", "0ms", &new_id]);
 }
 

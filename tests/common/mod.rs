@@ -247,6 +247,13 @@ impl State {
         v["entries"].as_array().cloned().unwrap_or_default()
     }
 
+    /// The `stop.termGraceMs` recorded in `id`'s entry.json (the grace a running stop uses, or
+    /// the entry's own); `None` while the file cannot be read or parsed (a write in progress).
+    pub fn term_grace_ms(&self, id: &str) -> Option<u64> {
+        let text = std::fs::read(self.path().join("procs").join(id).join("entry.json")).ok()?;
+        serde_json::from_slice::<serde_json::Value>(&text).ok()?["stop"]["termGraceMs"].as_u64()
+    }
+
     pub fn entry(&self, id: &str) -> serde_json::Value {
         self.entries().into_iter().find(|e| e["id"] == id).unwrap_or_else(|| panic!("no entry {id}"))
     }
@@ -374,6 +381,10 @@ def fill():
             except OSError:
                 pass
 "#;
+
+/// A command that ignores SIGTERM and lives until SIGKILL: which grace a stop used shows in
+/// how long it lives.
+pub const IGNORES_TERM: &str = "trap '' TERM; while :; do sleep 0.05; done";
 
 /// A full-disk test's script run: `body`, the Python of its `try:` block (indented four spaces),
 /// after [`FULL_DISK_PY`] and before a `finally:` that unmounts the tmpfs, in a mount namespace
