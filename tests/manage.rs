@@ -665,8 +665,17 @@ fn a_status_word_from_a_newer_sheepdog_survives_a_rewrite_and_claims_nothing() {
 
     // A finished one: the kernel decides (nothing alive, no result this version knows: lost),
     // and clear removes it.
-    let done = id_of(&st.start(&["--", "true"]));
+    let v = st.start(&["--", "true"]);
+    let done = id_of(&v);
     assert_eq!(st.run(&["wait", &done]).status.code(), Some(0));
+    // `wait` returns once the result is recorded; the supervisor and its keeper exit just after.
+    // Nothing alive is this case's premise, so they are waited for first.
+    let recorded: Value =
+        serde_json::from_slice(&std::fs::read(st.path().join("procs").join(&done).join("entry.json")).unwrap())
+            .unwrap();
+    let keeper = recorded["keeperPid"].as_i64();
+    let chain: Vec<i32> = [v["supervisorPid"].as_i64(), keeper].into_iter().flatten().map(|p| p as i32).collect();
+    assert_eq!(wait_gone(&chain, SECS(10)), Vec::<i32>::new(), "the supervisor and its keeper exit");
     let file = forge(&done);
     let ps: Value = serde_json::from_slice(&st.run(&["ps", "--all", "--json"]).stdout).unwrap();
     let shown = ps["entries"].as_array().unwrap().iter().find(|e| e["id"] == done.as_str()).cloned().unwrap();
