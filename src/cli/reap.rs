@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use sheepdog::inspect;
 use sheepdog::manager;
-use sheepdog::status::ReapKind;
 use sheepdog::view;
 
 use super::CliError;
@@ -21,8 +20,10 @@ pub struct ReapArgs {
 pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32, CliError> {
     let reg = open(dir)?;
     let reaped = manager::reap(&reg, a.dry_run);
-    let code = reaped.exit_status();
-    let manager::Reaped { actions, set_aside, cgroups_left } = reaped;
+    // The sentences and the status are the library's, as every front end says them.
+    let said = manager::Said::from(&reaped);
+    let code = said.exit_status;
+    let manager::Reaped { actions, set_aside, cgroups_left, .. } = reaped;
     warn_set_aside(&set_aside);
     // What was done (or found) but could not be written: said (status 74).
     for x in actions.iter().filter(|x| x.not_recorded.is_some()) {
@@ -47,28 +48,8 @@ pub(super) fn reap(a: ReapArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         outln!("{}", to_json(&view::ReapDoc { v: view::Version, dry_run: a.dry_run, actions, cgroups_left }));
         return Ok(code);
     }
-    let would = if a.dry_run { "Would reap" } else { "Reaped" };
-    for x in &actions {
-        let label = format!("{} ({})", x.name.as_deref().unwrap_or(&x.id), x.id);
-        match x.action {
-            ReapKind::Reaped => outln!("{would} {label}: {}.", x.reason),
-            ReapKind::Cleanup => {
-                let ran = if a.dry_run { "Would run" } else { "Ran" };
-                outln!("{ran} the cleanup of {label}: {}.", x.reason);
-            }
-            ReapKind::Lost => {
-                outln!("{} {label}: {}.", if a.dry_run { "Would record as lost" } else { "Lost" }, x.reason)
-            }
-        }
-        if let Some(left) = &x.left {
-            outln!("The tree of {label} was not confirmed gone: {left}.");
-        }
-        if let Some(line) = &x.cleanup_error {
-            outln!("{line}");
-        }
-    }
-    for c in &cgroups_left {
-        outln!("Could not empty the cgroup {}: {}.", c.path, c.left);
+    for line in &said.lines {
+        outln!("{line}");
     }
     Ok(code)
 }

@@ -34,7 +34,7 @@ pub(super) fn restart(a: RestartArgs, dir: Option<PathBuf>, json: bool) -> Resul
                 if let Some(line) = r.stopped.cleanup_error() {
                     eprintln!("sheepdog: {}: {line}", old.label());
                 }
-                code = code.max(r.exit_status());
+                code = code.max(manager::Said::from(&r).exit_status);
             }
             Err(err) => {
                 eprintln!("sheepdog: unable to restart {}: {err}", old.label());

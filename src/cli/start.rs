@@ -193,7 +193,7 @@ pub(super) fn start(a: StartArgs, dir: Option<PathBuf>, json: bool) -> Result<i3
     if let (true, Some(start)) = (json, list.pop()) {
         outln!("{}", to_json(&view::StartDoc { v: view::Version, start }));
     }
-    Ok(started.exit_status())
+    Ok(manager::Said::from(&started).exit_status)
 }
 
 /// `start --stdin`.

@@ -63,14 +63,15 @@ pub(super) fn stop(a: StopArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
     for (e, r) in targets.iter().zip(results) {
         match r {
             Ok(o) => {
+                let said = manager::Said::from(&o);
                 if json {
                     list.push(o.view(&reg));
                 } else {
-                    for line in o.lines() {
+                    for line in &said.lines {
                         outln!("{line}");
                     }
                 }
-                code = code.max(o.exit_status());
+                code = code.max(said.exit_status);
             }
             Err(err @ ManagerError::NotRecorded { .. }) => {
                 // The tree is gone: said on stdout too (the one document a host reads), with

@@ -299,7 +299,7 @@ pub fn stop_lines(reg: &Registry, e: &sheepdog::entry::Entry) -> Vec<String> {
 /// line and the cleanup's details (its failure line is one of the sentences already).
 fn outcome_lines(o: &manager::StopOutcome) -> Vec<String> {
     let failure = o.cleanup_error();
-    let mut lines = o.lines();
+    let mut lines = manager::Said::from(o).lines;
     lines.push(tree_line(o.tree_gone).into());
     lines.extend(cleanup_lines(&o.entry).into_iter().filter(|l| Some(l) != failure.as_ref()));
     lines
@@ -330,12 +330,10 @@ pub fn cleanup_lines(e: &sheepdog::entry::Entry) -> Vec<String> {
 pub fn restart_lines(reg: &Registry, e: &sheepdog::entry::Entry) -> (Vec<String>, Option<String>) {
     match manager::restart(reg, e, None) {
         Ok(r) => {
+            // The stop's lines with this dialog's details, then the new entry's, as
+            // `manager::Said` says it for every front end.
             let mut lines = outcome_lines(&r.stopped);
-            lines.push(format!(
-                "Started {}{}.",
-                r.entry.label(),
-                r.entry.pid().map(|p| format!(", pid {p}")).unwrap_or_default()
-            ));
+            lines.extend(manager::Said::from(&r).lines.pop());
             // The library's sentence, as the CLI and MCP say it.
             if let Some(o) = &r.ready {
                 lines.push(o.sentence(&r.entry.label()));

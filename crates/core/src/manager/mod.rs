@@ -2,7 +2,8 @@
 //! update, wait, reap, clear), returning data for the CLI, the MCP server and `top` to render.
 //!
 //! One file per operation (`start`, `stop`, `wait`, `reap`, `clear`, `update`, and `stdin` for
-//! `--stdin pipe` and `send`), and `select` for which entries an operation applies to;
+//! `--stdin pipe` and `send`), `select` for which entries an operation applies to, and `said`
+//! for what every front end says for an outcome ([`Said`]);
 //! `supervise` is the detached supervisor's side (its own process, one per entry). This file holds the errors, the timing constants and the few helpers the
 //! operations share (the supervisor's identity-checked pidfd, a wait on it). The live look at a
 //! tree, without acting, is `crate::inspect`.
@@ -28,6 +29,7 @@ use crate::sys::{Pid, Signal};
 mod clear;
 mod leftovers;
 mod reap;
+mod said;
 mod select;
 mod start;
 mod stdin;
@@ -39,6 +41,7 @@ mod wait;
 pub use clear::clear;
 pub use leftovers::{Handoff, LOOK_MAX, LOOK_MIN, LeftoversArgs, hand_off, watch as supervise_leftovers};
 pub use reap::{Reaped, reap};
+pub use said::Said;
 pub use select::{Selected, Selection};
 pub use start::{
     PORT_FREE_MAX, Restarted, StartRequest, Started, preview, replace, request_of, restart, set_supervisor_exe, start,

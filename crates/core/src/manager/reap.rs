@@ -27,6 +27,8 @@ pub struct Reaped {
     pub set_aside: Vec<registry::SetAside>,
     /// Leftover cgroups it could not empty.
     pub cgroups_left: Vec<CgroupLeft>,
+    /// A `--dry-run`: the actions are what it would do; nothing was signalled or recorded.
+    pub dry_run: bool,
 }
 
 impl Reaped {
@@ -229,7 +231,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> Reaped {
             left: None,
         });
     }
-    Reaped { actions, set_aside: aside, cgroups_left }
+    Reaped { actions, set_aside: aside, cgroups_left, dry_run }
 }
 
 /// In the cgroup tier, once an entry's tree is gone: removes its recorded cgroup (inode
@@ -274,7 +276,7 @@ mod tests {
     /// recorded, 124 a tree or cgroup was not confirmed gone (the largest that applies).
     #[test]
     fn a_reap_says_its_own_exit_status() {
-        let reaped = |actions, cgroups_left| Reaped { actions, set_aside: Vec::new(), cgroups_left };
+        let reaped = |actions, cgroups_left| Reaped { actions, set_aside: Vec::new(), cgroups_left, dry_run: false };
         assert_eq!(reaped(vec![action()], vec![]).exit_status(), 0);
         assert!(reaped(vec![], vec![]).ok());
         let failed = ReapAction { cleanup_error: Some("Cleanup command failed with exit code 1.".into()), ..action() };

@@ -46,18 +46,14 @@ pub(crate) fn restart(ctx: &Ctx, a: RestartArgs) -> Result<Done<RestartResult>, 
     let busy = news::busy([old.id.clone()]);
     let r = manager::restart(&ctx.reg, &old, None).map_err(|e| sentence(&e.to_string()))?;
     adopt_supervisor(&r.entry);
-    let lines = r.stopped.lines();
+    // The old tree's stop as `process_stop` says it, then the new entry; the call failed when
+    // the stop did or the new command ended before it was ready.
+    let said = manager::Said::from(&r);
+    let lines = manager::Said::from(&r.stopped).lines;
     let e = ctx.reg.read(&r.entry.id).unwrap_or(r.entry);
     let process = Proc::of(&fresh_view(&ctx.reg, &e), false);
-    let mut text = lines.join("\n");
-    text.push_str(&format!(
-        "\nStarted {}{}.",
-        e.label(),
-        process.pid.map(|p| format!(", pid {p}")).unwrap_or_default()
-    ));
-    // The call failed when the old tree's stop did (as `process_stop` says it) or the new
-    // command ended before it was ready (as `process_start` says it).
-    let is_error = !r.stopped.ok() || r.ready.as_ref().is_some_and(ReadyOutcome::failed);
+    let mut text = said.lines.join("\n");
+    let is_error = said.failed;
     if let Some(o) = &r.ready {
         text.push('\n');
         text.push_str(&ready_text(o, &e));

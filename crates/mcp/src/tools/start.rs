@@ -188,22 +188,23 @@ pub(crate) fn start(ctx: &Ctx, a: StartArgs) -> Result<Done<StartResult>, ToolEr
         stdin_pipe: a.stdin == Some(StdinArg::Pipe),
         argv: argv_os,
     };
-    let manager::Started { entry: e, ready: outcome, nudges } =
-        manager::start_ready(&ctx.reg, req).map_err(|e| sentence(&e.to_string()))?;
+    let started = manager::start_ready(&ctx.reg, req).map_err(|e| sentence(&e.to_string()))?;
+    // `Started NAME (ID), pid N.` and the verdict are the library's, as every front end says them.
+    let said = manager::Said::from(&started);
+    let manager::Started { entry: e, ready: outcome, nudges } = started;
     adopt_supervisor(&e);
     let e = ctx.reg.read(&e.id).unwrap_or(e);
     let process = Proc::of(&fresh_view(&ctx.reg, &e), verbose);
-    let mut text = format!("Started {}{}.", e.label(), process.pid.map(|p| format!(", pid {p}")).unwrap_or_default());
+    let mut text = said.lines.join("\n");
     let mut told = Vec::new();
     let mut tail = None;
-    let mut is_error = false;
+    let is_error = said.failed;
     if let Some(o) = &outcome {
         text.push('\n');
         text.push_str(&ready_text(o, &e));
         if let ReadyOutcome::Exited { last_lines, .. } = o {
             tail = Some(cut_lines(last_lines, RESULT_LINES));
         }
-        is_error = o.failed();
     }
     if process.finished() {
         told.push(e.id.clone());

@@ -102,10 +102,9 @@ pub(crate) fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError
         match r {
             Ok(o) => {
                 let failure = o.cleanup_error();
-                let lines = o.lines();
-                let ok = o.ok();
-                is_error |= !ok;
-                text.extend(lines.iter().cloned());
+                let said = manager::Said::from(&o);
+                is_error |= said.failed;
+                text.extend(said.lines.iter().cloned());
                 let cleanup_result = o.entry.cleanup_state.result().map(|r| CleanupOutcome {
                     exit_code: r.exit_code,
                     signal: r.signal.as_ref().map(|s| s.name()),
@@ -123,10 +122,10 @@ pub(crate) fn stop(ctx: &Ctx, a: StopArgs) -> Result<Done<StopResult>, ToolError
                 told.push(o.entry.id.clone());
                 stopped.push(StopItem {
                     process: proc_as(&ctx.reg, &o.entry, o.entry.status, false),
-                    lines,
+                    lines: said.lines,
                     already_finished: o.already_finished,
                     tree_gone: o.tree_gone,
-                    ok,
+                    ok: said.ok,
                     cleanup_error: failure,
                     cleanup_result,
                 });
