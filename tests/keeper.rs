@@ -526,6 +526,34 @@ fn a_keeper_killed_during_sheepdog_stop_leaves_the_supervisor_to_finish_that_sto
     assert!(wait_gone(&[v["pid"].as_i64().unwrap() as i32, sup], SECS(5)).is_empty(), "nothing is left");
 }
 
+/// A keeper killed in the middle of a `stop --term-grace`: the adopting image takes over the
+/// entry's own timings from its front, not the one-off the entry holds while that stop runs, so
+/// the result puts the own grace back and a `restart` repeats it (the adopter used to read the
+/// one-off back from the entry and record it as the entry's own).
+#[test]
+fn a_keeper_killed_mid_one_off_stop_leaves_the_entry_its_own_grace() {
+    let st = State::new();
+    let guard = Guard::new();
+    let v = st.start(&["--term-grace", "4s", "--", "sh", "-c", IGNORES_TERM]);
+    let id = v["id"].as_str().unwrap().to_string();
+    let (cmd, sup) = (v["pid"].as_i64().unwrap() as i32, v["supervisorPid"].as_i64().unwrap() as i32);
+    guard.track(cmd);
+    guard.track(sup);
+    let keeper = the_keeper(sup);
+    guard.track(keeper);
+    let stopper =
+        st.cmd(&["stop", "--term-grace", "3s", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    guard.track_child(&stopper);
+    st.wait_log(&id, "combined.log", "[sheepdog] stopping:");
+    assert_eq!(st.term_grace_ms(&id), Some(3000), "the one-off, recorded while its stop runs");
+    kill9(keeper);
+    let out = stopper.wait_with_output().unwrap();
+    let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{o}{e}");
+    assert_eq!(st.term_grace_ms(&id), Some(4000), "the entry's own grace, put back with the result");
+    assert!(wait_gone(&[cmd, sup], SECS(5)).is_empty(), "nothing is left");
+}
+
 /// What is left of a grace longer than 24.8 days (more ms than a signed 32-bit word holds) goes
 /// on after the keeper's SIGKILL too: the deadline the keeper tells is 64 bits of ms.
 #[test]

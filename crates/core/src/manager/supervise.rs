@@ -321,6 +321,9 @@ fn prepare<'a>(
             Err(e) => return Err((exit::USAGE, format!("unable to open /dev/null: {e}"))),
         }
     };
+    // An image adopting the tree after its keeper's SIGKILL may find the entry in the middle of
+    // a stop, holding that stop's one-off timings: its own came with the adoption.
+    let own_stop = adoption.as_ref().and_then(|a| a.policy).map_or(entry.stop, |p| p.timings());
     let opts = Options {
         argv,
         spawn: SpawnOptions {
@@ -340,7 +343,7 @@ fn prepare<'a>(
         },
         owner: entry.owner.and_then(|o| Pid::new(o.pid)).map(Owner::Process),
         on_stdin_eof: OnStdinEof::Ignore,
-        policy: StopPolicy::from_timings(&entry.stop),
+        policy: StopPolicy::from_timings(&own_stop),
         timeout: entry.timeout_ms.map(Duration::from_millis),
         containment: cgroup::Request { label: id.to_string(), name: cgroup_name, ..containment },
         adoption,
@@ -349,7 +352,7 @@ fn prepare<'a>(
     let managed = Managed {
         reg,
         id: id.to_string(),
-        own_stop: entry.stop,
+        own_stop,
         adopted: false,
         known: entry,
         logs,
