@@ -293,6 +293,21 @@ pub trait Hooks: Listener {
     }
     /// `Life::CleaningUp`: runs the cleanup, as `cleanup` says.
     fn clean_up(&mut self, _cleanup: Cleanup) {}
+    /// At a take-over ([`Happened::Adopted`]): the cleanup command the killed keeper was running
+    /// (its `sh`, by identity), if it was. It and what is below it are left out of the tree, so
+    /// the take-over's stop does not cut its work short; the front end then answers
+    /// [`Pending::Settling`] and the loop lets it finish ([`Hooks::settled`]). Default: none
+    /// (`run` has no cleanup).
+    fn keepers_cleanup(&mut self) -> Option<Member> {
+        None
+    }
+    /// `Life::Settling`, after each wake (the children it reaped were told first, as
+    /// [`Happened::Reaped`]) and once its bound has passed: true when the keeper's cleanup is
+    /// settled and recorded (its `sh` ended, or it was stopped past its bound), and the
+    /// supervisor is done.
+    fn settled(&mut self) -> bool {
+        true
+    }
 }
 
 /// What is left to do once the outcome is recorded ([`Hooks::record_outcome`]).
@@ -308,6 +323,11 @@ pub enum Pending {
     /// clock ticks, as recorded) and the turn timeout's end (`until`), and hears SIGTERM,
     /// SIGINT, SIGHUP (ARCHITECTURE.md: "a cleanup belongs to the entry").
     Trigger { owner: Option<(Pid, Option<u64>)>, until: Option<Instant> },
+    /// The cleanup the killed keeper was running still runs ([`Hooks::keepers_cleanup`]): the
+    /// supervisor, now its subreaper, lets it finish, reaping as its members exit, until
+    /// [`Hooks::settled`] says it is done; `until` is the cleanup's bound, past which it is
+    /// stopped.
+    Settling { until: Instant },
 }
 
 /// Which cleanup `Life::CleaningUp` runs ([`Hooks::clean_up`]).
@@ -738,8 +758,10 @@ impl Setup {
         split: &Split,
         hooks: &mut dyn Hooks,
     ) -> Result<(Spawned, Option<WaitStatus>, Tree), Error> {
-        let foreign = std::mem::take(&mut self.foreign);
+        let mut foreign = std::mem::take(&mut self.foreign);
         if let Some((spawned, provider)) = split.adopted {
+            // A cleanup the killed keeper was running is the entry's, not the tree's.
+            foreign.extend(hooks.keepers_cleanup());
             let tree = Tree::supervised_except(spawned.pgid, foreign).contained(self.containment.cgroup.take());
             if provider.is_some() {
                 tree.leader_reaped();
@@ -880,6 +902,7 @@ fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn Hooks
         kept: None,
         outcome: None,
         told_the_stop: false,
+        settle_until: None,
     };
     sup.first_watches(adopted.is_some(), resumed);
     let mut life = Life::Running;
@@ -905,6 +928,7 @@ fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn Hooks
             Life::HandingOn | Life::Gone | Life::Unfinished => sup.finish(terminal_home),
             Life::Recording => sup.record(),
             Life::Lingering => sup.linger(),
+            Life::Settling => sup.settle(),
             Life::CleaningUp(cleanup) => {
                 sup.hooks.clean_up(cleanup);
                 Life::Done
@@ -961,6 +985,8 @@ struct Supervisor<'a> {
     outcome: Option<Outcome>,
     /// In a keeper: the supervisor in front was told of the stop ([`Supervisor::tell_the_stop`]).
     told_the_stop: bool,
+    /// [`Life::Settling`]: the bound of the killed keeper's cleanup ([`Pending::Settling`]).
+    settle_until: Option<Instant>,
 }
 
 /// Where each watched fd sits in one wake's poll set (index 0 is the signal self-pipe).
@@ -1246,6 +1272,7 @@ impl Supervisor<'_> {
             | Life::Unfinished
             | Life::Recording
             | Life::Lingering
+            | Life::Settling
             | Life::CleaningUp(_)
             | Life::Done => None,
             Life::Stopping if self.provider.is_some() => {
@@ -1311,9 +1338,9 @@ impl Supervisor<'_> {
             // leave thousands (after a fork storm) to whoever inherits them. Bounded all the
             // same, in case an inherited orphan that is not the tree's keeps forking.
             for _ in 0..REAP_BATCH * 64 {
-                if process::reap_any().is_none() {
-                    break;
-                }
+                let Some((pid, status)) = process::reap_any() else { break };
+                // Told, as every reaped child is: a killed keeper's cleanup `sh` may be one.
+                self.hooks.on(&Happened::Reaped { pid, status });
             }
         }
         // The tree is gone (or past its kill wait): the relay copies out what it left in the pipes.
@@ -1361,8 +1388,32 @@ impl Supervisor<'_> {
         let pending = self.hooks.record_outcome(outcome);
         match (Life::recorded(&pending), pending) {
             (Life::Lingering, Pending::Trigger { owner, until }) => self.begin_lingering(owner, until),
+            (Life::Settling, Pending::Settling { until }) => {
+                self.settle_until = Some(until);
+                Life::Settling
+            }
             (next, _) => next,
         }
+    }
+
+    /// [`Life::Settling`]: one wake of its `poll`, on the signal self-pipe only (SIGCHLD), until
+    /// the cleanup's bound: the children this subreaper inherits are reaped and told
+    /// ([`Happened::Reaped`]: the cleanup's `sh` among them), then [`Hooks::settled`] decides.
+    /// A signal that asks for a stop finds nothing of the tree to stop and is let go: the
+    /// cleanup has its own bound. A failed `poll` is a wake like any other.
+    #[inline(never)]
+    fn settle(&mut self) -> Life {
+        let now = Instant::now();
+        let mut fds = [PollFd::new(self.signals.as_raw_fd(), POLL_IN)];
+        let left = self.settle_until.map_or(Duration::ZERO, |u| u.saturating_duration_since(now));
+        if !left.is_zero() {
+            let _ = process::poll(&mut fds, Some(left));
+        }
+        let _ = self.signals.drain();
+        while let Some((pid, status)) = process::reap_any() {
+            self.hooks.on(&Happened::Reaped { pid, status });
+        }
+        if self.hooks.settled() { Life::Done } else { Life::Settling }
     }
 
     /// Lingering begins: the watches of the tree's life are set to what is left to watch, the
@@ -1491,7 +1542,9 @@ fn look_for_drainers(tree: &Tree) -> Vec<Member> {
 /// - lingering: [`Life::Lingering`], after the command's own exit while its cleanup is pending
 ///   and an owner or turn timeout is set: idle, until a trigger or until the cleanup is no
 ///   longer needed;
-/// - cleaning up: [`Life::CleaningUp`], the cleanup runs ([`Hooks::clean_up`]);
+/// - cleaning up: [`Life::CleaningUp`], the cleanup runs ([`Hooks::clean_up`]); after a
+///   take-over, [`Life::Settling`] instead lets the cleanup the killed keeper was running finish
+///   ([`Hooks::settled`]);
 /// - done: [`Life::Done`], the loop returns the outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Life {
@@ -1516,6 +1569,9 @@ enum Life {
     /// A cleanup is pending and its trigger may still come ([`Pending::Trigger`]): the loop
     /// waits on the signals, the owner, the turn timeout and, in a keeper, the supervisor.
     Lingering,
+    /// After a take-over, the cleanup the killed keeper was running is let finish within its
+    /// bound ([`Pending::Settling`]): the loop waits on SIGCHLD and reaps.
+    Settling,
     /// The cleanup runs ([`Hooks::clean_up`]).
     CleaningUp(Cleanup),
     /// Nothing is left to do: the loop returns the outcome.
@@ -1559,6 +1615,7 @@ impl Life {
             Pending::Nothing => Life::Done,
             Pending::Cleanup => Life::CleaningUp(Cleanup::Claimed),
             Pending::Trigger { .. } => Life::Lingering,
+            Pending::Settling { .. } => Life::Settling,
         }
     }
 
@@ -1926,6 +1983,8 @@ mod tests {
     fn recording_answers_done_a_cleanup_now_or_lingering() {
         assert_eq!(Life::recorded(&Pending::Nothing), Life::Done, "run: nothing more to do");
         assert_eq!(Life::recorded(&Pending::Cleanup), Life::CleaningUp(Cleanup::Claimed));
+        let until = Instant::now();
+        assert_eq!(Life::recorded(&Pending::Settling { until }), Life::Settling, "a killed keeper's cleanup");
         let pid = Pid::new(4242).unwrap();
         for owner in [None, Some((pid, Some(7)))] {
             for until in [None, Some(Instant::now())] {

@@ -405,33 +405,6 @@ fn set_default(sig: i32) {
     }
 }
 
-/// Waits for `sig` without a handler or an fd (`sigtimedwait(2)`, as tini's loop waits for
-/// SIGCHLD): `sig` is blocked in this thread (it stays so) and put back to its default action
-/// (an inherited SIG_IGN would discard it, and for SIGCHLD make the kernel reap children
-/// unasked), then taken if it is pending or comes within `timeout`. Returns true if it came;
-/// false at the timeout, on EINTR, or if the wait could not be made. Linux.
-#[cfg(target_os = "linux")]
-pub fn wait_for(sig: Signal, timeout: std::time::Duration) -> bool {
-    // SAFETY: `ts` and `set` are plain data, zeroed and then filled (`set` by sigemptyset);
-    // sigprocmask and sigtimedwait take pointers to them, which outlive the calls; SIG_DFL
-    // needs nothing.
-    unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        ts.tv_sec = libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX);
-        ts.tv_nsec = timeout.subsec_nanos() as libc::c_long;
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig.0);
-        if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
-            return false;
-        }
-        if libc::signal(sig.0, libc::SIG_DFL) == libc::SIG_ERR {
-            return false;
-        }
-        libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) == sig.0
-    }
-}
-
 /// In a forked child before `exec`: every signal back to its default action and an empty mask,
 /// so the command starts as if launched by a shell (tini and process-wrap's `ResetSigmask` do
 /// the same). Async-signal-safe.

@@ -132,78 +132,6 @@ impl SuperviseArgs {
     }
 }
 
-/// In a supervisor that re-executed itself after its keeper's SIGKILL: if the keeper had already
-/// stopped the tree and recorded it, and was running the entry's cleanup, that cleanup is left to
-/// run (it is this process's child now, re-parented to a subreaper) until its `sh` ends (then
-/// what it left is stopped and its status recorded, `cleanup::record_reaped`) or its bound
-/// passes (then it is stopped and recorded timed out, `cleanup::settle_abandoned`). Stopping it
-/// as if it were the tree would cut its work short. Returns false (nothing done) in any other
-/// state.
-// Cold and never inlined: inlined into `run_supervisor`, its locals made the frame of every
-// detached supervisor two pages deeper (8 KiB more USS each, BENCHMARKS.md), for a path that
-// runs only after a keeper's SIGKILL.
-#[cold]
-#[inline(never)]
-#[cfg(target_os = "linux")]
-fn settle_the_keepers_cleanup(reg: &Registry, id: &str) -> bool {
-    let Some(e) = reg.read(id).ok().filter(|e| {
-        e.is_finished()
-            && e.cleanup_state.is_unsettled()
-            && e.cleanup_state.runner().map(|r| r.pid) == e.keeper.map(|k| k.pid)
-    }) else {
-        return false;
-    };
-    logs::append_marker(&reg.dir(id), "the keeper was killed while it ran the cleanup; the supervisor bounds it");
-    // The cleanup's `sh` and whatever it orphaned are reaped as they exit (a subreaper's duty);
-    // the `sh`'s status is the cleanup's result. A keeper killed before it recorded the `sh`'s
-    // pid left it known as this process's child that leads its own group (the tree is stopped:
-    // the cleanup is all that is below).
-    let sh = e.cleanup_state.child().map(|c| c.pid).or_else(|| {
-        let me = process::getpid();
-        procfs::children(me)
-            .into_iter()
-            .find(|c| procfs::stat(*c).is_ok_and(|s| s.pgrp == c.as_raw()))
-            .map(|c| c.as_raw())
-    });
-    let mut status = None;
-    let reap = |status: &mut Option<WaitStatus>| {
-        while let Some((pid, st)) = process::reap_any() {
-            if Some(pid.as_raw()) == sh {
-                *status = Some(st);
-            }
-        }
-    };
-    // Woken by events, not a timer: SIGCHLD, taken with `sigtimedwait` while every signal stays
-    // blocked as the relay left them across `execve` (no handler, no fd: nothing here can fail
-    // into a polling tick). Every member of the cleanup is this subreaper's descendant, so the
-    // last to exit is its child. The cleanup's bound is the wait's timeout.
-    let bound_ms =
-        e.cleanup.as_ref().zip(e.cleanup_state.claimed_at()).map_or(0, |(c, started)| started + c.timeout_ms);
-    loop {
-        reap(&mut status);
-        // The `sh` ended: what it left is stopped at once below (`record_reaped`), as its
-        // runner would have; else, past its bound, `settle_abandoned` stops it all.
-        if status.is_some() || crate::cleanup::settle_abandoned(reg, id, CleanupRunner::Supervisor, false) {
-            break;
-        }
-        let until_bound = Duration::from_millis(bound_ms.saturating_sub(crate::files::now_ms()));
-        crate::sys::signal::wait_for(Signal::CHLD, until_bound);
-    }
-    reap(&mut status);
-    // Ended within its bound: what is known is recorded (its output went with the keeper).
-    if let Some(st) = status {
-        crate::cleanup::record_reaped(reg, id, st, CleanupRunner::Supervisor);
-    }
-    true
-}
-
-/// A keeper's SIGKILL is taken over by re-executing only on Linux (`crate::sys::keep`): nothing
-/// else starts a supervisor with an adoption, so there is never a cleanup to settle.
-#[cfg(not(target_os = "linux"))]
-fn settle_the_keepers_cleanup(_reg: &Registry, _id: &str) -> bool {
-    false
-}
-
 /// The body of the detached supervisor (`sheepdog supervise-entry`): runs the entry's command
 /// to the end and records the result. `name` names the settings in a containment refusal as the
 /// front end that started it does. Reports the spawn to `start` with a `Handshake` line on
@@ -224,9 +152,6 @@ pub fn run_supervisor(
     // Taken once, first: what this image takes over after its keeper's SIGKILL, a value from
     // here down to the loop (`Options::adoption`).
     let adoption = crate::keeper::take_adoption();
-    if adoption.is_some() && settle_the_keepers_cleanup(reg, id) {
-        return 0;
-    }
     let mut prepared = match prepare(reg, id, cwd, argv, containment, adoption) {
         Ok(p) => p,
         Err((code, message)) => return fail(code, message),
@@ -354,6 +279,7 @@ fn prepare<'a>(
         id: id.to_string(),
         own_stop,
         adopted: false,
+        keepers_cleanup: None,
         known: entry,
         logs,
         pipes: vec![(File::from(out_r), Stream::Out), (File::from(err_r), Stream::Err)],
@@ -384,6 +310,21 @@ struct Managed<'a> {
     own_stop: entry::StopTimings,
     /// This supervisor took the tree over from its killed keeper ([`Happened::Adopted`]).
     adopted: bool,
+    /// The cleanup the killed keeper was running, let finish after the take-over
+    /// ([`Hooks::keepers_cleanup`]).
+    keepers_cleanup: Option<KeepersCleanup>,
+}
+
+/// A cleanup whose runner, the keeper, was killed while it ran: its `sh` is this supervisor's
+/// child now (re-parented to a subreaper), and its wait status is the cleanup's result.
+#[derive(Clone, Copy, Debug)]
+struct KeepersCleanup {
+    /// The cleanup's `sh`; `None` if it could not be found.
+    sh: Option<Pid>,
+    /// The `sh`'s wait status, once this supervisor reaped it.
+    status: Option<WaitStatus>,
+    /// The cleanup's bound: its claim plus its timeout, in unix ms.
+    bound_ms: u64,
 }
 
 /// At most this many descendants are recorded in an entry: 4096 (the oldest first). A tree
@@ -624,6 +565,11 @@ fn result_status(outcome: &Outcome, timeout_ms: Option<u64>) -> (Status, String)
 impl Listener for Managed<'_> {
     fn on(&mut self, event: &Happened<'_>) {
         self.adopted |= matches!(event, Happened::Adopted(_));
+        if let (Happened::Reaped { pid, status }, Some(c)) = (event, self.keepers_cleanup.as_mut())
+            && c.sh == Some(*pid)
+        {
+            c.status = Some(*status);
+        }
         let recorded = self.record(event);
         self.mark(event, &recorded);
         if let Happened::Spawned { .. } = event {
@@ -779,6 +725,10 @@ impl Hooks for Managed<'_> {
         if self.finish(outcome) {
             return Pending::Cleanup;
         }
+        if let Some(c) = &self.keepers_cleanup {
+            let left = Duration::from_millis(c.bound_ms.saturating_sub(crate::files::now_ms()));
+            return Pending::Settling { until: Instant::now() + left };
+        }
         // The FIFOs go once the result is recorded (after a claimed cleanup, as before it ran):
         // a sender that finds them gone reads the entry to tell "exited" from "input already
         // closed" (stdin.rs).
@@ -791,6 +741,43 @@ impl Hooks for Managed<'_> {
 
     fn still_needed(&mut self) -> bool {
         self.reg.read(&self.id).is_ok_and(|e| e.cleanup_pending())
+    }
+
+    /// The keeper had stopped the tree, recorded it, and was running the entry's cleanup when it
+    /// was killed: that cleanup is let finish (stopping it with the tree would cut its work
+    /// short). Its `sh` is the one the entry records, or, for a keeper killed before it recorded
+    /// it, this process's child that leads its own group (the tree is gone: the cleanup is all
+    /// that is below).
+    fn keepers_cleanup(&mut self) -> Option<Member> {
+        let e = self.reg.read(&self.id).ok().filter(|e| {
+            e.is_finished()
+                && e.cleanup_state.is_unsettled()
+                && e.cleanup_state.runner().map(|r| r.pid) == e.keeper.map(|k| k.pid)
+        })?;
+        self.logs.marker("the keeper was killed while it ran the cleanup; the supervisor bounds it");
+        let sh = e.cleanup_state.child().and_then(|c| Pid::new(c.pid)).or_else(|| {
+            procfs::children(process::getpid())
+                .into_iter()
+                .find(|c| procfs::stat(*c).is_ok_and(|s| s.pgrp == c.as_raw()))
+        });
+        let bound_ms =
+            e.cleanup.as_ref().zip(e.cleanup_state.claimed_at()).map_or(0, |(c, started)| started + c.timeout_ms);
+        self.keepers_cleanup = Some(KeepersCleanup { sh, status: None, bound_ms });
+        let stat = procfs::stat(sh?).ok()?;
+        Some(Member { pid: stat.pid, start_time: Some(stat.start_time) })
+    }
+
+    /// The `sh` ended: what it left is stopped and its status recorded, as its runner would
+    /// have (`cleanup::record_reaped`); else, past its bound, it is stopped and recorded timed
+    /// out (`cleanup::settle_abandoned`, which also ends a cleanup that is gone without a known
+    /// status).
+    fn settled(&mut self) -> bool {
+        let Some(c) = self.keepers_cleanup else { return true };
+        if let Some(st) = c.status {
+            crate::cleanup::record_reaped(self.reg, &self.id, st, CleanupRunner::Supervisor);
+            return true;
+        }
+        crate::cleanup::settle_abandoned(self.reg, &self.id, CleanupRunner::Supervisor, false)
     }
 
     fn clean_up(&mut self, cleanup: Cleanup) {
