@@ -496,6 +496,18 @@ fn a_keeper_killed_mid_stop_leaves_the_supervisor_to_finish_that_stop_for_its_si
     assert!(wait_gone(&[member], Duration::ZERO).is_empty());
 }
 
+/// An entry started with `args`, its command, supervisor and keeper tracked by `guard`: its id,
+/// and the pids of its command, its supervisor and its keeper.
+fn start_tracked(st: &State, guard: &Guard, args: &[&str]) -> (String, i32, i32, i32) {
+    let v = st.start(args);
+    let (cmd, sup) = (v["pid"].as_i64().unwrap() as i32, v["supervisorPid"].as_i64().unwrap() as i32);
+    guard.track(cmd);
+    guard.track(sup);
+    let keeper = the_keeper(sup);
+    guard.track(keeper);
+    (v["id"].as_str().unwrap().to_string(), cmd, sup, keeper)
+}
+
 /// The same for a managed entry under `sheepdog stop`: the keeper killed a second into the
 /// stop's grace; the adopting supervisor goes on with the stop `stop` asked for, and the entry
 /// records it as that stop (it used to record a second stop, `supervisorKilled`, "stopped (the
@@ -504,13 +516,7 @@ fn a_keeper_killed_mid_stop_leaves_the_supervisor_to_finish_that_stop_for_its_si
 fn a_keeper_killed_during_sheepdog_stop_leaves_the_supervisor_to_finish_that_stop() {
     let st = State::new();
     let guard = Guard::new();
-    let v = st.start(&["--term-grace", "3s", "--", "sh", "-c", IGNORES_TERM]);
-    let id = v["id"].as_str().unwrap().to_string();
-    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
-    guard.track(v["pid"].as_i64().unwrap() as i32);
-    guard.track(sup);
-    let keeper = the_keeper(sup);
-    guard.track(keeper);
+    let (id, cmd, sup, keeper) = start_tracked(&st, &guard, &["--term-grace", "3s", "--", "sh", "-c", IGNORES_TERM]);
     let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     guard.track_child(&stopper);
     st.wait_log(&id, "combined.log", "[sheepdog] stopping:");
@@ -523,7 +529,7 @@ fn a_keeper_killed_during_sheepdog_stop_leaves_the_supervisor_to_finish_that_sto
     assert_eq!((e["status"].as_str(), e["stopReason"].as_str()), (Some("stopped"), Some("signal")), "{e}");
     assert_eq!(e["statusText"], "stopped", "{e}");
     assert_eq!(e["treeGone"], true, "{e}");
-    assert!(wait_gone(&[v["pid"].as_i64().unwrap() as i32, sup], SECS(5)).is_empty(), "nothing is left");
+    assert!(wait_gone(&[cmd, sup], SECS(5)).is_empty(), "nothing is left");
 }
 
 /// A keeper killed in the middle of a `stop --term-grace`: the adopting image takes over the
@@ -534,13 +540,7 @@ fn a_keeper_killed_during_sheepdog_stop_leaves_the_supervisor_to_finish_that_sto
 fn a_keeper_killed_mid_one_off_stop_leaves_the_entry_its_own_grace() {
     let st = State::new();
     let guard = Guard::new();
-    let v = st.start(&["--term-grace", "4s", "--", "sh", "-c", IGNORES_TERM]);
-    let id = v["id"].as_str().unwrap().to_string();
-    let (cmd, sup) = (v["pid"].as_i64().unwrap() as i32, v["supervisorPid"].as_i64().unwrap() as i32);
-    guard.track(cmd);
-    guard.track(sup);
-    let keeper = the_keeper(sup);
-    guard.track(keeper);
+    let (id, cmd, sup, keeper) = start_tracked(&st, &guard, &["--term-grace", "4s", "--", "sh", "-c", IGNORES_TERM]);
     let stopper =
         st.cmd(&["stop", "--term-grace", "3s", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     guard.track_child(&stopper);
@@ -560,13 +560,7 @@ fn a_keeper_killed_mid_one_off_stop_leaves_the_entry_its_own_grace() {
 fn a_keeper_killed_mid_stop_hands_on_a_grace_of_weeks() {
     let st = State::new();
     let guard = Guard::new();
-    let v = st.start(&["--term-grace", "600h", "--", "sh", "-c", IGNORES_TERM]);
-    let id = v["id"].as_str().unwrap().to_string();
-    let (cmd, sup) = (v["pid"].as_i64().unwrap() as i32, v["supervisorPid"].as_i64().unwrap() as i32);
-    guard.track(cmd);
-    guard.track(sup);
-    let keeper = the_keeper(sup);
-    guard.track(keeper);
+    let (id, cmd, sup, keeper) = start_tracked(&st, &guard, &["--term-grace", "600h", "--", "sh", "-c", IGNORES_TERM]);
     let mut stopper = st.cmd(&["stop", &id]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     guard.track_child(&stopper);
     st.wait_log(&id, "combined.log", "[sheepdog] stopping:");
