@@ -356,6 +356,18 @@ fn sigkill_of_a_managed_keeper_stops_its_tree_records_it_and_runs_the_cleanup_on
 /// does, not kept until the bound and then recorded as timed out.
 #[test]
 fn a_keeper_killed_during_the_cleanup_lets_the_cleanup_finish_and_records_its_code() {
+    keeper_killed_during_the_cleanup(None);
+}
+
+/// The same with the forked keeper (`SHEEPDOG_KEEPER=fork`, the only one off 64-bit Linux),
+/// whose supervisor takes the tree over in place instead of re-executing: it used to stop the
+/// cleanup with the tree.
+#[test]
+fn a_forked_keeper_killed_during_the_cleanup_lets_the_cleanup_finish_too() {
+    keeper_killed_during_the_cleanup(Some("fork"));
+}
+
+fn keeper_killed_during_the_cleanup(keeper_mode: Option<&str>) {
     let st = State::new();
     let guard = Guard::new();
     let cl = st.path().join("cl");
@@ -366,12 +378,33 @@ fn a_keeper_killed_during_the_cleanup_lets_the_cleanup_finish_and_records_its_co
         f = cl.display(),
         e = esc.display()
     );
-    let v = st.start(&["--term-grace", GRACE, "--kill-wait", GRACE, "--cleanup", &cleanup, "--", "sleep", "304"]);
+    let mut start = st.cmd(&[
+        "start",
+        "--json",
+        "--term-grace",
+        GRACE,
+        "--kill-wait",
+        GRACE,
+        "--cleanup",
+        &cleanup,
+        "--",
+        "sleep",
+        "304",
+    ]);
+    if let Some(mode) = keeper_mode {
+        start.env("SHEEPDOG_KEEPER", mode);
+    }
+    let out = start.output().expect("run start");
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("start --json prints one object");
     let id = v["id"].as_str().unwrap().to_string();
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
     guard.track(v["pid"].as_i64().unwrap() as i32);
+    guard.track(sup);
     let keeper = the_keeper(sup);
     guard.track(keeper);
+    let shared = sheepdog::os::process::shares_memory(pid(sup), pid(keeper)).expect("kcmp");
+    assert_eq!(shared, keeper_mode.is_none(), "the keeper asked for");
     let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     guard.track_child(&stopper);
     let end = Instant::now() + SECS(5);
