@@ -1396,13 +1396,21 @@ impl Supervisor<'_> {
         }
     }
 
-    /// [`Life::Settling`]: one wake of its `poll`, on the signal self-pipe only (SIGCHLD), until
-    /// the cleanup's bound: the children this subreaper inherits are reaped and told
-    /// ([`Happened::Reaped`]: the cleanup's `sh` among them), then [`Hooks::settled`] decides.
-    /// A signal that asks for a stop finds nothing of the tree to stop and is let go: the
-    /// cleanup has its own bound. A failed `poll` is a wake like any other.
+    /// [`Life::Settling`]: the children this subreaper inherits are reaped and told
+    /// ([`Happened::Reaped`]: the cleanup's `sh` among them), [`Hooks::settled`] decides, and
+    /// if it is not done, one wake of a `poll` on the signal self-pipe only (SIGCHLD), at most
+    /// until the cleanup's bound. Reaped first and asked before any wait: a cleanup that ended,
+    /// or never began, before the take-over is settled at once, with the status of its `sh`
+    /// when there is one. A signal that asks for a stop finds nothing of the tree to stop and
+    /// is let go: the cleanup has its own bound. A failed `poll` is a wake like any other.
     #[inline(never)]
     fn settle(&mut self) -> Life {
+        while let Some((pid, status)) = process::reap_any() {
+            self.hooks.on(&Happened::Reaped { pid, status });
+        }
+        if self.hooks.settled() {
+            return Life::Done;
+        }
         let now = Instant::now();
         let mut fds = [PollFd::new(self.signals.as_raw_fd(), POLL_IN)];
         let left = self.settle_until.map_or(Duration::ZERO, |u| u.saturating_duration_since(now));
@@ -1410,10 +1418,7 @@ impl Supervisor<'_> {
             let _ = process::poll(&mut fds, Some(left));
         }
         let _ = self.signals.drain();
-        while let Some((pid, status)) = process::reap_any() {
-            self.hooks.on(&Happened::Reaped { pid, status });
-        }
-        if self.hooks.settled() { Life::Done } else { Life::Settling }
+        Life::Settling
     }
 
     /// Lingering begins: the watches of the tree's life are set to what is left to watch, the
