@@ -59,8 +59,13 @@ pub fn claim(e: &mut Entry) -> bool {
 
 /// Runs a cleanup this process has [`claim`]ed and records its result.
 pub fn run_claimed(reg: &Registry, entry: &Entry, ran_by: CleanupRunner) -> CleanupResult {
-    let result = execute(reg, entry, ran_by);
+    let (result, sh) = execute(reg, entry, ran_by);
     let _ = reg.update(&entry.id, |e| e.cleanup_state.finish(result.clone()));
+    // Reaped only once its result is recorded: a runner killed before that (a keeper) leaves
+    // the `sh` a zombie, and the supervisor that adopts it reads the same status from it.
+    if let Some(sh) = sh {
+        let _ = process::reap(sh, false);
+    }
     result
 }
 
@@ -163,7 +168,8 @@ fn abandoned_tree(e: &Entry, started: u64) -> Option<Tree> {
 /// over, `clear --force`). Returns true when nothing of the cleanup is left running (it is
 /// settled): its runner is gone and its tree is gone, or its tree was stopped here.
 ///
-/// - The runner still lives, and not `force`: false (the runner bounds it).
+/// - The runner still lives and is another process, and not `force`: false (the runner bounds
+///   it).
 /// - Its tree is gone: true; the result stays unknown (`Cleanup command did not finish.`).
 /// - Its tree lives past the deadline (`cleanupStartedAt` + its timeout), or `force`: the tree
 ///   gets the one stop (TERM, the entry's grace, KILL) and the result is recorded as timed
@@ -175,7 +181,10 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
     if e.cleanup_state.result().is_some() || !e.this_boot() {
         return true;
     }
-    if !force && e.cleanup_state.runner().is_some_and(crate::identity::alive) {
+    // A runner that is this process (a supervisor settling its killed keeper's cleanup) is the
+    // one deciding, not one to wait for.
+    let me = process::getpid().as_raw();
+    if !force && e.cleanup_state.runner().is_some_and(|r| r.pid != me && crate::identity::alive(r)) {
         return false;
     }
     let Some(tree) = abandoned_tree(&e, started) else { return true };
@@ -216,8 +225,10 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
     report.gone
 }
 
-fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
-    let Some(c) = e.cleanup.clone() else { return CleanupResult::default() };
+/// Runs the cleanup and returns its result, with its `sh` when one was spawned: exited, and left
+/// for the caller to reap once the result is recorded ([`process::exit_status_of`]).
+fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> (CleanupResult, Option<Pid>) {
+    let Some(c) = e.cleanup.clone() else { return (CleanupResult::default(), None) };
     let timeout = Duration::from_millis(c.timeout_ms);
     let mut log = CappedFile::open(&reg.file(&e.id, COMBINED_LOG), e.log_max_bytes.unwrap_or(DEFAULT_LOG_MAX)).ok();
     let mark = |log: &mut Option<CappedFile>, text: String| {
@@ -262,7 +273,7 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
             result.exit_code = Some(crate::exit::NOT_FOUND);
             result.output = vec![format!("sheepdog: unable to run the cleanup command: {err}")];
             mark(&mut log, format!("cleanup could not start: {err}"));
-            return result;
+            return (result, None);
         }
     };
     let tree = Tree::rooted(pid, pid.as_group());
@@ -285,7 +296,7 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
     let mut status = None;
     let mut out_open = true;
     loop {
-        if let Ok(Some(st)) = process::reap(pid, false) {
+        if let Ok(Some(st)) = process::exit_status_of(pid, false) {
             status = Some(st);
             break;
         }
@@ -315,7 +326,7 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
         stop::stop_blocking(&tree, policy);
     }
     if status.is_none() {
-        status = process::reap(pid, true).ok().flatten();
+        status = process::exit_status_of(pid, true).ok().flatten();
     }
     // What left the cleanup's group and session (`setsid`, `( … &)`) still carries the tag.
     if let Some(escaped) = recorded_cleanup_tree(&registry_view(e, pid, start_time)) {
@@ -343,7 +354,7 @@ fn execute(reg: &Registry, e: &Entry, ran_by: CleanupRunner) -> CleanupResult {
         ended_by(&result)
     };
     mark(&mut log, format!("cleanup {how} after {} ms: sh -c {:?}", result.duration_ms, c.command));
-    result
+    (result, Some(pid))
 }
 
 /// How a cleanup that was not timed out ended: `exited with code N` or `was killed by SIGX`.

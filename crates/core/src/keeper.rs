@@ -521,9 +521,14 @@ impl Front {
                     let _ = process::kill(self.keeper, sig);
                 }
             }
+            // Up to the keeper, no further: the kernel moves a dying keeper's children (a
+            // cleanup's exited `sh` among them) to the end of this process's list as it makes the
+            // keeper a zombie, under one lock, so every child after the keeper is its orphan,
+            // whose status the adopting loop reads (`supervisor::Happened::Reaped`).
             while let Some((pid, status)) = process::reap_any() {
                 if pid == self.keeper {
                     report.keeper = Some(status);
+                    break;
                 }
             }
             if report.keeper.is_some() {

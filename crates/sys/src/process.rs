@@ -199,6 +199,44 @@ pub fn reap(pid: Pid, block: bool) -> io::Result<Option<WaitStatus>> {
     }
 }
 
+/// The wait status of `pid`, a child of this process, once it has exited, without reaping it:
+/// `waitid(P_PID, WEXITED | WNOWAIT)` (with `WNOHANG` unless `block`). The child stays a zombie
+/// until [`reap`]: whoever reaps it later (this process, or the subreaper it is re-parented to
+/// if this one dies first) reads the same status. `None` while it runs. Linux; elsewhere it
+/// reaps, as [`reap`] does.
+#[cfg(target_os = "linux")]
+pub fn exit_status_of(pid: Pid, block: bool) -> io::Result<Option<WaitStatus>> {
+    let kpid = kernel_pid(pid.0)?;
+    let mut flags = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
+    if !block {
+        flags |= WaitIdOptions::NOHANG;
+    }
+    loop {
+        match rustix::process::waitid(WaitId::Pid(kpid), flags) {
+            Ok(None) => return Ok(None),
+            Ok(Some(st)) => {
+                let status = match (st.exit_status(), st.terminating_signal()) {
+                    (Some(code), _) => WaitStatus::Exited(code),
+                    (None, Some(sig)) => match Signal::from_raw(sig) {
+                        Some(s) => WaitStatus::Signaled(s, st.dumped()),
+                        None => continue,
+                    },
+                    (None, None) => continue,
+                };
+                return Ok(Some(status));
+            }
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// See the Linux version: reaps here.
+#[cfg(not(target_os = "linux"))]
+pub fn exit_status_of(pid: Pid, block: bool) -> io::Result<Option<WaitStatus>> {
+    reap(pid, block)
+}
+
 /// What `waitid` says of this process's children: see [`children_state`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 // Elsewhere the state is unknown ([`children_state`] gives `None`): no variant is made.
