@@ -328,6 +328,15 @@ impl CleanupState {
         }
     }
 
+    /// A runner that was killed is replaced by `runner`, the process that settles the cleanup
+    /// now (the supervisor that adopted the keeper's tree): whoever waits for the result then
+    /// waits while it lives, as for the first. Only a claimed run that is not done changes.
+    pub fn hand_to(&mut self, runner: ProcRef) {
+        if let CleanupState::Claimed { runner: r, .. } | CleanupState::Running { runner: r, .. } = self {
+            *r = Some(runner);
+        }
+    }
+
     /// Records how it ended, replacing an earlier result; what it went through is kept.
     pub fn finish(&mut self, result: CleanupResult) {
         let (at_ms, runner, child) = (self.claimed_at(), self.runner(), self.child());

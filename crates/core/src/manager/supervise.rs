@@ -755,6 +755,10 @@ impl Hooks for Managed<'_> {
                 && e.cleanup_state.runner().map(|r| r.pid) == e.keeper.map(|k| k.pid)
         })?;
         self.logs.marker("the keeper was killed while it ran the cleanup; the supervisor bounds it");
+        // This process is its runner now: a `stop` or `wait` meanwhile waits for it, not for the
+        // dead keeper (which would read as a cleanup that did not finish).
+        let me = crate::identity::me();
+        let _ = self.write(&mut |e| e.cleanup_state.hand_to(me));
         let sh = e.cleanup_state.child().and_then(|c| Pid::new(c.pid)).or_else(|| {
             procfs::children(process::getpid())
                 .into_iter()
