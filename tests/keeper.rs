@@ -378,33 +378,7 @@ fn keeper_killed_during_the_cleanup(keeper_mode: Option<&str>) {
         f = cl.display(),
         e = esc.display()
     );
-    let mut start = st.cmd(&[
-        "start",
-        "--json",
-        "--term-grace",
-        GRACE,
-        "--kill-wait",
-        GRACE,
-        "--cleanup",
-        &cleanup,
-        "--",
-        "sleep",
-        "304",
-    ]);
-    if let Some(mode) = keeper_mode {
-        start.env("SHEEPDOG_KEEPER", mode);
-    }
-    let out = start.output().expect("run start");
-    assert!(out.status.success(), "{out:?}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("start --json prints one object");
-    let id = v["id"].as_str().unwrap().to_string();
-    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
-    guard.track(v["pid"].as_i64().unwrap() as i32);
-    guard.track(sup);
-    let keeper = the_keeper(sup);
-    guard.track(keeper);
-    let shared = sheepdog::os::process::shares_memory(pid(sup), pid(keeper)).expect("kcmp");
-    assert_eq!(shared, keeper_mode.is_none(), "the keeper asked for");
+    let (id, sup, keeper) = start_with_cleanup(&st, &guard, keeper_mode, &cleanup);
     let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     guard.track_child(&stopper);
     let end = Instant::now() + SECS(5);
@@ -427,6 +401,119 @@ fn keeper_killed_during_the_cleanup(keeper_mode: Option<&str>) {
     assert_eq!(e["cleanupResult"]["ranBy"], "supervisor", "{e}");
     assert!(said.contains("Cleanup command failed with exit code 3."), "{said}");
     assert!(wait_gone(&[sup], SECS(3)).is_empty(), "the supervisor outlived the cleanup");
+}
+
+/// An entry running `sleep 304` with `cleanup` (grace and kill wait [`GRACE`]), started under
+/// the keeper `keeper_mode` asks for (`None`: the default, shared one; checked), its command,
+/// supervisor and keeper tracked: its id, supervisor and keeper.
+fn start_with_cleanup(st: &State, guard: &Guard, keeper_mode: Option<&str>, cleanup: &str) -> (String, i32, i32) {
+    let args =
+        ["start", "--json", "--term-grace", GRACE, "--kill-wait", GRACE, "--cleanup", cleanup, "--", "sleep", "304"];
+    let mut start = st.cmd(&args);
+    if let Some(mode) = keeper_mode {
+        start.env("SHEEPDOG_KEEPER", mode);
+    }
+    let out = start.output().expect("run start");
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("start --json prints one object");
+    let sup = v["supervisorPid"].as_i64().unwrap() as i32;
+    guard.track(v["pid"].as_i64().unwrap() as i32);
+    guard.track(sup);
+    let keeper = the_keeper(sup);
+    guard.track(keeper);
+    let shared = sheepdog::os::process::shares_memory(pid(sup), pid(keeper)).expect("kcmp");
+    assert_eq!(shared, keeper_mode.is_none(), "the keeper asked for");
+    (v["id"].as_str().unwrap().to_string(), sup, keeper)
+}
+
+/// Waits (at most 10 s) until the file at `path` holds `text`.
+fn wait_text(path: &std::path::Path, text: &str) {
+    let end = Instant::now() + SECS(10);
+    while !std::fs::read_to_string(path).unwrap_or_default().contains(text) {
+        assert!(Instant::now() < end, "{} never held {text:?}", path.display());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A cleanup that writes `start` and `end` to `cl` around a 1 s wait and exits 3, and leaves a
+/// `setsid` child that ignores SIGTERM (its pid in `esc`): stopping it takes the whole grace, so
+/// its runner is still at work well after the `sh` ended.
+fn cleanup_with_a_stubborn_child(cl: &std::path::Path, esc: &std::path::Path) -> String {
+    format!(
+        "setsid sh -c 'trap \"\" TERM; while :; do sleep 0.05; done' & echo $! > {e}; echo start >> {f}; \
+         sleep 1 & wait $!; echo end >> {f}; exit 3",
+        f = cl.display(),
+        e = esc.display()
+    )
+}
+
+/// The keeper SIGKILLed after the cleanup's `sh` ended, while it stops what the `sh` left: the
+/// `sh`'s status is not lost with it. The keeper reads the status without reaping, and reaps only
+/// once the result is recorded; the supervisor that adopts the zombie reaps it, and records
+/// exit 3 (it used to record nothing, "did not finish").
+fn keeper_killed_as_the_cleanup_ends(keeper_mode: Option<&str>) {
+    let st = State::new();
+    let guard = Guard::new();
+    let (cl, esc) = (st.path().join("cl"), st.path().join("escaped"));
+    let (id, sup, keeper) = start_with_cleanup(&st, &guard, keeper_mode, &cleanup_with_a_stubborn_child(&cl, &esc));
+    let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    guard.track_child(&stopper);
+    wait_text(&cl, "start");
+    let escaped: i32 = std::fs::read_to_string(&esc).unwrap().trim().parse().unwrap();
+    guard.track(escaped);
+    wait_text(&cl, "end");
+    // The keeper is now in the 1 s grace of the stubborn child's stop.
+    std::thread::sleep(Duration::from_millis(200));
+    kill9(keeper);
+    let out = stopper.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("Cleanup command failed with exit code 3."), "{said}");
+    let e = st.entry(&id);
+    assert_eq!(e["cleanupResult"]["exitCode"], 3, "{e}");
+    assert!(wait_gone(&[escaped, sup], SECS(5)).is_empty(), "the cleanup's child or the supervisor outlived it");
+}
+
+#[test]
+fn a_keeper_killed_as_the_cleanup_ends_leaves_its_status_to_the_supervisor() {
+    keeper_killed_as_the_cleanup_ends(None);
+}
+
+#[test]
+fn a_forked_keeper_killed_as_the_cleanup_ends_leaves_its_status_to_the_supervisor() {
+    keeper_killed_as_the_cleanup_ends(Some("fork"));
+}
+
+/// A second `stop` while the supervisor settles its killed keeper's cleanup waits for that
+/// supervisor, the cleanup's runner now, and says the cleanup's real result. It used to wait for
+/// the dead keeper, and once the `sh` had ended (the supervisor still stopping what it left)
+/// said `Cleanup command did not finish.` at once.
+fn a_second_stop_while_the_supervisor_settles(keeper_mode: Option<&str>) {
+    let st = State::new();
+    let guard = Guard::new();
+    let (cl, esc) = (st.path().join("cl"), st.path().join("escaped"));
+    let (id, sup, keeper) = start_with_cleanup(&st, &guard, keeper_mode, &cleanup_with_a_stubborn_child(&cl, &esc));
+    let first = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    guard.track_child(&first);
+    wait_text(&cl, "start");
+    guard.track(std::fs::read_to_string(&esc).unwrap().trim().parse().unwrap());
+    kill9(keeper);
+    wait_text(&cl, "end");
+    let second = st.cmd(&["stop", &id]).output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&second.stdout), String::from_utf8_lossy(&second.stderr));
+    assert!(said.contains("Cleanup command failed with exit code 3."), "the second stop said {said}");
+    let first = first.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&first.stdout).contains("Cleanup command failed with exit code 3."), "{first:?}");
+    assert!(wait_gone(&[sup], SECS(5)).is_empty(), "the supervisor outlived the cleanup");
+}
+
+#[test]
+fn a_second_stop_while_the_supervisor_settles_the_cleanup_says_its_result() {
+    a_second_stop_while_the_supervisor_settles(None);
+}
+
+#[test]
+fn a_second_stop_while_a_forked_keepers_supervisor_settles_says_its_result() {
+    a_second_stop_while_the_supervisor_settles(Some("fork"));
 }
 
 /// The keeper SIGKILLed while `sheepdog start` waits for the handshake (right after the spawn,
