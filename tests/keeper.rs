@@ -674,6 +674,28 @@ fn a_keeper_killed_mid_one_off_stop_leaves_the_entry_its_own_grace() {
     assert!(wait_gone(&[cmd, sup], SECS(5)).is_empty(), "nothing is left");
 }
 
+/// The keeper, then the supervisor that adopted the tree, both SIGKILLed during a `stop
+/// --term-grace`: the `stop` finishes the stop itself and records it, and puts back the entry's
+/// own grace, as the supervisor would have (the one-off used to stay, and a `restart` repeated it).
+#[test]
+fn a_stop_that_outlives_the_keeper_and_its_supervisor_puts_the_entrys_own_grace_back() {
+    let st = State::new();
+    let guard = Guard::new();
+    let (id, cmd, sup, keeper) = start_tracked(&st, &guard, &["--term-grace", "4s", "--", "sh", "-c", IGNORES_TERM]);
+    let stopper =
+        st.cmd(&["stop", "--term-grace", "2s", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    guard.track_child(&stopper);
+    st.wait_log(&id, "combined.log", "[sheepdog] stopping:");
+    kill9(keeper);
+    std::thread::sleep(Duration::from_millis(300));
+    kill9(sup);
+    let out = stopper.wait_with_output().unwrap();
+    let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{o}{e}");
+    assert_eq!(st.term_grace_ms(&id), Some(4000), "the entry's own grace, put back by the stop that recorded it");
+    assert!(wait_gone(&[cmd], SECS(5)).is_empty(), "nothing is left");
+}
+
 /// What is left of a grace longer than 24.8 days (more ms than a signed 32-bit word holds) goes
 /// on after the keeper's SIGKILL too: the deadline the keeper tells is 64 bits of ms.
 #[test]

@@ -313,6 +313,10 @@ pub(super) fn stop_settled(
 fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<Stopped, ManagerError> {
     let id = entry.id.clone();
     let mut entry = entry.clone();
+    // The entry's own timings, as this stop found them: a supervisor records a one-off grace
+    // while its stop runs and puts these back with its result; when this stop records the
+    // result in its place (the supervisor killed meanwhile), it puts them back.
+    let own_stop = entry.stop;
     // A supervisor already stopping keeps the grace it started with: wait for the longer.
     let before = Duration::from_millis(entry.stop.max_stop_ms);
     // The request's one-off grace: this copy says what this stop waits for (and stops with, past
@@ -352,7 +356,9 @@ fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Res
             let mut known = now.clone();
             known.finish_from_outside(OutsideResult::StoppedPast(why), true);
             if let Err(source) = reg.update(&id, |e| {
-                e.finish_from_outside(OutsideResult::StoppedPast(why), true);
+                if e.finish_from_outside(OutsideResult::StoppedPast(why), true) && term_grace.is_some() {
+                    e.stop = own_stop;
+                }
             }) && source.is_not_written()
             {
                 return Err(ManagerError::NotRecorded { label: now.label(), entry: Box::new(known), source });
@@ -397,7 +403,11 @@ fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Res
     );
     let live = if report.gone { Vec::new() } else { recorded_tree(&entry).map(|t| t.live()).unwrap_or_default() };
     let recorded = reg.update(&id, |e| {
-        if e.finish_from_outside(OutsideResult::StoppedPast(why), report.gone) && !report.gone {
+        let finished = e.finish_from_outside(OutsideResult::StoppedPast(why), report.gone);
+        if finished && term_grace.is_some() {
+            e.stop = own_stop;
+        }
+        if finished && !report.gone {
             e.status_text = Some(crate::tree::unfinished_text(&format!("stopped (by sheepdog stop; {why})"), &live));
         }
     });
