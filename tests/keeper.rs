@@ -401,6 +401,9 @@ fn keeper_killed_during_the_cleanup(keeper_mode: Option<&str>) {
     assert_eq!(e["cleanupResult"]["ranBy"], "supervisor", "{e}");
     assert!(said.contains("Cleanup command failed with exit code 3."), "{said}");
     assert!(wait_gone(&[sup], SECS(3)).is_empty(), "the supervisor outlived the cleanup");
+    // The keeper's record is left as it is, and said once in the log.
+    let log = st.wait_log(&id, "combined.log", "[sheepdog] exited: ");
+    assert_eq!(log.matches("[sheepdog] exited: ").count(), 1, "{log}");
 }
 
 /// An entry running `sleep 304` with `cleanup` (grace and kill wait [`GRACE`]), started under

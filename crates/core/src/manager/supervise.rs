@@ -452,6 +452,8 @@ impl Managed<'_> {
     fn finish(&mut self, outcome: &Outcome) -> bool {
         let mut text = String::new();
         let mut claimed = false;
+        // The keeper had recorded the result (and said so in the log): left as it is.
+        let mut kept_the_keepers = false;
         let (own_stop, adopted) = (self.own_stop, self.adopted);
         // An unfinished stop: who is left, by identity (a later stop or reap looks for them), and
         // in the status text who it is, or the reason when it is a refused signal.
@@ -464,6 +466,7 @@ impl Managed<'_> {
                     // keeper's stop has that stop's trigger, not `SupervisorKilled`.)
                     text = e.status_text.clone().unwrap_or_default();
                     claimed = crate::cleanup::claim(e);
+                    kept_the_keepers = true;
                     return;
                 }
                 let (status, t) = result_status(outcome, e.timeout_ms);
@@ -515,7 +518,9 @@ impl Managed<'_> {
             pause = (pause * 2).min(RESULT_RETRY_MAX);
             recorded = self.write(&mut apply);
         }
-        self.logs.marker(&format!("exited: {text}"));
+        if !kept_the_keepers {
+            self.logs.marker(&format!("exited: {text}"));
+        }
         claimed && recorded.is_ok()
     }
 
