@@ -378,7 +378,7 @@ fn keeper_killed_during_the_cleanup(keeper_mode: Option<&str>) {
         f = cl.display(),
         e = esc.display()
     );
-    let (id, sup, keeper) = start_with_cleanup(&st, &guard, keeper_mode, &cleanup);
+    let (id, sup, keeper) = start_with_cleanup(&st, &guard, keeper_mode, &cleanup, None);
     let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     guard.track_child(&stopper);
     let end = Instant::now() + SECS(5);
@@ -406,12 +406,22 @@ fn keeper_killed_during_the_cleanup(keeper_mode: Option<&str>) {
     assert_eq!(log.matches("[sheepdog] exited: ").count(), 1, "{log}");
 }
 
-/// An entry running `sleep 304` with `cleanup` (grace and kill wait [`GRACE`]), started under
-/// the keeper `keeper_mode` asks for (`None`: the default, shared one; checked), its command,
-/// supervisor and keeper tracked: its id, supervisor and keeper.
-fn start_with_cleanup(st: &State, guard: &Guard, keeper_mode: Option<&str>, cleanup: &str) -> (String, i32, i32) {
-    let args =
-        ["start", "--json", "--term-grace", GRACE, "--kill-wait", GRACE, "--cleanup", cleanup, "--", "sleep", "304"];
+/// An entry running `sleep 304` with `cleanup` (grace and kill wait [`GRACE`], and the cleanup
+/// bounded by `bound` when given), started under the keeper `keeper_mode` asks for (`None`: the
+/// default, shared one; checked), its command, supervisor and keeper tracked: its id,
+/// supervisor and keeper.
+fn start_with_cleanup(
+    st: &State,
+    guard: &Guard,
+    keeper_mode: Option<&str>,
+    cleanup: &str,
+    bound: Option<&str>,
+) -> (String, i32, i32) {
+    let mut args = vec!["start", "--json", "--term-grace", GRACE, "--kill-wait", GRACE, "--cleanup", cleanup];
+    if let Some(b) = bound {
+        args.extend(["--cleanup-timeout", b]);
+    }
+    args.extend(["--", "sleep", "304"]);
     let mut start = st.cmd(&args);
     if let Some(mode) = keeper_mode {
         start.env("SHEEPDOG_KEEPER", mode);
@@ -458,7 +468,8 @@ fn keeper_killed_as_the_cleanup_ends(keeper_mode: Option<&str>) {
     let st = State::new();
     let guard = Guard::new();
     let (cl, esc) = (st.path().join("cl"), st.path().join("escaped"));
-    let (id, sup, keeper) = start_with_cleanup(&st, &guard, keeper_mode, &cleanup_with_a_stubborn_child(&cl, &esc));
+    let (id, sup, keeper) =
+        start_with_cleanup(&st, &guard, keeper_mode, &cleanup_with_a_stubborn_child(&cl, &esc), None);
     let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     guard.track_child(&stopper);
     wait_text(&cl, "start");
@@ -494,7 +505,8 @@ fn a_second_stop_while_the_supervisor_settles(keeper_mode: Option<&str>) {
     let st = State::new();
     let guard = Guard::new();
     let (cl, esc) = (st.path().join("cl"), st.path().join("escaped"));
-    let (id, sup, keeper) = start_with_cleanup(&st, &guard, keeper_mode, &cleanup_with_a_stubborn_child(&cl, &esc));
+    let (id, sup, keeper) =
+        start_with_cleanup(&st, &guard, keeper_mode, &cleanup_with_a_stubborn_child(&cl, &esc), None);
     let first = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     guard.track_child(&first);
     wait_text(&cl, "start");
@@ -517,6 +529,41 @@ fn a_second_stop_while_the_supervisor_settles_the_cleanup_says_its_result() {
 #[test]
 fn a_second_stop_while_a_forked_keepers_supervisor_settles_says_its_result() {
     a_second_stop_while_the_supervisor_settles(Some("fork"));
+}
+
+/// A killed keeper's cleanup that runs past its bound: the supervisor that adopted it stops it
+/// at the bound and records it as a living runner does, timed out and with how its `sh` ended
+/// (SIGTERM); the status used to be thrown away.
+fn keeper_killed_during_a_cleanup_past_its_bound(keeper_mode: Option<&str>) {
+    let st = State::new();
+    let guard = Guard::new();
+    let cl = st.path().join("cl");
+    let cleanup = format!("echo start >> {}; sleep 30; true", cl.display());
+    let (id, sup, keeper) = start_with_cleanup(&st, &guard, keeper_mode, &cleanup, Some("1s"));
+    let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    guard.track_child(&stopper);
+    wait_text(&cl, "start");
+    kill9(keeper);
+    let out = stopper.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("Cleanup command timed out after 1s."), "{said}");
+    let r = &st.entry(&id)["cleanupResult"];
+    assert_eq!(
+        (&r["timedOut"], &r["signal"], &r["ranBy"]),
+        (&true.into(), &"SIGTERM".into(), &"supervisor".into()),
+        "{r}"
+    );
+    assert!(wait_gone(&[sup], SECS(5)).is_empty(), "the supervisor outlived the cleanup");
+}
+
+#[test]
+fn a_keeper_killed_during_a_cleanup_past_its_bound_leaves_its_status_recorded() {
+    keeper_killed_during_a_cleanup_past_its_bound(None);
+}
+
+#[test]
+fn a_forked_keeper_killed_during_a_cleanup_past_its_bound_leaves_its_status_recorded() {
+    keeper_killed_during_a_cleanup_past_its_bound(Some("fork"));
 }
 
 /// The keeper SIGKILLed while `sheepdog start` waits for the handshake (right after the spawn,

@@ -196,8 +196,24 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
     }
     let policy = cleanup_policy(&e);
     let report = stop::stop_blocking(&tree, policy);
+    // The `sh` may be this process's child (the supervisor that adopted its killed keeper's
+    // cleanup): then how it ended is known, and recorded with the timeout, as a living runner
+    // records it. Checked by identity before it is reaped.
+    let status = e.cleanup_state.child().and_then(|c| {
+        let pid = Pid::new(c.pid)?;
+        let same = crate::sys::procfs::stat(pid).is_ok_and(|s| Some(s.start_time) == c.start_time);
+        if same { process::reap(pid, false).ok().flatten() } else { None }
+    });
     let result = CleanupResult {
         command: c.command.clone(),
+        exit_code: match status {
+            Some(WaitStatus::Exited(code)) => Some(code),
+            _ => None,
+        },
+        signal: match status {
+            Some(WaitStatus::Signaled(s, _)) => Some(SignalName::of(s)),
+            _ => None,
+        },
         timed_out: true,
         duration_ms: files::now_ms().saturating_sub(started),
         output: vec![format!(
@@ -206,7 +222,6 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
             duration::format(Duration::from_millis(c.timeout_ms))
         )],
         ran_by: by,
-        ..CleanupResult::default()
     };
     let _ = reg.update(id, |x| {
         if x.cleanup_state.result().is_none() {
