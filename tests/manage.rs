@@ -636,11 +636,15 @@ fn update_refuses_what_would_have_no_effect_and_keeps_names_unique() {
 fn a_status_word_from_a_newer_sheepdog_survives_a_rewrite_and_claims_nothing() {
     let st = State::new();
     let forge = |id: &str| {
-        let file = st.path().join("procs").join(id).join("entry.json");
+        let dir = st.path().join("procs").join(id);
+        let file = dir.join("entry.json");
+        // Under the entry's lock and atomically, as any sheepdog writes: a write without the
+        // lock is lost to a supervisor's read-modify-write in flight (its first look at the
+        // tree's members, just after the start), and a torn file would read as corrupt, which
+        // a live supervisor rewrites from what it holds.
+        let _lock = sheepdog::files::lock_file(&dir.join("lock")).unwrap();
         let mut v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
         v["status"] = "paused".into();
-        // Atomically, as any sheepdog writes: a torn file would read as corrupt, and a live
-        // supervisor rewrites a corrupt entry from what it holds.
         sheepdog::files::write_atomic(&file, &serde_json::to_vec(&v).unwrap()).unwrap();
         file
     };
