@@ -82,9 +82,11 @@ pub fn await_result(reg: &Registry, entry: Entry) -> Option<CleanupResult> {
 fn wait_for_runner(reg: &Registry, mut entry: Entry) -> Option<CleanupResult> {
     let bound = entry.cleanup.as_ref().map(|c| c.timeout_ms + entry.stop.term_grace_ms + entry.stop.kill_wait_ms);
     let end = Instant::now() + Duration::from_millis(bound.unwrap_or(0) + 1000);
-    while entry.cleanup_running() && Instant::now() < end {
-        // A runner that was killed leaves the cleanup to whoever looks next: past its deadline
-        // it is stopped here and recorded as timed out.
+    // Unsettled until its result: while its runner lives, and, with every runner killed, while
+    // what the cleanup started runs on (its `sh` may have ended, its `setsid` child not), up to
+    // its deadline. A runner that was killed leaves the cleanup to whoever looks next: past its
+    // deadline it is stopped here and recorded as timed out.
+    while entry.cleanup_state.is_unsettled() && Instant::now() < end {
         if settle_abandoned(reg, &entry.id, CleanupRunner::Stop, false) {
             entry = reg.read(&entry.id).ok()?;
             break;
