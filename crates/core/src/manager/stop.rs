@@ -374,7 +374,12 @@ fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Res
             .filter(|s| !s.is_zombie() && Some(s.pid.as_raw()) != now.keeper.map(|k| k.pid))
             .map(|s| entry::RecordedMember { pid: s.pid.as_raw(), start_time: s.start_time })
             .collect();
-        past_a_stuck_supervisor = sup.send(Signal::KILL).is_ok_and(|s| s == process::Sent::Delivered);
+        // Stuck only if it still ran: a zombie (killed meanwhile, its parent slow to reap it)
+        // takes the signal too, but nothing here killed it.
+        let ran = Pid::new(now.supervisor.map_or(0, |s| s.pid))
+            .and_then(|p| procfs::stat(p).ok())
+            .is_none_or(|s| !s.is_zombie());
+        past_a_stuck_supervisor = sup.send(Signal::KILL).is_ok_and(|s| s == process::Sent::Delivered) && ran;
         // A stuck chain may be stuck in either process: the keeper goes too, or it would stay
         // stopped forever (a SIGSTOPped keeper cannot take over).
         if let Some(keeper) = verified_keeper(&now) {
