@@ -566,6 +566,31 @@ fn a_forked_keeper_killed_during_a_cleanup_past_its_bound_leaves_its_status_reco
     keeper_killed_during_a_cleanup_past_its_bound(Some("fork"));
 }
 
+/// A cleanup that SIGKILLs its own runner (the keeper) and the supervisor, and exits, leaving a
+/// `setsid` child: nothing of its runners is left, but what it started runs on. The `stop`
+/// waits for it to its bound, then stops it and records it timed out; it used to say `did not
+/// finish` at once and leave the child running past its bound.
+#[test]
+fn a_cleanup_whose_runners_are_both_killed_is_stopped_past_its_bound_by_the_waiting_stop() {
+    let st = State::new();
+    let guard = Guard::new();
+    let esc = st.path().join("escaped");
+    let cleanup = format!(
+        "k=$PPID; s=$(awk '{{print $4}}' /proc/$k/stat); setsid sleep 306 & echo $! > {}; kill -9 $k $s; exit 0",
+        esc.display()
+    );
+    let (id, sup, _keeper) = start_with_cleanup(&st, &guard, None, &cleanup, Some("2s"));
+    let t0 = Instant::now();
+    let out = st.cmd(&["stop", &id]).output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let escaped: i32 = std::fs::read_to_string(&esc).unwrap().trim().parse().unwrap();
+    guard.track(escaped);
+    assert!(said.contains("Cleanup command timed out after 2s."), "after {:?}: {said}", t0.elapsed());
+    assert!(wait_gone(&[escaped, sup], Duration::ZERO).is_empty(), "the cleanup's child outlived its bound");
+    let r = &st.entry(&id)["cleanupResult"];
+    assert_eq!((&r["timedOut"], &r["ranBy"]), (&true.into(), &"stop".into()), "{r}");
+}
+
 /// The keeper SIGKILLed while `sheepdog start` waits for the handshake (right after the spawn,
 /// before its record): the supervisor that adopts the tree records the spawn, so `start`
 /// reports the command it really started instead of "exited before the command started" (125).
@@ -743,6 +768,8 @@ fn a_stop_that_outlives_the_keeper_and_its_supervisor_puts_the_entrys_own_grace_
     let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{o}{e}");
     assert_eq!(st.term_grace_ms(&id), Some(4000), "the entry's own grace, put back by the stop that recorded it");
+    // Killed here, not by the stop (whatever reaps the supervisor's zombie, and when).
+    assert_eq!(st.entry(&id)["statusText"], "stopped (by sheepdog stop; the supervisor was gone)");
     assert!(wait_gone(&[cmd], SECS(5)).is_empty(), "nothing is left");
 }
 
