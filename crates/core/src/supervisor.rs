@@ -302,11 +302,12 @@ pub trait Hooks: Listener {
         None
     }
     /// `Life::Settling`, after each wake (the children it reaped were told first, as
-    /// [`Happened::Reaped`]) and once its bound has passed: true when the keeper's cleanup is
-    /// settled and recorded (its `sh` ended, or it was stopped past its bound), and the
-    /// supervisor is done.
-    fn settled(&mut self) -> bool {
-        true
+    /// [`Happened::Reaped`]): `None` when the keeper's cleanup is settled and recorded (its `sh`
+    /// ended, or it was stopped past its bound) and the supervisor is done; else how long the
+    /// next wake may wait at most, to the cleanup's bound (by the clock the bound is kept in, so
+    /// a clock step cannot make the loop spin).
+    fn settled(&mut self) -> Option<Duration> {
+        None
     }
 }
 
@@ -325,9 +326,8 @@ pub enum Pending {
     Trigger { owner: Option<(Pid, Option<u64>)>, until: Option<Instant> },
     /// The cleanup the killed keeper was running still runs ([`Hooks::keepers_cleanup`]): the
     /// supervisor, now its subreaper, lets it finish, reaping as its members exit, until
-    /// [`Hooks::settled`] says it is done; `until` is the cleanup's bound, past which it is
-    /// stopped.
-    Settling { until: Instant },
+    /// [`Hooks::settled`] says it is done (past its bound it is stopped).
+    Settling,
 }
 
 /// Which cleanup `Life::CleaningUp` runs ([`Hooks::clean_up`]).
@@ -902,7 +902,6 @@ fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn Hooks
         kept: None,
         outcome: None,
         told_the_stop: false,
-        settle_until: None,
     };
     sup.first_watches(adopted.is_some(), resumed);
     let mut life = Life::Running;
@@ -985,8 +984,6 @@ struct Supervisor<'a> {
     outcome: Option<Outcome>,
     /// In a keeper: the supervisor in front was told of the stop ([`Supervisor::tell_the_stop`]).
     told_the_stop: bool,
-    /// [`Life::Settling`]: the bound of the killed keeper's cleanup ([`Pending::Settling`]).
-    settle_until: Option<Instant>,
 }
 
 /// Where each watched fd sits in one wake's poll set (index 0 is the signal self-pipe).
@@ -1388,10 +1385,6 @@ impl Supervisor<'_> {
         let pending = self.hooks.record_outcome(outcome);
         match (Life::recorded(&pending), pending) {
             (Life::Lingering, Pending::Trigger { owner, until }) => self.begin_lingering(owner, until),
-            (Life::Settling, Pending::Settling { until }) => {
-                self.settle_until = Some(until);
-                Life::Settling
-            }
             (next, _) => next,
         }
     }
@@ -1399,24 +1392,18 @@ impl Supervisor<'_> {
     /// [`Life::Settling`]: the children this subreaper inherits are reaped and told
     /// ([`Happened::Reaped`]: the cleanup's `sh` among them), [`Hooks::settled`] decides, and
     /// if it is not done, one wake of a `poll` on the signal self-pipe only (SIGCHLD), at most
-    /// until the cleanup's bound. Reaped first and asked before any wait: a cleanup that ended,
-    /// or never began, before the take-over is settled at once, with the status of its `sh`
-    /// when there is one. A signal that asks for a stop finds nothing of the tree to stop and
-    /// is let go: the cleanup has its own bound. A failed `poll` is a wake like any other.
+    /// as long as it says. Reaped first and asked before any wait: a cleanup that ended, or
+    /// never began, before the take-over is settled at once, with the status of its `sh` when
+    /// there is one. A signal that asks for a stop finds nothing of the tree to stop and is let
+    /// go: the cleanup has its own bound. A failed `poll` is a wake like any other.
     #[inline(never)]
     fn settle(&mut self) -> Life {
         while let Some((pid, status)) = process::reap_any() {
             self.hooks.on(&Happened::Reaped { pid, status });
         }
-        if self.hooks.settled() {
-            return Life::Done;
-        }
-        let now = Instant::now();
+        let Some(left) = self.hooks.settled() else { return Life::Done };
         let mut fds = [PollFd::new(self.signals.as_raw_fd(), POLL_IN)];
-        let left = self.settle_until.map_or(Duration::ZERO, |u| u.saturating_duration_since(now));
-        if !left.is_zero() {
-            let _ = process::poll(&mut fds, Some(left));
-        }
+        let _ = process::poll(&mut fds, Some(left));
         let _ = self.signals.drain();
         Life::Settling
     }
@@ -1620,7 +1607,7 @@ impl Life {
             Pending::Nothing => Life::Done,
             Pending::Cleanup => Life::CleaningUp(Cleanup::Claimed),
             Pending::Trigger { .. } => Life::Lingering,
-            Pending::Settling { .. } => Life::Settling,
+            Pending::Settling => Life::Settling,
         }
     }
 
@@ -1988,8 +1975,7 @@ mod tests {
     fn recording_answers_done_a_cleanup_now_or_lingering() {
         assert_eq!(Life::recorded(&Pending::Nothing), Life::Done, "run: nothing more to do");
         assert_eq!(Life::recorded(&Pending::Cleanup), Life::CleaningUp(Cleanup::Claimed));
-        let until = Instant::now();
-        assert_eq!(Life::recorded(&Pending::Settling { until }), Life::Settling, "a killed keeper's cleanup");
+        assert_eq!(Life::recorded(&Pending::Settling), Life::Settling, "a killed keeper's cleanup");
         let pid = Pid::new(4242).unwrap();
         for owner in [None, Some((pid, Some(7)))] {
             for until in [None, Some(Instant::now())] {

@@ -730,9 +730,8 @@ impl Hooks for Managed<'_> {
         if self.finish(outcome) {
             return Pending::Cleanup;
         }
-        if let Some(c) = &self.keepers_cleanup {
-            let left = Duration::from_millis(c.bound_ms.saturating_sub(crate::files::now_ms()));
-            return Pending::Settling { until: Instant::now() + left };
+        if self.keepers_cleanup.is_some() {
+            return Pending::Settling;
         }
         // The FIFOs go once the result is recorded (after a claimed cleanup, as before it ran):
         // a sender that finds them gone reads the entry to tell "exited" from "input already
@@ -779,14 +778,18 @@ impl Hooks for Managed<'_> {
     /// The `sh` ended: what it left is stopped and its status recorded, as its runner would
     /// have (`cleanup::record_reaped`); else, past its bound, it is stopped and recorded timed
     /// out (`cleanup::settle_abandoned`, which also ends a cleanup that is gone without a known
-    /// status).
-    fn settled(&mut self) -> bool {
-        let Some(c) = self.keepers_cleanup else { return true };
+    /// status). Not yet: the rest of its bound, in the wall-clock ms `settle_abandoned` keeps
+    /// it in (at least 1 ms, so a clock stepped back meanwhile makes a wait, not a spin).
+    fn settled(&mut self) -> Option<Duration> {
+        let c = self.keepers_cleanup?;
         if let Some(st) = c.status {
             crate::cleanup::record_reaped(self.reg, &self.id, st, CleanupRunner::Supervisor);
-            return true;
+            return None;
         }
-        crate::cleanup::settle_abandoned(self.reg, &self.id, CleanupRunner::Supervisor, false)
+        if crate::cleanup::settle_abandoned(self.reg, &self.id, CleanupRunner::Supervisor, false) {
+            return None;
+        }
+        Some(Duration::from_millis(c.bound_ms.saturating_sub(crate::files::now_ms()).max(1)))
     }
 
     fn clean_up(&mut self, cleanup: Cleanup) {
