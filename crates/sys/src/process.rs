@@ -215,13 +215,13 @@ pub fn exit_status_of(pid: Pid, block: bool) -> io::Result<Option<WaitStatus>> {
         match rustix::process::waitid(WaitId::Pid(kpid), flags) {
             Ok(None) => return Ok(None),
             Ok(Some(st)) => {
-                let status = match (st.exit_status(), st.terminating_signal()) {
+                let status = match (st.exit_status(), st.terminating_signal().and_then(Signal::from_raw)) {
                     (Some(code), _) => WaitStatus::Exited(code),
-                    (None, Some(sig)) => match Signal::from_raw(sig) {
-                        Some(s) => WaitStatus::Signaled(s, st.dumped()),
-                        None => continue,
-                    },
-                    (None, None) => continue,
+                    (None, Some(s)) => WaitStatus::Signaled(s, st.dumped()),
+                    // Not an exit this can say (WEXITED asks for none other): reaped as `reap`
+                    // does. Looked at again without reaping, the same report would come back
+                    // for ever.
+                    (None, None) => return reap(pid, block),
                 };
                 return Ok(Some(status));
             }
