@@ -773,6 +773,33 @@ fn a_stop_that_outlives_the_keeper_and_its_supervisor_puts_the_entrys_own_grace_
     assert!(wait_gone(&[cmd], SECS(5)).is_empty(), "nothing is left");
 }
 
+/// A `stop --term-grace` past a stuck chain (supervisor and keeper SIGSTOPped): the stop acts
+/// itself with the request's grace, records it while it runs, as a supervisor does, and puts
+/// the entry's own back with the result (the entry used to show the own grace throughout).
+#[test]
+fn a_stop_past_a_stuck_chain_records_its_one_off_grace_while_it_runs() {
+    let st = State::new();
+    let guard = Guard::new();
+    let (id, cmd, sup, keeper) = start_tracked(&st, &guard, &["--term-grace", "4s", "--", "sh", "-c", IGNORES_TERM]);
+    signal(sup, libc::SIGSTOP);
+    signal(keeper, libc::SIGSTOP);
+    let stopper =
+        st.cmd(&["stop", "--term-grace", "2s", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    guard.track_child(&stopper);
+    // The stop waits out the stuck supervisor (its 4 s grace, 1.5 s kill wait and a margin), then
+    // acts past it.
+    let end = Instant::now() + SECS(15);
+    while st.term_grace_ms(&id) == Some(4000) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(st.term_grace_ms(&id), Some(2000), "the one-off, recorded while the stop runs past the chain");
+    let out = stopper.wait_with_output().unwrap();
+    let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{o}{e}");
+    assert_eq!(st.term_grace_ms(&id), Some(4000), "the entry's own grace, back with the result");
+    assert!(wait_gone(&[cmd, sup, keeper], SECS(5)).is_empty(), "nothing is left");
+}
+
 /// What is left of a grace longer than 24.8 days (more ms than a signed 32-bit word holds) goes
 /// on after the keeper's SIGKILL too: the deadline the keeper tells is 64 bits of ms.
 #[test]

@@ -388,6 +388,17 @@ fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Res
         entry = now;
         one_off(&mut entry);
         entry.members.extend(adopted);
+        // The stop goes on here with the request's grace: recorded while it runs, as the
+        // supervisor records it (what other stops wait for); the entry's own come back with
+        // the result below.
+        if term_grace.is_some() {
+            let timings = entry.stop;
+            let _ = reg.update(&id, |e| {
+                if !e.is_finished() {
+                    e.stop = timings;
+                }
+            });
+        }
     }
     let report = match recorded_tree(&entry) {
         Some(tree) => stop::stop_blocking(&tree, StopPolicy::from_timings(&entry.stop)),
