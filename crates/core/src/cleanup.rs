@@ -193,7 +193,7 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
     if tree.is_gone() {
         return true;
     }
-    if !force && files::now_ms() < started + c.timeout_ms {
+    if !force && deadline_ms(&e).is_some_and(|d| files::now_ms() < d) {
         return false;
     }
     let policy = cleanup_policy(&e);
@@ -201,6 +201,7 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
     // The `sh` may be this process's child (the supervisor that adopted its killed keeper's
     // cleanup): then how it ended is known, and recorded with the timeout, as a living runner
     // records it. Checked by identity before it is reaped.
+    // (`identity::alive` would not do: it takes a zombie for gone.)
     let status = e.cleanup_state.child().and_then(|c| {
         let pid = Pid::new(c.pid)?;
         let same = crate::sys::procfs::stat(pid).is_ok_and(|s| Some(s.start_time) == c.start_time);
@@ -240,6 +241,12 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
         ),
     );
     report.gone
+}
+
+/// When a claimed cleanup's bound passes: its claim plus its timeout, in unix ms. `None` for an
+/// entry without a cleanup, or whose cleanup was not claimed.
+pub fn deadline_ms(e: &Entry) -> Option<u64> {
+    Some(e.cleanup_state.claimed_at()? + e.cleanup.as_ref()?.timeout_ms)
 }
 
 /// Runs the cleanup and returns its result, with its `sh` when one was spawned: exited, and left

@@ -768,11 +768,9 @@ impl Hooks for Managed<'_> {
                 .into_iter()
                 .find(|c| procfs::stat(*c).is_ok_and(|s| s.pgrp == c.as_raw()))
         });
-        let bound_ms =
-            e.cleanup.as_ref().zip(e.cleanup_state.claimed_at()).map_or(0, |(c, started)| started + c.timeout_ms);
+        let bound_ms = crate::cleanup::deadline_ms(&e).unwrap_or(0);
         self.keepers_cleanup = Some(KeepersCleanup { sh, status: None, bound_ms });
-        let stat = procfs::stat(sh?).ok()?;
-        Some(Member { pid: stat.pid, start_time: Some(stat.start_time) })
+        procfs::stat(sh?).ok().map(|s| Member::from_stat(&s))
     }
 
     /// The `sh` ended: what it left is stopped and its status recorded, as its runner would
