@@ -379,8 +379,7 @@ fn keeper_killed_during_the_cleanup(keeper_mode: Option<&str>) {
         e = esc.display()
     );
     let (id, sup, keeper) = start_with_cleanup(&st, &guard, keeper_mode, &cleanup, None);
-    let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    guard.track_child(&stopper);
+    let stopper = stop_in_background(&st, &guard, &["stop", &id]);
     let end = Instant::now() + SECS(5);
     while !std::fs::read_to_string(&cl).unwrap_or_default().contains("start") {
         assert!(Instant::now() < end, "the cleanup never started");
@@ -394,7 +393,7 @@ fn keeper_killed_during_the_cleanup(keeper_mode: Option<&str>) {
     // Well inside the cleanup's 10 s bound: nothing waited for the escaped child.
     assert!(t0.elapsed() < SECS(5), "stop took {:?}", t0.elapsed());
     assert!(wait_gone(&[escaped], Duration::ZERO).is_empty(), "the cleanup's setsid child outlived it");
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let said = output_text(&out);
     assert_eq!(std::fs::read_to_string(&cl).unwrap(), "start\nend\n", "the cleanup was cut short; stop said {said}");
     let e = st.entry(&id);
     assert_eq!(e["cleanupResult"]["exitCode"], 3, "{e}");
@@ -438,6 +437,17 @@ fn start_with_cleanup(
     assert_eq!(shared, keeper_mode.is_none(), "the keeper asked for");
     (v["id"].as_str().unwrap().to_string(), sup, keeper)
 }
+/// `sheepdog stop ARGS` left running with its output piped, tracked by the guard.
+fn stop_in_background(st: &State, guard: &Guard, args: &[&str]) -> std::process::Child {
+    let child = st.cmd(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    guard.track_child(&child);
+    child
+}
+
+/// What a command said, stdout then stderr.
+fn output_text(out: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
 
 /// Waits (at most 10 s) until the file at `path` holds `text`.
 fn wait_text(path: &std::path::Path, text: &str) {
@@ -470,8 +480,7 @@ fn keeper_killed_as_the_cleanup_ends(keeper_mode: Option<&str>) {
     let (cl, esc) = (st.path().join("cl"), st.path().join("escaped"));
     let (id, sup, keeper) =
         start_with_cleanup(&st, &guard, keeper_mode, &cleanup_with_a_stubborn_child(&cl, &esc), None);
-    let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    guard.track_child(&stopper);
+    let stopper = stop_in_background(&st, &guard, &["stop", &id]);
     wait_text(&cl, "start");
     let escaped: i32 = std::fs::read_to_string(&esc).unwrap().trim().parse().unwrap();
     guard.track(escaped);
@@ -480,7 +489,7 @@ fn keeper_killed_as_the_cleanup_ends(keeper_mode: Option<&str>) {
     std::thread::sleep(Duration::from_millis(200));
     kill9(keeper);
     let out = stopper.wait_with_output().unwrap();
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let said = output_text(&out);
     assert!(said.contains("Cleanup command failed with exit code 3."), "{said}");
     let e = st.entry(&id);
     assert_eq!(e["cleanupResult"]["exitCode"], 3, "{e}");
@@ -507,14 +516,13 @@ fn a_second_stop_while_the_supervisor_settles(keeper_mode: Option<&str>) {
     let (cl, esc) = (st.path().join("cl"), st.path().join("escaped"));
     let (id, sup, keeper) =
         start_with_cleanup(&st, &guard, keeper_mode, &cleanup_with_a_stubborn_child(&cl, &esc), None);
-    let first = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    guard.track_child(&first);
+    let first = stop_in_background(&st, &guard, &["stop", &id]);
     wait_text(&cl, "start");
     guard.track(std::fs::read_to_string(&esc).unwrap().trim().parse().unwrap());
     kill9(keeper);
     wait_text(&cl, "end");
     let second = st.cmd(&["stop", &id]).output().unwrap();
-    let said = format!("{}{}", String::from_utf8_lossy(&second.stdout), String::from_utf8_lossy(&second.stderr));
+    let said = output_text(&second);
     assert!(said.contains("Cleanup command failed with exit code 3."), "the second stop said {said}");
     let first = first.wait_with_output().unwrap();
     assert!(String::from_utf8_lossy(&first.stdout).contains("Cleanup command failed with exit code 3."), "{first:?}");
@@ -540,12 +548,11 @@ fn keeper_killed_during_a_cleanup_past_its_bound(keeper_mode: Option<&str>) {
     let cl = st.path().join("cl");
     let cleanup = format!("echo start >> {}; sleep 30; true", cl.display());
     let (id, sup, keeper) = start_with_cleanup(&st, &guard, keeper_mode, &cleanup, Some("1s"));
-    let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    guard.track_child(&stopper);
+    let stopper = stop_in_background(&st, &guard, &["stop", &id]);
     wait_text(&cl, "start");
     kill9(keeper);
     let out = stopper.wait_with_output().unwrap();
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let said = output_text(&out);
     assert!(said.contains("Cleanup command timed out after 1s."), "{said}");
     let r = &st.entry(&id)["cleanupResult"];
     assert_eq!(
@@ -582,7 +589,7 @@ fn a_cleanup_whose_runners_are_both_killed_is_stopped_past_its_bound_by_the_wait
     let (id, sup, _keeper) = start_with_cleanup(&st, &guard, None, &cleanup, Some("2s"));
     let t0 = Instant::now();
     let out = st.cmd(&["stop", &id]).output().unwrap();
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let said = output_text(&out);
     let escaped: i32 = std::fs::read_to_string(&esc).unwrap().trim().parse().unwrap();
     guard.track(escaped);
     assert!(said.contains("Cleanup command timed out after 2s."), "after {:?}: {said}", t0.elapsed());
@@ -712,8 +719,7 @@ fn a_keeper_killed_during_sheepdog_stop_leaves_the_supervisor_to_finish_that_sto
     let st = State::new();
     let guard = Guard::new();
     let (id, cmd, sup, keeper) = start_tracked(&st, &guard, &["--term-grace", "3s", "--", "sh", "-c", IGNORES_TERM]);
-    let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    guard.track_child(&stopper);
+    let stopper = stop_in_background(&st, &guard, &["stop", &id]);
     st.wait_log(&id, "combined.log", "[sheepdog] stopping:");
     std::thread::sleep(Duration::from_secs(1));
     kill9(keeper);
@@ -736,9 +742,7 @@ fn a_keeper_killed_mid_one_off_stop_leaves_the_entry_its_own_grace() {
     let st = State::new();
     let guard = Guard::new();
     let (id, cmd, sup, keeper) = start_tracked(&st, &guard, &["--term-grace", "4s", "--", "sh", "-c", IGNORES_TERM]);
-    let stopper =
-        st.cmd(&["stop", "--term-grace", "3s", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    guard.track_child(&stopper);
+    let stopper = stop_in_background(&st, &guard, &["stop", "--term-grace", "3s", &id]);
     st.wait_log(&id, "combined.log", "[sheepdog] stopping:");
     assert_eq!(st.term_grace_ms(&id), Some(3000), "the one-off, recorded while its stop runs");
     kill9(keeper);
@@ -757,9 +761,7 @@ fn a_stop_that_outlives_the_keeper_and_its_supervisor_puts_the_entrys_own_grace_
     let st = State::new();
     let guard = Guard::new();
     let (id, cmd, sup, keeper) = start_tracked(&st, &guard, &["--term-grace", "4s", "--", "sh", "-c", IGNORES_TERM]);
-    let stopper =
-        st.cmd(&["stop", "--term-grace", "2s", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    guard.track_child(&stopper);
+    let stopper = stop_in_background(&st, &guard, &["stop", "--term-grace", "2s", &id]);
     st.wait_log(&id, "combined.log", "[sheepdog] stopping:");
     kill9(keeper);
     std::thread::sleep(Duration::from_millis(300));
@@ -783,9 +785,7 @@ fn a_stop_past_a_stuck_chain_records_its_one_off_grace_while_it_runs() {
     let (id, cmd, sup, keeper) = start_tracked(&st, &guard, &["--term-grace", "4s", "--", "sh", "-c", IGNORES_TERM]);
     signal(sup, libc::SIGSTOP);
     signal(keeper, libc::SIGSTOP);
-    let stopper =
-        st.cmd(&["stop", "--term-grace", "2s", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    guard.track_child(&stopper);
+    let stopper = stop_in_background(&st, &guard, &["stop", "--term-grace", "2s", &id]);
     // The stop waits out the stuck supervisor (its 4 s grace, 1.5 s kill wait and a margin), then
     // acts past it.
     let end = Instant::now() + SECS(15);
@@ -834,8 +834,7 @@ fn sigkill_of_a_supervisor_during_sheepdog_stop_leaves_the_stop_to_its_keeper() 
     let pids = provider_pids(&st, &guard, &id);
     let keeper = the_keeper(sup);
     guard.track(keeper);
-    let stopper = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    guard.track_child(&stopper);
+    let stopper = stop_in_background(&st, &guard, &["stop", &id]);
     // The stop has begun (the setsid child ignores SIGTERM: the keeper is in its grace).
     st.wait_log(&id, "combined.log", "[sheepdog] stopping:");
     kill9(sup);
