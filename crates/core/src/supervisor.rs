@@ -32,10 +32,11 @@
 //!    supervisor writes the registry; `run` records nothing more) and answers what is left,
 //!    `Life::recorded`: nothing, the cleanup a stop triggered, or, after the command's own
 //!    exit, a cleanup pending on a trigger still to come;
-//! 7. `Supervisor::linger`: while such a cleanup is pending, the same loop waits, idle, in a
-//!    `poll` of its own on the signal self-pipe, the owner's pidfd (the same `OwnerWatch`),
-//!    the turn timeout and, in a keeper, the supervisor's pipe; `Life::lingered` (pure, tested
-//!    the same way) decides after each wake;
+//! 7. `Supervisor::linger`: while such a cleanup is pending, the same loop waits, idle, in the
+//!    same `wait`, over what is still watched: the signal self-pipe, the owner's pidfd (the
+//!    same `OwnerWatch`), the turn timeout and, in a keeper, the supervisor's pipe;
+//!    `Life::lingered` (pure, tested the same way) decides after each wake. (After a take-over,
+//!    `Supervisor::settle` waits in it too, for the cleanup the killed keeper was running);
 //! 8. the cleanup ([`Hooks::clean_up`]), then `Life::Done`: the loop returns the outcome.
 //!
 //! Longer than the ~700 lines a file here usually keeps to (about 1600 before its unit tests),
@@ -902,6 +903,7 @@ fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn Hooks
         kept: None,
         outcome: None,
         told_the_stop: false,
+        settle_until: None,
     };
     sup.first_watches(adopted.is_some(), resumed);
     let mut life = Life::Running;
@@ -926,7 +928,12 @@ fn supervise_with(signals: &SignalPipe, mut opts: Options, hooks: &mut dyn Hooks
             // The tree's ends: the last zombies, the relays, the cgroup, the terminal; the outcome.
             Life::HandingOn | Life::Gone | Life::Unfinished => sup.finish(terminal_home),
             Life::Recording => sup.record(),
-            Life::Lingering => sup.linger(),
+            // The same `wait` as the tree's wakes, over what is still watched; a failed `poll`
+            // ends the lingering (the outcome is recorded already).
+            Life::Lingering => match sup.wait(Instant::now()) {
+                Ok((fds, slots)) => sup.linger(&fds, &slots),
+                Err(_) => Life::Done,
+            },
             Life::Settling => sup.settle(),
             Life::CleaningUp(cleanup) => {
                 sup.hooks.clean_up(cleanup);
@@ -984,6 +991,8 @@ struct Supervisor<'a> {
     outcome: Option<Outcome>,
     /// In a keeper: the supervisor in front was told of the stop ([`Supervisor::tell_the_stop`]).
     told_the_stop: bool,
+    /// [`Life::Settling`]: when [`Hooks::settled`] asked to be asked again at the latest.
+    settle_until: Option<Instant>,
 }
 
 /// Where each watched fd sits in one wake's poll set (index 0 is the signal self-pipe).
@@ -1057,8 +1066,12 @@ impl Supervisor<'_> {
         self.told_the_stop = true;
     }
 
-    /// Blocks in the one `poll` until something is ready or [`Supervisor::deadline`] passes.
-    /// Returns the poll set and where each watched fd sits in it. Errors: [`Error::Poll`].
+    /// Blocks in the one `poll` until something is ready or [`Supervisor::deadline`] passes,
+    /// in every state that waits: the tree's wakes, [`Life::Lingering`] and [`Life::Settling`].
+    /// It watches what is still there to watch: after [`Supervisor::finish`] closed the tree's
+    /// watches, the signal self-pipe, the owner's pidfd and, in a keeper, the supervisor's pipe
+    /// (the [`Hooks::fds`], the tree's, no longer). Returns the poll set and where each watched
+    /// fd sits in it. Errors: [`Error::Poll`].
     fn wait(&mut self, now: Instant) -> Result<(Vec<PollFd>, Slots), Error> {
         let mut fds = vec![PollFd::new(self.signals.as_raw_fd(), POLL_IN)];
         let owner =
@@ -1072,7 +1085,9 @@ impl Supervisor<'_> {
         let relay = self.relay.as_ref().map(|r| r.poll_fds(&mut fds)).unwrap_or_default();
         let output = self.output.as_ref().map(|o| o.poll_fds(&mut fds)).unwrap_or_default();
         let extra_from = fds.len();
-        fds.extend(self.hooks.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
+        if self.outcome.is_none() {
+            fds.extend(self.hooks.fds().into_iter().map(|fd| PollFd::new(fd, POLL_IN)));
+        }
         let deadline = self.deadline(now);
         process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).map_err(Error::Poll)?;
         Ok((fds, Slots { owner, stdin, terminal, cgroup, supervisor, relay, output, extra_from }))
@@ -1081,9 +1096,11 @@ impl Supervisor<'_> {
     /// When the loop must wake even if nothing happens: the stop's next deadline; at once with
     /// children left to reap; while no stop runs, the turn timeout, the next look at the
     /// members and the drain window's end; the owner's next look without a pidfd; during a
-    /// stop in the cgroup tier, the next look at "all gone" ([`CGROUP_RECHECK`]).
+    /// stop in the cgroup tier, the next look at "all gone" ([`CGROUP_RECHECK`]); while
+    /// settling, the bound [`Hooks::settled`] gave. (After the tree's part the stop machine has
+    /// no deadline and no stop runs: the turn timeout left is lingering's.)
     fn deadline(&self, now: Instant) -> Option<Instant> {
-        let mut deadline = self.machine.deadline(now);
+        let mut deadline = earliest(self.machine.deadline(now), self.settle_until);
         if self.backlog {
             deadline = Some(now);
         }
@@ -1358,7 +1375,8 @@ impl Supervisor<'_> {
         self.relay = None;
         self.owner = None;
         self.drain = None;
-        (self.watch_stdin, self.terminal) = (false, None);
+        (self.watch_stdin, self.terminal, self.supervisor_fd) = (false, None, None);
+        (self.next_scan, self.backlog) = (None, false);
         self.outcome = Some(Outcome {
             spawned,
             provider,
@@ -1391,19 +1409,21 @@ impl Supervisor<'_> {
 
     /// [`Life::Settling`]: the children this subreaper inherits are reaped and told
     /// ([`Happened::Reaped`]: the cleanup's `sh` among them), [`Hooks::settled`] decides, and
-    /// if it is not done, one wake of a `poll` on the signal self-pipe only (SIGCHLD), at most
-    /// as long as it says. Reaped first and asked before any wait: a cleanup that ended, or
-    /// never began, before the take-over is settled at once, with the status of its `sh` when
-    /// there is one. A signal that asks for a stop finds nothing of the tree to stop and is let
-    /// go: the cleanup has its own bound. A failed `poll` is a wake like any other.
+    /// if it is not done, one wake of [`Supervisor::wait`] (after the tree's part, the signal
+    /// self-pipe: SIGCHLD), at most as long as it says. Reaped first and asked before any
+    /// wait: a cleanup that ended, or never began, before the take-over is settled at once,
+    /// with the status of its `sh` when there is one. A signal that asks for a stop finds
+    /// nothing of the tree to stop and is let go: the cleanup has its own bound. A failed
+    /// `poll` is a wake like any other.
     #[inline(never)]
     fn settle(&mut self) -> Life {
         while let Some((pid, status)) = process::reap_any() {
             self.hooks.on(&Happened::Reaped { pid, status });
         }
         let Some(left) = self.hooks.settled() else { return Life::Done };
-        let mut fds = [PollFd::new(self.signals.as_raw_fd(), POLL_IN)];
-        let _ = process::poll(&mut fds, Some(left));
+        let now = Instant::now();
+        self.settle_until = Some(now + left);
+        let _ = self.wait(now);
         let _ = self.signals.drain();
         Life::Settling
     }
@@ -1428,30 +1448,18 @@ impl Supervisor<'_> {
         Life::lingered(&first, &mut || hooks.still_needed())
     }
 
-    /// [`Life::Lingering`]: one wake of its `poll`, on the signal self-pipe, the owner's pidfd
-    /// and, in a keeper, the supervisor's pipe, until the turn timeout's end (the owner looked
-    /// at every [`OWNER_POLL`] without a pidfd). Children it still inherits are reaped. A failed
-    /// `poll` ends the lingering ([`Life::Done`]).
+    /// [`Life::Lingering`], after one wake of [`Supervisor::wait`] (`fds`, `slots`): on the
+    /// signal self-pipe, the owner's pidfd and, in a keeper, the supervisor's pipe, until the
+    /// turn timeout's end (the owner looked at every [`OWNER_POLL`] without a pidfd). Children
+    /// it still inherits are reaped.
     #[inline(never)]
-    fn linger(&mut self) -> Life {
-        let now = Instant::now();
-        let mut fds = vec![PollFd::new(self.signals.as_raw_fd(), POLL_IN)];
-        let owner =
-            self.owner.as_ref().and_then(|o| o.pidfd.as_ref()).map(|fd| slot(&mut fds, fd.as_raw_fd(), POLL_IN));
-        let supervisor = self.supervisor_fd.map(|fd| slot(&mut fds, fd, POLL_IN));
-        let mut deadline = self.timeout_at;
-        if self.owner.as_ref().is_some_and(|o| o.pidfd.is_none()) {
-            deadline = earliest(deadline, Some(now + OWNER_POLL));
-        }
-        if process::poll(&mut fds, deadline.map(|d| d.saturating_duration_since(now))).is_err() {
-            return Life::Done;
-        }
+    fn linger(&mut self, fds: &[PollFd], slots: &Slots) -> Life {
         let mut wake = Lingered::of_signals(&self.signals.drain());
         if wake.reap {
             while process::reap_any().is_some() {}
         }
-        wake.supervisor_gone = supervisor.is_some_and(|slot| fds[slot].ready());
-        wake.owner_died = match (&self.owner, owner) {
+        wake.supervisor_gone = slots.supervisor.is_some_and(|slot| fds[slot].ready());
+        wake.owner_died = match (&self.owner, slots.owner) {
             (Some(_), Some(slot)) => fds[slot].ready(),
             (Some(o), None) => o.gone_by_poll(),
             (None, _) => false,
