@@ -323,6 +323,34 @@ async fn the_cli_and_the_server_say_the_same_sentence_for_each_entry_waited_for(
     s.close().await;
 }
 
+/// A wait that runs out of time is said alike too (`manager::Said` of the wait): a line per
+/// entry, the one still running among them, then which ones still run and that nothing was
+/// stopped; the CLI says that last sentence on stderr.
+#[tokio::test]
+async fn the_cli_and_the_server_say_the_same_sentences_when_a_wait_runs_out_of_time() {
+    let (state, guard) = (State::new(), Guard::new());
+    let s = Server::spawn(&state, &guard, &[]).await;
+    let a = state.start(&["--name", "zero", "--", "true"])["id"].as_str().unwrap().to_string();
+    let v = state.start(&["--name", "slow", "--", "sleep", "100"]);
+    guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
+    let b = v["id"].as_str().unwrap().to_string();
+    let out = state.run(&["wait", &a, &b, "--timeout", "300ms"]);
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    let mut cli: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    let warned: Vec<String> = String::from_utf8_lossy(&out.stderr).lines().map(str::to_string).collect();
+    let still = format!("slow ({b}): still running after 300ms; nothing was stopped.");
+    assert_eq!(cli, vec![format!("zero ({a}): exited (0)."), format!("slow ({b}): still running.")], "{out:?}");
+    assert_eq!(warned, vec![format!("sheepdog: wait: {still}")], "{out:?}");
+    let r = s.call("process_wait", json!({"ids": [a, b], "timeoutMs": 300})).await;
+    // Its last lines (indented) and the call to make next are the server's own.
+    let said: Vec<String> =
+        text(&r).lines().filter(|l| !l.starts_with(' ') && !l.starts_with("Next: ")).map(str::to_string).collect();
+    cli.push(still);
+    assert_eq!(said, cli, "{}", text(&r));
+    let _ = state.run(&["stop", &b]);
+    s.close().await;
+}
+
 #[tokio::test]
 async fn logs_with_a_cursor_across_rotations_have_no_duplicates_and_no_gaps() {
     let (state, guard) = (State::new(), Guard::new());

@@ -58,67 +58,39 @@ pub(super) fn wait(a: WaitArgs, dir: Option<PathBuf>, json: bool) -> Result<i32,
         return Ok(0);
     }
     let many = manager::wait_many(&reg, &targets, a.any, a.timeout)?;
-    let single = targets.len() == 1;
-    let mut list = Vec::new();
-    let mut messages = Vec::new();
-    for (i, (e, w)) in targets.iter().zip(&many.results).enumerate() {
-        let (entry, finished, status) = match w {
-            Waited::Finished(x) => (x.clone(), true, manager::exit_status_of(x)),
-            Waited::NoResult(x) => (x.clone(), false, None),
-            Waited::TimedOut => (reg.read(&e.id).unwrap_or_else(|_| e.clone()), false, None),
-        };
-        let st = inspect::live_status(&entry, &Default::default());
-        if let (true, Waited::Finished(x), None) = (Some(i) == many.decisive, w, status) {
-            messages.push(format!(
-                "wait: {} is {}; its exit status is unknown (its supervisor was killed)",
-                x.label(),
-                x.status
-            ));
-        }
-        if let Waited::NoResult(x) = w {
-            messages.push(format!(
-                "wait: {} ended without a recorded result (its supervisor was killed); run 'sheepdog reap'",
-                x.label()
-            ));
-        }
-        if json {
+    // The sentences and the status are the library's, as MCP's `process_wait` says them.
+    let said = manager::Said::from(&many);
+    let code = said.exit_status;
+    if json {
+        let list = many.results.iter().map(|w| {
+            let (entry, finished, status) = match w {
+                Waited::Finished(x) => (x, true, manager::exit_status_of(x)),
+                Waited::NoResult(x) | Waited::TimedOut(x) => (x, false, None),
+            };
+            let st = inspect::live_status(entry, &Default::default());
             let tail = sheepdog::ready::output_tail(&reg, &entry.id);
-            let v = view::WaitView {
-                entry: view::view_with_status(&reg, &entry, st, false),
+            view::WaitView {
+                entry: view::view_with_status(&reg, entry, st, false),
                 finished,
                 exit_status: status,
                 last_lines: tail[tail.len().saturating_sub(WAIT_TAIL)..].to_vec(),
-            };
-            list.push(v);
-        } else if finished {
-            // One entry: its status alone, for a script; several: the sentence MCP says too.
-            if single {
-                outln!("{}", view::status_text(&entry, entry.status));
-            } else {
-                outln!("{}", manager::waited_line(&entry, entry.status, true));
             }
-        } else if !a.any && matches!(w, Waited::TimedOut) {
-            messages.push(format!(
-                "wait: {} still running after {}",
-                entry.label(),
-                sheepdog::duration::format(a.timeout.unwrap_or_default())
-            ));
+        });
+        let doc = view::WaitDoc { v: view::Version, waited: list.collect(), exit_status: code, exit_code: code };
+        outln!("{}", to_json(&doc));
+    } else if let [Waited::Finished(x)] = many.results.as_slice() {
+        // One entry: its status alone, for a script (`status=$(sheepdog wait web)`).
+        outln!("{}", view::status_text(x, x.status));
+    } else if many.results.len() > 1 {
+        for line in &said.lines {
+            outln!("{line}");
         }
     }
-    // Timed out: every entry (all mode) or the first (any mode) had to finish.
-    let code = many.exit_status();
-    if many.timed_out() && a.any {
-        messages.push(format!(
-            "wait: none of {} finished within {}",
-            targets.iter().map(|e| e.label()).collect::<Vec<_>>().join(", "),
-            sheepdog::duration::format(a.timeout.unwrap_or_default())
-        ));
+    for w in &said.warnings {
+        eprintln!("sheepdog: wait: {w}");
     }
-    for m in &messages {
-        eprintln!("sheepdog: {m}");
-    }
-    if json {
-        outln!("{}", to_json(&view::WaitDoc { v: view::Version, waited: list, exit_status: code, exit_code: code }));
+    if many.results.iter().any(|w| matches!(w, Waited::NoResult(_))) {
+        eprintln!("sheepdog: wait: run 'sheepdog reap' to record how it ended");
     }
     Ok(code)
 }

@@ -8,7 +8,9 @@
 //! details, MCP's next call, the CLI's log tail on stderr), never another wording of the same
 //! fact.
 
-use super::{Reaped, Restarted, Started, StopOutcome};
+use std::cell::OnceCell;
+
+use super::{Reaped, Restarted, Started, StopOutcome, Waited, WaitedMany, exit_status_of, waited_line};
 use crate::status::ReapKind;
 
 /// One outcome as every front end says it: the sentences, in order, and the verdicts.
@@ -17,6 +19,11 @@ pub struct Said {
     /// The sentences, one per line, without a trailing newline: `Stopped web (proc_1).`,
     /// `Started web (proc_2), pid 4242.`, `Reaped web (proc_1): its supervisor is gone.`.
     pub lines: Vec<String>,
+    /// What is unknown or left undone, after the lines, each a sentence that opens with the
+    /// entry it is about: `web (proc_1): still running after 5s; nothing was stopped.` The CLI
+    /// says each on stderr (`sheepdog: wait: ...`), MCP and `top` after the lines. Only a wait
+    /// has them so far.
+    pub warnings: Vec<String>,
     /// The outcome's verdict (`StopOutcome::ok`, `Restarted::ok`, ...): nothing went wrong.
     pub ok: bool,
     /// The action failed (MCP's `isError`). It differs from `!ok` in one case only: a readiness
@@ -31,7 +38,7 @@ impl From<&StopOutcome> for Said {
     /// `StopOutcome::lines`: the headline, why processes could not be signalled, the cleanup's
     /// failure line.
     fn from(o: &StopOutcome) -> Said {
-        Said { lines: o.lines(), ok: o.ok(), failed: !o.ok(), exit_status: o.exit_status() }
+        Said { lines: o.lines(), warnings: Vec::new(), ok: o.ok(), failed: !o.ok(), exit_status: o.exit_status() }
     }
 }
 
@@ -41,6 +48,7 @@ impl From<&Started> for Said {
     fn from(s: &Started) -> Said {
         Said {
             lines: vec![started_line(&s.entry)],
+            warnings: Vec::new(),
             ok: s.ok(),
             failed: s.ready.as_ref().is_some_and(crate::ready::ReadyOutcome::failed),
             exit_status: s.exit_status(),
@@ -57,6 +65,7 @@ impl From<&Restarted> for Said {
         lines.push(started_line(&r.entry));
         Said {
             lines,
+            warnings: Vec::new(),
             ok: r.ok(),
             failed: stop.failed || r.ready.as_ref().is_some_and(crate::ready::ReadyOutcome::failed),
             exit_status: r.exit_status(),
@@ -84,7 +93,55 @@ impl From<&Reaped> for Said {
             lines.extend(x.cleanup_error.clone());
         }
         lines.extend(r.cgroups_left.iter().map(|c| format!("Could not empty the cgroup {}: {}.", c.path, c.left)));
-        Said { lines, ok: r.ok(), failed: !r.ok(), exit_status: r.exit_status() }
+        Said { lines, warnings: Vec::new(), ok: r.ok(), failed: !r.ok(), exit_status: r.exit_status() }
+    }
+}
+
+impl From<&WaitedMany> for Said {
+    /// One line per entry, in the order asked ([`waited_line`], with the status the kernel
+    /// says now): `web (proc_1): exited (0).`, `web (proc_1): still running.`. Then, as
+    /// warnings: the decisive entry's status that nobody saw, each entry that ended without a
+    /// recorded result, and, when the wait ran out of time, which entries still run (`any`:
+    /// that none finished). A wait never fails (MCP's `isError`): an entry's own exit status is
+    /// the answer, not an error of the wait; its `exit_status` is [`WaitedMany::exit_status`].
+    fn from(w: &WaitedMany) -> Said {
+        let (mut lines, mut warnings, mut running) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, r) in w.results.iter().enumerate() {
+            let (e, ended) = match r {
+                Waited::Finished(e) | Waited::NoResult(e) => (e, true),
+                Waited::TimedOut(e) => (e, false),
+            };
+            let status = crate::inspect::live_status(e, &OnceCell::new());
+            // Read a moment after the wait returned: one that finished since is said as finished.
+            let finished = ended || status.is_finished();
+            lines.push(waited_line(e, status, finished));
+            if !finished {
+                running.push(e.label());
+            }
+            match r {
+                Waited::Finished(x) if Some(i) == w.decisive && exit_status_of(x).is_none() => warnings.push(format!(
+                    "{}: {}; its exit status is unknown (its supervisor was killed).",
+                    x.label(),
+                    x.status
+                )),
+                Waited::NoResult(x) => {
+                    warnings
+                        .push(format!("{}: ended without a recorded result (its supervisor was killed).", x.label()));
+                }
+                _ => {}
+            }
+        }
+        if w.timed_out() {
+            let within = w.timeout.map(|t| format!(" within {}", crate::duration::format(t))).unwrap_or_default();
+            let after = w.timeout.map(|t| format!(" after {}", crate::duration::format(t))).unwrap_or_default();
+            warnings.push(if w.any {
+                let all: Vec<String> = w.results.iter().map(|r| r.entry().label()).collect();
+                format!("{}: none finished{within}; nothing was stopped.", all.join(", "))
+            } else {
+                format!("{}: still running{after}; nothing was stopped.", running.join(", "))
+            });
+        }
+        Said { lines, warnings, ok: w.ok(), failed: false, exit_status: w.exit_status() }
     }
 }
 
@@ -95,7 +152,7 @@ fn started_line(e: &crate::entry::Entry) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Reaped, Restarted, Said, Started, StopOutcome};
+    use super::{Reaped, Restarted, Said, Started, StopOutcome, Waited, WaitedMany};
     use crate::entry::Entry;
     use crate::ready::ReadyOutcome;
     use crate::status::{ReapKind, Status};
@@ -115,7 +172,8 @@ mod tests {
     #[test]
     fn a_stop_is_said_as_its_outcome_says_it() {
         let said = Said::from(&stopped(true));
-        assert_eq!(said, Said { lines: vec!["Stopped web (proc_1).".into()], ok: true, failed: false, exit_status: 0 });
+        let lines = vec!["Stopped web (proc_1).".into()];
+        assert_eq!(said, Said { lines, warnings: Vec::new(), ok: true, failed: false, exit_status: 0 });
         let said = Said::from(&stopped(false));
         assert_eq!((said.ok, said.failed, said.exit_status), (false, true, 124));
         assert_eq!(said.lines, vec!["The tree of web (proc_1) was not confirmed gone.".to_string()]);
@@ -169,5 +227,40 @@ mod tests {
         );
         assert_eq!(said.exit_status, 124);
         assert_eq!(Said::from(&reaped(true)).lines[0], "Would reap web (proc_1): its supervisor is gone.");
+    }
+
+    /// A wait says one line per entry, and as warnings what nobody saw: the decisive entry's
+    /// unknown status, an entry without a result; `any` that ran out of time names them all.
+    /// It never fails, whatever the entries' statuses.
+    #[test]
+    fn a_wait_says_each_entry_and_warns_of_what_is_unknown() {
+        let ended = |id: &str, status, code| Entry { status, exit_code: code, ..entry(id) };
+        let results = vec![
+            Waited::Finished(ended("proc_1", Status::Exited, Some(3))),
+            Waited::NoResult(ended("proc_2", Status::Lost, None)),
+            Waited::Finished(ended("proc_3", Status::Stopped, None)),
+        ];
+        let w = WaitedMany { results, decisive: Some(2), any: false, timeout: None };
+        let said = Said::from(&w);
+        assert_eq!(said.lines[0], "web (proc_1): exited (3).");
+        assert_eq!(
+            said.warnings,
+            vec![
+                "web (proc_2): ended without a recorded result (its supervisor was killed).".to_string(),
+                "web (proc_3): stopped; its exit status is unknown (its supervisor was killed).".into(),
+            ]
+        );
+        assert_eq!((said.ok, said.failed, said.exit_status), (false, false, 125));
+        let none = |id: &str| Waited::TimedOut(ended(id, Status::Running, None));
+        let w = WaitedMany {
+            results: vec![none("proc_1"), none("proc_2")],
+            decisive: None,
+            any: true,
+            timeout: Some(std::time::Duration::from_millis(300)),
+        };
+        let said = Said::from(&w);
+        let all = "web (proc_1), web (proc_2): none finished within 300ms; nothing was stopped.";
+        assert_eq!(said.warnings, vec![all.to_string()]);
+        assert_eq!((said.failed, said.exit_status), (false, 124));
     }
 }

@@ -21,10 +21,19 @@ use super::{ManagerError, stop, verified_supervisor, wait_pidfd};
 pub enum Waited {
     /// Finished: the entry with its result.
     Finished(Entry),
-    /// Still running when the timeout passed.
-    TimedOut,
+    /// Still running when the timeout passed: the entry as last read.
+    TimedOut(Entry),
     /// The supervisor is gone and no result was recorded.
     NoResult(Entry),
+}
+
+impl Waited {
+    /// The entry as the wait last saw it, whichever way it returned.
+    pub fn entry(&self) -> &Entry {
+        match self {
+            Waited::Finished(e) | Waited::TimedOut(e) | Waited::NoResult(e) => e,
+        }
+    }
 }
 
 /// How often `wait` re-reads an entry while its supervisor lives: 50 ms. A supervisor whose
@@ -47,7 +56,7 @@ pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<
             let due = e.cleanup_pending() && (e.owner_gone() || e.timeout_passed()) && e.supervisor_alive();
             if e.cleanup_running() || due {
                 if left() == Some(Duration::ZERO) {
-                    return Ok(Waited::TimedOut);
+                    return Ok(Waited::TimedOut(e));
                 }
                 std::thread::sleep(left().unwrap_or(WAIT_TICK).min(Duration::from_millis(20)));
                 continue;
@@ -60,7 +69,7 @@ pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<
                 while !tree.is_gone() {
                     let l = left();
                     if l == Some(Duration::ZERO) {
-                        return Ok(Waited::TimedOut);
+                        return Ok(Waited::TimedOut(e));
                     }
                     tree.wait_any_exit(l.unwrap_or(Duration::from_secs(1)).min(Duration::from_millis(100)));
                 }
@@ -69,7 +78,7 @@ pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<
             return Ok(Waited::Finished(e));
         }
         if left() == Some(Duration::ZERO) {
-            return Ok(Waited::TimedOut);
+            return Ok(Waited::TimedOut(e));
         }
         if let Some(sup) = verified_supervisor(&e) {
             wait_pidfd(&sup, Some(left().unwrap_or(WAIT_TICK).min(WAIT_TICK)));
@@ -81,7 +90,7 @@ pub fn wait(reg: &Registry, entry: &Entry, timeout: Option<Duration>) -> Result<
             while !tree.is_gone() {
                 let l = left();
                 if l == Some(Duration::ZERO) {
-                    return Ok(Waited::TimedOut);
+                    return Ok(Waited::TimedOut(e));
                 }
                 tree.wait_any_exit(l.unwrap_or(Duration::from_secs(1)).min(Duration::from_millis(100)));
             }
@@ -159,12 +168,14 @@ pub struct WaitedMany {
     pub decisive: Option<usize>,
     /// The wait returned at the first entry to finish (`wait --any`), not at the last.
     pub any: bool,
+    /// How long the wait was bounded to (`wait --timeout`, MCP's `timeoutMs`), as asked.
+    pub timeout: Option<Duration>,
 }
 
 impl WaitedMany {
     /// The wait ran out of time: with `any` none finished, else one was still running.
     pub fn timed_out(&self) -> bool {
-        if self.any { self.decisive.is_none() } else { self.results.iter().any(|w| matches!(w, Waited::TimedOut)) }
+        if self.any { self.decisive.is_none() } else { self.results.iter().any(|w| matches!(w, Waited::TimedOut(_))) }
     }
 
     /// The wait's verdict, the one every front end reads: it did not time out, and the entry
@@ -227,11 +238,7 @@ pub fn wait_many(
             })
             .max()
             .map(|(_, i)| i);
-        return Ok(WaitedMany {
-            results: results.into_iter().map(|w| w.unwrap_or(Waited::TimedOut)).collect(),
-            decisive,
-            any,
-        });
+        return Ok(WaitedMany { results: unfinished_as_timed_out(reg, entries, results), decisive, any, timeout });
     }
     let mut decisive = None;
     'outer: loop {
@@ -261,7 +268,14 @@ pub fn wait_many(
             let _ = process::poll(&mut fds, Some(wait_for));
         }
     }
-    Ok(WaitedMany { results: results.into_iter().map(|w| w.unwrap_or(Waited::TimedOut)).collect(), decisive, any })
+    Ok(WaitedMany { results: unfinished_as_timed_out(reg, entries, results), decisive, any, timeout })
+}
+
+/// The results of [`wait_many`], one per entry: an entry not waited to its end (with `any`,
+/// another finished first; or the timeout passed) is [`Waited::TimedOut`], as read now.
+fn unfinished_as_timed_out(reg: &Registry, entries: &[Entry], results: Vec<Option<Waited>>) -> Vec<Waited> {
+    let now = |e: &Entry| Waited::TimedOut(reg.read(&e.id).unwrap_or_else(|_| e.clone()));
+    entries.iter().zip(results).map(|(e, w)| w.unwrap_or_else(|| now(e))).collect()
 }
 
 #[cfg(test)]
@@ -283,16 +297,17 @@ mod tests {
     /// is unknown or an entry before it has no result; 124 on a timeout, whatever else.
     #[test]
     fn a_wait_says_its_own_exit_status() {
-        let many = |results, decisive, any| WaitedMany { results, decisive, any };
+        let many = |results, decisive, any| WaitedMany { results, decisive, any, timeout: None };
+        let running = || Waited::TimedOut(Entry::default());
         let w = many(vec![exited(0, 1), exited(3, 2)], Some(1), false);
         assert_eq!((w.exit_status(), w.ok()), (3, false));
         let w = many(vec![exited(0, 1)], Some(0), false);
         assert_eq!((w.exit_status(), w.ok()), (0, true));
-        let w = many(vec![exited(0, 1), Waited::TimedOut], Some(0), false);
+        let w = many(vec![exited(0, 1), running()], Some(0), false);
         assert_eq!((w.exit_status(), w.timed_out()), (124, true));
-        let w = many(vec![Waited::TimedOut, exited(2, 1)], Some(1), true);
+        let w = many(vec![running(), exited(2, 1)], Some(1), true);
         assert_eq!((w.exit_status(), w.timed_out()), (2, false), "with any, one finished is enough");
-        let w = many(vec![Waited::TimedOut, Waited::TimedOut], None, true);
+        let w = many(vec![running(), running()], None, true);
         assert_eq!(w.exit_status(), 124);
         let unknown = Waited::Finished(Entry { status: Status::Lost, ..Entry::default() });
         assert_eq!(many(vec![unknown], Some(0), false).exit_status(), 125);

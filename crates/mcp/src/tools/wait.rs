@@ -81,33 +81,29 @@ pub(crate) fn wait(ctx: &Ctx, a: WaitArgs) -> Result<Done<WaitResult>, ToolError
     let any = a.any.unwrap_or(false);
     let waited = manager::wait_many(&ctx.reg, &targets, any, Some(Duration::from_millis(timeout)))
         .map_err(|e| sentence(&e.to_string()))?;
+    // The library's sentences, as `sheepdog wait` says them for several entries; each
+    // finished one followed by its last lines.
+    let said = manager::Said::from(&waited);
     let mut items = Vec::new();
     let mut lines = Vec::new();
     let mut told = Vec::new();
-    for (e, w) in targets.iter().zip(waited.results) {
-        let (done, cur) = match w {
-            Waited::Finished(x) | Waited::NoResult(x) => (true, x),
-            Waited::TimedOut => (false, ctx.reg.read(&e.id).unwrap_or_else(|_| e.clone())),
-        };
-        let status = inspect::live_status(&cur, &OnceCell::new());
-        let done = done || status.is_finished();
+    for (w, line) in waited.results.iter().zip(&said.lines) {
+        let cur = w.entry();
+        let status = inspect::live_status(cur, &OnceCell::new());
+        let done = !matches!(w, Waited::TimedOut(_)) || status.is_finished();
         let last =
             if done { cut_lines(&sheepdog::ready::output_tail(&ctx.reg, &cur.id), RESULT_LINES) } else { Vec::new() };
-        // The library's sentence, as `sheepdog wait` says it for several entries.
-        lines.push(manager::waited_line(&cur, status, done));
+        lines.push(line.clone());
         if done {
             told.push(cur.id.clone());
             lines.extend(last.iter().map(|l| format!("    {l}")));
         }
-        items.push(WaitItem { process: proc_as(&ctx.reg, &cur, status, verbose), done, last_lines: last });
+        items.push(WaitItem { process: proc_as(&ctx.reg, cur, status, verbose), done, last_lines: last });
     }
+    lines.extend(said.warnings.iter().cloned());
     let all_done = if any { items.iter().any(|i| i.done) } else { items.iter().all(|i| i.done) };
     let mut next = None;
     if !all_done {
-        lines.push(format!(
-            "Still running after {}; nothing was stopped (call process_wait again, or process_stop).",
-            sheepdog::duration::format(Duration::from_millis(timeout))
-        ));
         let ids: Vec<&str> = items.iter().filter(|i| !i.done).map(|i| i.process.id.as_str()).collect();
         next = Some(format!("{} to keep waiting", call_hint("process_wait", json!({"ids": ids}))));
     }
