@@ -762,15 +762,33 @@ impl Hooks for Managed<'_> {
         // This process is its runner now: a `stop` or `wait` meanwhile waits for it, not for the
         // dead keeper (which would read as a cleanup that did not finish).
         let me = crate::identity::me();
-        let _ = self.write(&mut |e| e.cleanup_state.hand_to(me));
-        let sh = e.cleanup_state.child().and_then(|c| Pid::new(c.pid)).or_else(|| {
+        let recorded = e.cleanup_state.child().and_then(|c| Pid::new(c.pid));
+        let found = || {
             procfs::children(process::getpid())
                 .into_iter()
-                .find(|c| procfs::stat(*c).is_ok_and(|s| s.pgrp == c.as_raw()))
+                .filter_map(|c| procfs::stat(c).ok())
+                .find(|s| s.pgrp == s.pid.as_raw())
+        };
+        let sh = match recorded {
+            Some(p) => procfs::stat(p).ok(),
+            None => found(),
+        };
+        // A `sh` found, not recorded (the keeper was killed before it wrote it down), is
+        // recorded now: whoever settles the cleanup past its bound reads its status by it.
+        let child = sh
+            .as_ref()
+            .filter(|_| recorded.is_none())
+            .map(|s| entry::ProcRef { pid: s.pid.as_raw(), start_time: Some(s.start_time) });
+        let _ = self.write(&mut |e| {
+            e.cleanup_state.hand_to(me);
+            if let Some(c) = child.filter(|_| e.cleanup_state.child().is_none()) {
+                e.cleanup_state.spawned(c);
+            }
         });
         let bound_ms = crate::cleanup::deadline_ms(&e).unwrap_or(0);
-        self.keepers_cleanup = Some(KeepersCleanup { sh, status: None, bound_ms });
-        procfs::stat(sh?).ok().map(|s| Member::from_stat(&s))
+        self.keepers_cleanup =
+            Some(KeepersCleanup { sh: recorded.or(sh.as_ref().map(|s| s.pid)), status: None, bound_ms });
+        sh.map(|s| Member::from_stat(&s))
     }
 
     /// The `sh` ended: what it left is stopped and its status recorded, as its runner would
