@@ -250,9 +250,15 @@ pub fn wait_many(
                 Err(err) => return Err(err.into()),
             };
             if cur.status != Status::Starting && wait_would_return(&cur) {
-                results[i] = Some(wait(reg, &cur, Some(left().unwrap_or(Duration::from_secs(10))))?);
-                decisive = Some(i);
-                break 'outer;
+                // Its wait may still run out (a cleanup its supervisor is about to run holds
+                // it): that one has not finished first, so the look goes on.
+                let w = wait(reg, &cur, Some(left().unwrap_or(Duration::from_secs(10))))?;
+                let ended = !matches!(w, Waited::TimedOut(_));
+                results[i] = Some(w);
+                if ended {
+                    decisive = Some(i);
+                    break 'outer;
+                }
             }
             sups.extend(verified_supervisor(&cur));
         }
