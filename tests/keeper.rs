@@ -437,6 +437,7 @@ fn start_with_cleanup(
     assert_eq!(shared, keeper_mode.is_none(), "the keeper asked for");
     (v["id"].as_str().unwrap().to_string(), sup, keeper)
 }
+
 /// `sheepdog stop ARGS` left running with its output piped, tracked by the guard.
 fn stop_in_background(st: &State, guard: &Guard, args: &[&str]) -> std::process::Child {
     let child = st.cmd(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
@@ -701,7 +702,18 @@ fn a_keeper_killed_mid_stop_leaves_the_supervisor_to_finish_that_stop_for_its_si
 /// An entry started with `args`, its command, supervisor and keeper tracked by `guard`: its id,
 /// and the pids of its command, its supervisor and its keeper.
 fn start_tracked(st: &State, guard: &Guard, args: &[&str]) -> (String, i32, i32, i32) {
-    let v = st.start(args);
+    start_tracked_with(st, guard, None, args)
+}
+
+/// [`start_tracked`] with `SHEEPDOG_KEEPER` set to `keeper_mode` for the start (`fork`).
+fn start_tracked_with(st: &State, guard: &Guard, keeper_mode: Option<&str>, args: &[&str]) -> (String, i32, i32, i32) {
+    let mut start = st.cmd(&[&["start", "--json"], args].concat());
+    if let Some(mode) = keeper_mode {
+        start.env("SHEEPDOG_KEEPER", mode);
+    }
+    let out = start.output().expect("run start");
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("start --json prints one object");
     let (cmd, sup) = (v["pid"].as_i64().unwrap() as i32, v["supervisorPid"].as_i64().unwrap() as i32);
     guard.track(cmd);
     guard.track(sup);
@@ -751,6 +763,36 @@ fn a_keeper_killed_mid_one_off_stop_leaves_the_entry_its_own_grace() {
     assert_eq!(out.status.code(), Some(0), "{o}{e}");
     assert_eq!(st.term_grace_ms(&id), Some(4000), "the entry's own grace, put back with the result");
     assert!(wait_gone(&[cmd, sup], SECS(5)).is_empty(), "nothing is left");
+}
+
+/// The keeper killed after its stop's SIGTERM: the supervisor that adopts the tree goes on in
+/// that stop's grace without a second SIGTERM, which a command's handler would take for "quit
+/// now" (a shell `trap` ran twice), with either keeper.
+fn a_keeper_killed_after_its_term(keeper_mode: Option<&str>) {
+    let st = State::new();
+    let guard = Guard::new();
+    let got = st.path().join("got");
+    let script = format!("trap 'echo TERM >> {}' TERM; echo up; while :; do sleep 0.05; done", got.display());
+    let args = ["--term-grace", "1500ms", "--", "sh", "-c", &script];
+    let (id, cmd, sup, keeper) = start_tracked_with(&st, &guard, keeper_mode, &args);
+    st.wait_log(&id, "stdout.log", "up");
+    let stopper = stop_in_background(&st, &guard, &["stop", &id]);
+    wait_text(&got, "TERM");
+    kill9(keeper);
+    let out = stopper.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "TERM\n", "the command got SIGTERM more than once");
+    assert!(wait_gone(&[cmd, sup], SECS(5)).is_empty(), "nothing is left");
+}
+
+#[test]
+fn a_keeper_killed_after_its_term_leaves_no_second_term() {
+    a_keeper_killed_after_its_term(None);
+}
+
+#[test]
+fn a_forked_keeper_killed_after_its_term_leaves_no_second_term() {
+    a_keeper_killed_after_its_term(Some("fork"));
 }
 
 /// The keeper, then the supervisor that adopted the tree, both SIGKILLed during a `stop

@@ -336,6 +336,17 @@ impl StopMachine {
         }
     }
 
+    /// Goes on with a stop another process began and signalled (a killed keeper's, which told
+    /// its supervisor the trigger and when its grace ends): the grace runs on to `until`, and the
+    /// tree gets no second SIGTERM, which many programs take for "quit now" (Node's and npm's
+    /// handlers, a shell `trap` run twice). A stop already under way here is not changed.
+    pub fn resume(&mut self, trigger: Trigger, until: Instant) {
+        self.note(trigger);
+        if matches!(self.phase, Phase::Running | Phase::StdinGrace { .. }) {
+            self.phase = Phase::Terminating { until };
+        }
+    }
+
     /// Starts the stop with the stdin grace first: the provider's stdin reached (or was given)
     /// EOF and it may exit on its own until the grace ends. For stdin EOF, and for owner death
     /// under `--on-owner-death close-stdin` (Orca's `closeRequest: 'stdin-end'`), with
@@ -699,5 +710,21 @@ mod tests {
             assert_eq!(t.to_string(), cause);
             assert_eq!(serde_json::to_value(crate::status::StopReason::from(t)).unwrap(), word);
         }
+    }
+
+    /// A stop taken over from a killed keeper goes on in the grace it had left, without a second
+    /// SIGTERM; at the grace's end it escalates as any stop does.
+    #[test]
+    fn a_resumed_stop_sends_no_second_term_and_escalates_at_the_grace_it_had_left() {
+        let tree = Script { alive: Cell::new(2), ..Script::default() };
+        let mut m = StopMachine::new(policy());
+        let t0 = Instant::now();
+        m.resume(Trigger::SupervisorKilled, ms(t0, 50));
+        assert_eq!(m.phase(), Phase::Terminating { until: ms(t0, 50) });
+        assert_eq!(m.trigger(), Some(Trigger::SupervisorKilled));
+        assert!(tree.sent.borrow().is_empty(), "no signal at the take-over");
+        assert_eq!(m.advance(ms(t0, 10), &tree, false), None);
+        assert!(matches!(m.advance(ms(t0, 50), &tree, false), Some(Step::Escalated { remaining: 2 })));
+        assert_eq!(*tree.sent.borrow(), vec![vec![Signal::KILL]]);
     }
 }

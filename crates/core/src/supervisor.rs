@@ -1024,7 +1024,7 @@ impl Supervisor<'_> {
             // dies by SIGTERM), and what was left of its grace, not a second whole one.
             Some((trigger, until)) if adopted => {
                 let left = Duration::from_millis(until.saturating_sub(process::monotonic_ms()));
-                resume(&mut self.machine, trigger, &self.tree, self.hooks, left);
+                resume(&mut self.machine, trigger, self.hooks, left);
             }
             _ if adopted => begin(&mut self.machine, Trigger::SupervisorKilled, &self.tree, self.hooks),
             _ => {}
@@ -1761,12 +1761,12 @@ fn begin_with(
 
 /// After a keeper's SIGKILL: the stop it had begun for `trigger` goes on with the grace `left`
 /// (the front end heard of it from the keeper already: no [`Happened::Stopping`] again).
-fn resume(machine: &mut StopMachine, trigger: Trigger, tree: &Tree, hooks: &mut dyn Hooks, left: Duration) {
+fn resume(machine: &mut StopMachine, trigger: Trigger, hooks: &mut dyn Hooks, left: Duration) {
     if let Some(policy) = hooks.policy_for_stop(trigger) {
         machine.set_policy(policy);
     }
-    machine.set_policy(StopPolicy { term_grace: left, ..*machine.policy() });
-    machine.begin(trigger, Instant::now(), tree);
+    // The keeper's SIGTERM was sent (it told the stop only after): the grace goes on, no second.
+    machine.resume(trigger, Instant::now() + left);
 }
 
 /// [`begin`] with the stdin grace first ([`StopMachine::begin_with_stdin_grace`]).
