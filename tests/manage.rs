@@ -593,6 +593,40 @@ fn wait_during_start_waits_for_the_command() {
     assert!(start.wait_with_output().unwrap().status.success());
 }
 
+/// An entry that ended without a recorded result (its supervisor and keeper killed, then its
+/// command) makes a wait on several never a success, wherever it is named; and `wait --any` on
+/// entries that had all finished answers with the first to finish, not the first named.
+#[test]
+fn wait_on_several_does_not_depend_on_the_order_they_are_named_in() {
+    let st = State::new();
+    let guard = Guard::new();
+    let three = id_of(&st.start(&["--", "sh", "-c", "exit 3"]));
+    assert_eq!(st.run(&["wait", &three]).status.code(), Some(3));
+    let v = st.start(&["--", "sleep", "100"]);
+    let killed = id_of(&v);
+    let cmd = v["pid"].as_i64().unwrap() as i32;
+    guard.track(cmd);
+    signal(cmd, libc::SIGKILL);
+    assert_eq!(st.run(&["wait", &killed]).status.code(), Some(137));
+    for args in [["--any", killed.as_str(), three.as_str()], ["--any", three.as_str(), killed.as_str()]] {
+        let out = st.run(&[&["wait"], &args[..]].concat());
+        assert_eq!(out.status.code(), Some(3), "wait {args:?}: the first to finish exited 3: {}", stderr(&out));
+    }
+    let zero = id_of(&st.start(&["--", "true"]));
+    assert_eq!(st.run(&["wait", &zero]).status.code(), Some(0));
+    let v = st.start(&["--", "sleep", "100"]);
+    let lost = id_of(&v);
+    let cmd = v["pid"].as_i64().unwrap() as i32;
+    guard.track(cmd);
+    kill_supervisor_and_keeper(v["supervisorPid"].as_i64().unwrap() as i32);
+    signal(cmd, libc::SIGKILL);
+    assert!(wait_gone(&[cmd], SECS(5)).is_empty());
+    for args in [[lost.as_str(), zero.as_str()], [zero.as_str(), lost.as_str()]] {
+        let out = st.run(&[&["wait"], &args[..]].concat());
+        assert_eq!(out.status.code(), Some(125), "wait {args:?}: one ended with no result: {}", stderr(&out));
+    }
+}
+
 #[test]
 fn wait_outlives_a_killed_supervisor_and_never_reports_an_unknown_status_as_0() {
     let st = State::new();

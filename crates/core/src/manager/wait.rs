@@ -186,24 +186,20 @@ impl WaitedMany {
 
     /// The exit status this wait gives `sheepdog wait` ([`crate::exit`]): the decisive entry's
     /// ([`exit_status_of`]: its code, 128 + its signal, 124 for a turn timeout), or 125 when it
-    /// is unknown (its supervisor was killed); 125 too for an entry, before the decisive one,
-    /// that ended without a recorded result; 124 when the wait timed out, whatever else.
+    /// is unknown (its supervisor was killed); at least 125 when any entry ended without a
+    /// recorded result, wherever it stands; 124 when the wait timed out, whatever else.
     pub fn exit_status(&self) -> i32 {
         if self.timed_out() {
             return exit::TIMED_OUT;
         }
-        let mut code = exit::OK;
-        for (i, w) in self.results.iter().enumerate() {
-            if Some(i) == self.decisive
-                && let Waited::Finished(x) = w
-            {
-                code = exit_status_of(x).unwrap_or(exit::USAGE);
-            }
-            if let Waited::NoResult(_) = w {
-                code = code.max(exit::USAGE);
-            }
-        }
-        code
+        let code = match self.decisive.and_then(|i| self.results.get(i)) {
+            Some(Waited::Finished(x)) => exit_status_of(x).unwrap_or(exit::USAGE),
+            Some(Waited::NoResult(_)) => exit::USAGE,
+            _ => exit::OK,
+        };
+        // An entry that ended without a result may have ended last, and how is unknown: never
+        // a success, wherever it stands in the order asked.
+        if self.results.iter().any(|w| matches!(w, Waited::NoResult(_))) { code.max(exit::USAGE) } else { code }
     }
 }
 
@@ -241,8 +237,11 @@ pub fn wait_many(
         return Ok(WaitedMany { results: unfinished_as_timed_out(reg, entries, results), decisive, any, timeout });
     }
     let mut decisive = None;
-    'outer: loop {
+    loop {
         let mut sups = Vec::new();
+        // Of those done by now, the first to finish (by its recorded end; one without a
+        // result, whose end nobody saw, after those), whatever the order asked.
+        let mut done = Vec::new();
         for (i, e) in entries.iter().enumerate() {
             let cur = match reg.read(&e.id) {
                 Ok(c) => c,
@@ -250,17 +249,25 @@ pub fn wait_many(
                 Err(err) => return Err(err.into()),
             };
             if cur.status != Status::Starting && wait_would_return(&cur) {
-                // Its wait may still run out (a cleanup its supervisor is about to run holds
-                // it): that one has not finished first, so the look goes on.
-                let w = wait(reg, &cur, Some(left().unwrap_or(Duration::from_secs(10))))?;
-                let ended = !matches!(w, Waited::TimedOut(_));
-                results[i] = Some(w);
-                if ended {
-                    decisive = Some(i);
-                    break 'outer;
-                }
+                done.push((cur.ended_at.filter(|_| cur.is_finished()).unwrap_or(u64::MAX), i, cur));
+                continue;
             }
             sups.extend(verified_supervisor(&cur));
+        }
+        done.sort_by_key(|(ended, i, _)| (*ended, *i));
+        for (_, i, cur) in done {
+            // Its wait may still run out (a cleanup its supervisor is about to run holds it):
+            // that one has not finished first, so the next is looked at.
+            let w = wait(reg, &cur, Some(left().unwrap_or(Duration::from_secs(10))))?;
+            let ended = !matches!(w, Waited::TimedOut(_));
+            results[i] = Some(w);
+            if ended {
+                decisive = Some(i);
+                break;
+            }
+        }
+        if decisive.is_some() {
+            break;
         }
         let tick = Duration::from_millis(100);
         let wait_for = left().map_or(tick, |l| l.min(tick));
