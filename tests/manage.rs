@@ -627,6 +627,26 @@ fn wait_on_several_does_not_depend_on_the_order_they_are_named_in() {
     }
 }
 
+/// `wait --session` takes an entry whose stop's cleanup still runs, and holds for it, as
+/// `wait` by id does (it said `Nothing to wait for.` at once).
+#[test]
+fn wait_for_a_session_holds_for_a_cleanup_its_stop_triggered() {
+    let st = State::new();
+    let done = st.path().join("done");
+    let cleanup = format!("sleep 1; echo done > {}", done.display());
+    let id = id_of(&st.start(&["--session", "sc", "--cleanup", &cleanup, "--", "sleep", "100"]));
+    let stop = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let end = Instant::now() + SECS(10);
+    while st.entry(&id)["cleanupStartedAt"].is_null() {
+        assert!(Instant::now() < end, "the cleanup never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = st.run(&["wait", "--session", "sc"]);
+    assert!(done.exists(), "wait returned before the cleanup ended: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert!(stop.wait_with_output().unwrap().status.success());
+}
+
 #[test]
 fn wait_outlives_a_killed_supervisor_and_never_reports_an_unknown_status_as_0() {
     let st = State::new();

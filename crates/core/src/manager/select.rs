@@ -7,6 +7,7 @@
 //! ([`Selection::Session`] with that session's id).
 
 use crate::entry::Entry;
+use crate::identity::Probe;
 use crate::registry::{self, Registry, RegistryError};
 
 use super::stop::{find_for_stop, stop_selection};
@@ -67,8 +68,8 @@ impl Selection {
     }
     /// The entries a wait of this selection waits for. By keys: each key's entry
     /// ([`Registry::find`]), finished or not (its wait returns at once), an entry named twice
-    /// taken once. By session: its entries that have not finished, oldest first; by every
-    /// entry: every entry that has not finished. The listing's unreadable entries are in
+    /// taken once. By session: its entries that have not finished (or whose cleanup still
+    /// runs), oldest first; by every entry: every such entry. The listing's unreadable entries are in
     /// [`Selected::set_aside`].
     ///
     /// Errors: the first key that names no entry, or names an entry that cannot be read;
@@ -93,7 +94,8 @@ impl Selection {
         let entries = entries
             .into_iter()
             .filter(|e| session.is_none_or(|s| e.session_id.as_ref() == Some(s)))
-            .filter(|e| crate::inspect::live_status(e, &census).is_live())
+            // One whose stop's cleanup still runs is not done yet: a wait holds for it.
+            .filter(|e| crate::inspect::live_status(e, &census).is_live() || e.cleanup_running())
             .collect();
         Ok(Selected { entries, set_aside })
     }
