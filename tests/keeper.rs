@@ -405,6 +405,37 @@ fn keeper_killed_during_the_cleanup(keeper_mode: Option<&str>) {
     assert_eq!(log.matches("[sheepdog] exited: ").count(), 1, "{log}");
 }
 
+/// CPU time of `raw` so far, in clock ticks (utime + stime, /proc/PID/stat).
+fn cpu_ticks(raw: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{raw}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = after.split_whitespace().map(|x| x.parse().unwrap_or(0)).collect();
+    f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)
+}
+
+/// A keeper killed during the cleanup its turn timeout triggered: the supervisor that settles
+/// the cleanup waits for it idle. The tree's turn timeout, long passed, used to make every wake
+/// of the settle at once: it spun, re-reading the entry, until the cleanup ended.
+#[test]
+fn a_keeper_killed_during_a_timeouts_cleanup_leaves_the_supervisor_idle_while_it_settles() {
+    let st = State::new();
+    let guard = Guard::new();
+    let cl = st.path().join("cl");
+    let cleanup = format!("echo start >> {f}; sleep 2.5; echo end >> {f}", f = cl.display());
+    let args = ["--timeout", "300ms", "--cleanup", &cleanup, "--", "sleep", "304"];
+    let (id, _cmd, sup, keeper) = start_tracked_with(&st, &guard, None, &args);
+    wait_text(&cl, "start");
+    kill9(keeper);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_ticks(sup);
+    std::thread::sleep(Duration::from_millis(1500));
+    let spent = cpu_ticks(sup) - before;
+    assert!(spent < 30, "the settling supervisor spent {spent} ticks of CPU in 1.5 s");
+    wait_text(&cl, "end");
+    assert!(wait_gone(&[sup], SECS(5)).is_empty(), "the supervisor outlived the cleanup");
+    assert_eq!(st.entry(&id)["cleanupResult"]["exitCode"], 0);
+}
+
 /// An entry running `sleep 304` with `cleanup` (grace and kill wait [`GRACE`], and the cleanup
 /// bounded by `bound` when given), started under the keeper `keeper_mode` asks for (`None`: the
 /// default, shared one; checked), its command, supervisor and keeper tracked: its id,

@@ -1376,7 +1376,9 @@ impl Supervisor<'_> {
         self.owner = None;
         self.drain = None;
         (self.watch_stdin, self.terminal, self.supervisor_fd) = (false, None, None);
-        (self.next_scan, self.backlog) = (None, false);
+        // The tree's timers too: the turn timeout that lingering waits for is set as it begins;
+        // one left from the tree's life, passed, would make every later wake at once (a spin).
+        (self.next_scan, self.backlog, self.timeout_at) = (None, false, None);
         self.outcome = Some(Outcome {
             spawned,
             provider,
