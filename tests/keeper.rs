@@ -861,11 +861,15 @@ fn a_stop_past_a_stuck_chain_records_its_one_off_grace_while_it_runs() {
     let stopper = stop_in_background(&st, &guard, &["stop", "--term-grace", "2s", &id]);
     // The stop waits out the stuck supervisor (its 4 s grace, 1.5 s kill wait and a margin), then
     // acts past it.
-    let end = Instant::now() + SECS(15);
-    while st.term_grace_ms(&id) == Some(4000) && Instant::now() < end {
+    // Looked at until it changes (a loaded machine can take a while), and what it changed to
+    // kept: the stop may end, and put the own grace back, before a second look.
+    let end = Instant::now() + SECS(30);
+    let mut seen = st.term_grace_ms(&id);
+    while seen == Some(4000) && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(20));
+        seen = st.term_grace_ms(&id);
     }
-    assert_eq!(st.term_grace_ms(&id), Some(2000), "the one-off, recorded while the stop runs past the chain");
+    assert_eq!(seen, Some(2000), "the one-off, recorded while the stop runs past the chain");
     let out = stopper.wait_with_output().unwrap();
     let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{o}{e}");
