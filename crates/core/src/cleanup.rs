@@ -220,7 +220,7 @@ pub fn settle_abandoned(reg: &Registry, id: &str, by: CleanupRunner, force: bool
         timed_out: true,
         duration_ms: files::now_ms().saturating_sub(started),
         output: vec![format!(
-            "sheepdog: the cleanup's runner was gone; {} stopped it after {}",
+            "sheepdog: the cleanup's runner was gone; {} stopped it past its {} bound",
             runner_words(&by),
             duration::format(Duration::from_millis(c.timeout_ms))
         )],
