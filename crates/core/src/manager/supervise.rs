@@ -763,32 +763,25 @@ impl Hooks for Managed<'_> {
         // dead keeper (which would read as a cleanup that did not finish).
         let me = crate::identity::me();
         let recorded = e.cleanup_state.child().and_then(|c| Pid::new(c.pid));
-        let found = || {
+        // A `sh` found, not recorded (the keeper was killed before it wrote it down), is
+        // recorded now: whoever settles the cleanup past its bound reads its status by it.
+        let found = recorded.is_none().then(|| {
             procfs::children(process::getpid())
                 .into_iter()
                 .filter_map(|c| procfs::stat(c).ok())
                 .find(|s| s.pgrp == s.pid.as_raw())
-        };
-        let sh = match recorded {
-            Some(p) => procfs::stat(p).ok(),
-            None => found(),
-        };
-        // A `sh` found, not recorded (the keeper was killed before it wrote it down), is
-        // recorded now: whoever settles the cleanup past its bound reads its status by it.
-        let child = sh
-            .as_ref()
-            .filter(|_| recorded.is_none())
-            .map(|s| entry::ProcRef { pid: s.pid.as_raw(), start_time: Some(s.start_time) });
+        });
+        let found = found.flatten().map(|s| Member::from_stat(&s));
         let _ = self.write(&mut |e| {
             e.cleanup_state.hand_to(me);
-            if let Some(c) = child.filter(|_| e.cleanup_state.child().is_none()) {
-                e.cleanup_state.spawned(c);
+            if let Some(m) = found.filter(|_| e.cleanup_state.child().is_none()) {
+                e.cleanup_state.spawned(entry::ProcRef { pid: m.pid.as_raw(), start_time: m.start_time });
             }
         });
         let bound_ms = crate::cleanup::deadline_ms(&e).unwrap_or(0);
-        self.keepers_cleanup =
-            Some(KeepersCleanup { sh: recorded.or(sh.as_ref().map(|s| s.pid)), status: None, bound_ms });
-        sh.map(|s| Member::from_stat(&s))
+        let sh = recorded.or(found.map(|m| m.pid));
+        self.keepers_cleanup = Some(KeepersCleanup { sh, status: None, bound_ms });
+        procfs::stat(sh?).ok().map(|s| Member::from_stat(&s))
     }
 
     /// The `sh` ended: what it left is stopped and its status recorded, as its runner would
