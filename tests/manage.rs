@@ -538,6 +538,15 @@ fn names_shaped_like_ids_are_refused() {
     assert!(st.entries().len() == 1);
 }
 
+/// Waits (at most 10 s) until `id`'s cleanup is claimed (`cleanupStartedAt`): its stop runs it.
+fn wait_cleanup_claimed(st: &State, id: &str) {
+    let end = Instant::now() + SECS(10);
+    while st.entry(id)["cleanupStartedAt"].is_null() {
+        assert!(Instant::now() < end, "the cleanup never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn cleanup_in_progress_cannot_be_cleared_and_a_killed_one_is_not_success() {
     let st = State::new();
@@ -545,11 +554,7 @@ fn cleanup_in_progress_cannot_be_cleared_and_a_killed_one_is_not_success() {
     let id = id_of(&v);
     let sup = v["supervisorPid"].as_i64().unwrap() as i32;
     let stop = st.cmd(&["stop", "c"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let end = Instant::now() + SECS(10);
-    while st.entry(&id)["cleanupStartedAt"].is_null() {
-        assert!(Instant::now() < end, "cleanup never started");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_cleanup_claimed(&st, &id);
     let out = st.run(&["clear", "c"]);
     assert_eq!(out.status.code(), Some(1), "clear during the cleanup must refuse");
     assert!(stderr(&out).contains("still finishing"), "{}", stderr(&out));
@@ -636,11 +641,7 @@ fn wait_for_a_session_holds_for_a_cleanup_its_stop_triggered() {
     let cleanup = format!("sleep 1; echo done > {}", done.display());
     let id = id_of(&st.start(&["--session", "sc", "--cleanup", &cleanup, "--", "sleep", "100"]));
     let stop = st.cmd(&["stop", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let end = Instant::now() + SECS(10);
-    while st.entry(&id)["cleanupStartedAt"].is_null() {
-        assert!(Instant::now() < end, "the cleanup never started");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_cleanup_claimed(&st, &id);
     let out = st.run(&["wait", "--session", "sc"]);
     assert!(done.exists(), "wait returned before the cleanup ended: {}", String::from_utf8_lossy(&out.stdout));
     assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
