@@ -776,10 +776,9 @@ fn a_keeper_killed_during_sheepdog_stop_leaves_the_supervisor_to_finish_that_sto
     assert!(wait_gone(&[cmd, sup], SECS(5)).is_empty(), "nothing is left");
 }
 
-/// A keeper killed in the middle of a `stop --term-grace`: the adopting image takes over the
-/// entry's own timings from its front, not the one-off the entry holds while that stop runs, so
-/// the result puts the own grace back and a `restart` repeats it (the adopter used to read the
-/// one-off back from the entry and record it as the entry's own).
+/// A keeper killed in the middle of a `stop --term-grace`: the adopting image goes on with the
+/// one-off, and its result leaves the entry's own grace in effect for a `restart` to repeat (the
+/// adopter used to read the one-off back from the entry and record it as the entry's own).
 #[test]
 fn a_keeper_killed_mid_one_off_stop_leaves_the_entry_its_own_grace() {
     let st = State::new();
@@ -792,7 +791,7 @@ fn a_keeper_killed_mid_one_off_stop_leaves_the_entry_its_own_grace() {
     let out = stopper.wait_with_output().unwrap();
     let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{o}{e}");
-    assert_eq!(st.term_grace_ms(&id), Some(4000), "the entry's own grace, put back with the result");
+    assert_eq!(st.term_grace_ms(&id), Some(4000), "the entry's own grace, in effect with the result");
     assert!(wait_gone(&[cmd, sup], SECS(5)).is_empty(), "nothing is left");
 }
 
@@ -827,8 +826,9 @@ fn a_forked_keeper_killed_after_its_term_leaves_no_second_term() {
 }
 
 /// The keeper, then the supervisor that adopted the tree, both SIGKILLed during a `stop
-/// --term-grace`: the `stop` finishes the stop itself and records it, and puts back the entry's
-/// own grace, as the supervisor would have (the one-off used to stay, and a `restart` repeated it).
+/// --term-grace`: the `stop` finishes the stop itself and records it, which leaves the entry's
+/// own grace in effect, as the supervisor's result would have (the one-off used to stay, and a
+/// `restart` repeated it).
 #[test]
 fn a_stop_that_outlives_the_keeper_and_its_supervisor_puts_the_entrys_own_grace_back() {
     let st = State::new();
@@ -842,15 +842,41 @@ fn a_stop_that_outlives_the_keeper_and_its_supervisor_puts_the_entrys_own_grace_
     let out = stopper.wait_with_output().unwrap();
     let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{o}{e}");
-    assert_eq!(st.term_grace_ms(&id), Some(4000), "the entry's own grace, put back by the stop that recorded it");
+    assert_eq!(st.term_grace_ms(&id), Some(4000), "the entry's own grace, in effect with the result the stop recorded");
     // Killed here, not by the stop (whatever reaps the supervisor's zombie, and when).
     assert_eq!(st.entry(&id)["statusText"], "stopped (by sheepdog stop; the supervisor was gone)");
     assert!(wait_gone(&[cmd], SECS(5)).is_empty(), "nothing is left");
 }
 
+/// The `stop --term-grace`, the keeper and the supervisor all SIGKILLed in the middle of that
+/// stop: nobody is left to put the entry's own grace back, so it must never have been replaced.
+/// The one-off is recorded beside it (`stopUnderWay`) and ends with the next stop's result, and
+/// a `restart` repeats the own grace (the one-off used to stay as the entry's own for good).
+#[test]
+fn a_one_off_stop_killed_with_its_whole_chain_leaves_the_entrys_own_grace() {
+    let st = State::new();
+    let guard = Guard::new();
+    let (id, cmd, sup, keeper) = start_tracked(&st, &guard, &["--term-grace", "4s", "--", "sh", "-c", IGNORES_TERM]);
+    let mut stopper = stop_in_background(&st, &guard, &["stop", "--term-grace", "2s", &id]);
+    st.wait_log(&id, "combined.log", "[sheepdog] stopping:");
+    assert_eq!(st.term_grace_ms(&id), Some(2000), "the one-off, in effect while its stop runs");
+    kill9(stopper.id() as i32);
+    kill9(keeper);
+    kill9(sup);
+    let _ = stopper.wait();
+    assert!(wait_gone(&[keeper, sup], SECS(5)).is_empty(), "the chain is gone");
+    assert_eq!(st.own_term_grace_ms(&id), Some(4000), "the entry's own grace, untouched by the one-off");
+    st.ok(&["stop", &id]);
+    assert_eq!(st.term_grace_ms(&id), Some(4000), "the own grace, in effect once the stop is recorded");
+    assert!(wait_gone(&[cmd], SECS(5)).is_empty(), "nothing is left");
+    let new_id = st.restart_tracked(&guard, &id);
+    assert_eq!(st.own_term_grace_ms(&new_id), Some(4000), "the restart repeats the entry's own grace");
+    st.ok(&["stop", "--term-grace", "0ms", &new_id]);
+}
+
 /// A `stop --term-grace` past a stuck chain (supervisor and keeper SIGSTOPped): the stop acts
-/// itself with the request's grace, records it while it runs, as a supervisor does, and puts
-/// the entry's own back with the result (the entry used to show the own grace throughout).
+/// itself with the request's grace, records it while it runs, as a supervisor does, and the
+/// result leaves the entry's own in effect (the entry used to show the own grace throughout).
 #[test]
 fn a_stop_past_a_stuck_chain_records_its_one_off_grace_while_it_runs() {
     let st = State::new();

@@ -193,7 +193,7 @@ fn a_one_off_term_grace_reaches_the_supervisor_on_a_full_disk() {
     assert_eq!(wait_gone(&pids, SECS(10)), Vec::<i32>::new(), "nothing is left");
 }
 
-/// The `stop.termGraceMs` `id` records once it is no longer `from` (a stop began with another
+/// The term grace `id` records in effect once it is no longer `from` (a stop began with another
 /// grace), looked at for up to 10 s; what it records then.
 fn grace_once_changed(st: &State, id: &str, from: u64) -> Option<u64> {
     let deadline = Instant::now() + SECS(10);
@@ -302,12 +302,7 @@ fn a_one_off_term_grace_does_not_outlive_its_stop_into_a_restart() {
     guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
     st.ok(&["stop", "--term-grace", "0ms", &id]);
     assert_eq!(st.term_grace_ms(&id), Some(2000), "the stopped entry's own grace");
-    let new = st.ok(&["restart", "--json", &id]);
-    let new: serde_json::Value = serde_json::from_str(new.trim()).unwrap();
-    let new = &new["restarted"][0];
-    let new_id = new["id"].as_str().unwrap().to_string();
-    guard.track(new["pid"].as_i64().unwrap() as i32);
-    guard.track(new["supervisorPid"].as_i64().unwrap() as i32);
+    let new_id = st.restart_tracked(&guard, &id);
     assert_eq!(st.term_grace_ms(&new_id), Some(2000), "the restart repeats the entry's grace, not the one-off");
     st.ok(&["stop", "--term-grace", "0ms", &new_id]);
 }

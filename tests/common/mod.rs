@@ -234,6 +234,15 @@ impl State {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `restart --json ID`: the new entry's id, its command and supervisor tracked by `guard`.
+    pub fn restart_tracked(&self, guard: &Guard, id: &str) -> String {
+        let out: serde_json::Value = serde_json::from_str(self.ok(&["restart", "--json", id]).trim()).unwrap();
+        let new = &out["restarted"][0];
+        guard.track(new["pid"].as_i64().unwrap() as i32);
+        guard.track(new["supervisorPid"].as_i64().unwrap() as i32);
+        new["id"].as_str().unwrap().to_string()
+    }
+
     /// `start --json ARGS` and the parsed object.
     pub fn start(&self, args: &[&str]) -> serde_json::Value {
         let mut a = vec!["start", "--json"];
@@ -247,11 +256,24 @@ impl State {
         v["entries"].as_array().cloned().unwrap_or_default()
     }
 
-    /// The `stop.termGraceMs` recorded in `id`'s entry.json (the grace a running stop uses, or
-    /// the entry's own); `None` while the file cannot be read or parsed (a write in progress).
+    /// The term grace (ms) in effect for `id` as its entry.json records it: a stop under way's
+    /// one-off (`stopUnderWay`) until a result is recorded, else the entry's own (`stop`);
+    /// `None` while the file cannot be read or parsed (a write in progress).
     pub fn term_grace_ms(&self, id: &str) -> Option<u64> {
+        let e = self.raw_entry(id)?;
+        let unfinished = matches!(e["status"].as_str(), Some("starting" | "running"));
+        e["stopUnderWay"]["termGraceMs"].as_u64().filter(|_| unfinished).or_else(|| e["stop"]["termGraceMs"].as_u64())
+    }
+
+    /// The entry's own term grace (ms) in its entry.json (`stop.termGraceMs`), whatever stop runs.
+    pub fn own_term_grace_ms(&self, id: &str) -> Option<u64> {
+        self.raw_entry(id)?["stop"]["termGraceMs"].as_u64()
+    }
+
+    /// `id`'s entry.json as it is on disk; `None` while it cannot be read or parsed.
+    fn raw_entry(&self, id: &str) -> Option<serde_json::Value> {
         let text = std::fs::read(self.path().join("procs").join(id).join("entry.json")).ok()?;
-        serde_json::from_slice::<serde_json::Value>(&text).ok()?["stop"]["termGraceMs"].as_u64()
+        serde_json::from_slice(&text).ok()
     }
 
     pub fn entry(&self, id: &str) -> serde_json::Value {

@@ -443,7 +443,14 @@ pub struct Entry {
     pub cleanup_state: CleanupState,
     /// The extra environment given with `--env`, as `K=V`, byte-exact (the cleanup gets it too).
     pub env: Vec<OsText>,
+    /// The entry's own stop timings, as it was started with them (what `restart` repeats).
     pub stop: StopTimings,
+    /// The timings of a stop under way that a request gave a one-off grace (`stop
+    /// --term-grace`; `stopUnderWay`, absent otherwise): recorded by whoever runs that stop, so
+    /// that other stops wait as long as it may take. Never replaces [`Entry::stop`], so a stop
+    /// killed in its middle leaves the entry's own timings as they were; read through
+    /// [`Entry::stop_in_effect`], which ignores it once a result is recorded.
+    pub stop_under_way: Option<StopTimings>,
     pub timeout_ms: Option<u64>,
     /// Per-file log cap in bytes; `None`: the default (64 MiB).
     pub log_max_bytes: Option<u64>,
@@ -503,6 +510,15 @@ impl Entry {
         self.status.is_finished()
     }
 
+    /// The stop timings that hold now: those of a stop under way with a one-off grace
+    /// ([`Entry::stop_under_way`]) until a result is recorded, else the entry's own.
+    pub fn stop_in_effect(&self) -> StopTimings {
+        match self.stop_under_way {
+            Some(t) if !self.is_finished() => t,
+            _ => self.stop,
+        }
+    }
+
     /// `NAME (ID)` for messages. Without a name, the command's program name stands in
     /// (`sleep (proc_3)`), so every message keeps one shape.
     pub fn label(&self) -> String {
@@ -547,6 +563,7 @@ impl Entry {
         };
         self.status = status;
         self.status_text = Some(text);
+        self.stop_under_way = None;
         if reason.is_some() {
             self.stop_reason = reason;
             self.tree_gone = Some(tree_gone);
@@ -581,6 +598,7 @@ impl Entry {
     pub fn record_result(&mut self, r: SupervisorResult) {
         self.status = r.status;
         self.status_text = Some(r.text);
+        self.stop_under_way = None;
         if let Some(c) = r.exit_code {
             self.exit_code = Some(c);
         }
@@ -677,6 +695,8 @@ mod wire {
         cleanup_result: Option<Cow<'a, CleanupResult>>,
         env: Cow<'a, [OsText]>,
         stop: StopTimings,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stop_under_way: Option<StopTimings>,
         timeout_ms: Option<u64>,
         log_max_bytes: Option<u64>,
         status: Status,
@@ -756,6 +776,7 @@ mod wire {
                 cleanup: e.cleanup.as_ref().map(Cow::Borrowed),
                 env: Cow::Borrowed(&e.env),
                 stop: e.stop,
+                stop_under_way: e.stop_under_way,
                 timeout_ms: e.timeout_ms,
                 log_max_bytes: e.log_max_bytes,
                 status: e.status,
@@ -814,6 +835,7 @@ mod wire {
                 cleanup: w.cleanup.map(Cow::into_owned),
                 env: w.env.into_owned(),
                 stop: w.stop,
+                stop_under_way: w.stop_under_way,
                 timeout_ms: w.timeout_ms,
                 log_max_bytes: w.log_max_bytes,
                 status: w.status,
@@ -1016,7 +1038,7 @@ fn base(w: &str) -> &str {
 mod transition_tests {
     use crate::status::{Status, StopReason};
 
-    use super::{Entry, OutsideResult, RecordedMember, SupervisorResult};
+    use super::{Entry, OutsideResult, RecordedMember, StopTimings, SupervisorResult};
 
     #[test]
     fn a_result_from_outside_never_overwrites_the_supervisors() {
@@ -1066,6 +1088,38 @@ mod transition_tests {
         assert_eq!((e.signal.as_ref().map(|s| s.name()), e.exit_code), (Some("SIGKILL".to_string()), None));
         assert_eq!((e.stop_reason, e.tree_gone, e.cgroup_leftover), (Some(StopReason::Signal), Some(true), Some(true)));
         assert!(e.ended_at.is_some());
+    }
+
+    /// A one-off stop's timings hold while it runs, sit beside the entry's own (never over
+    /// them), and end with any result: the supervisor's, or one recorded from outside.
+    #[test]
+    fn a_stop_under_way_holds_until_a_result_and_leaves_the_own_timings_alone() {
+        let own = StopTimings { stdin_grace_ms: 0, term_grace_ms: 4000, kill_wait_ms: 1500, max_stop_ms: 5500 };
+        let one_off = StopTimings { term_grace_ms: 2000, max_stop_ms: 3500, ..own };
+        let running = Entry { status: Status::Running, stop: own, stop_under_way: Some(one_off), ..Entry::default() };
+        assert_eq!(running.stop_in_effect(), one_off);
+        let text = serde_json::to_string(&running).unwrap();
+        assert!(text.contains(r#""stopUnderWay":{"stdinGraceMs":0,"termGraceMs":2000"#), "{text}");
+        assert_eq!(serde_json::from_str::<Entry>(&text).unwrap(), running, "read back whole");
+        let stale = Entry { status: Status::Stopped, ..running.clone() };
+        assert_eq!(stale.stop_in_effect(), own, "a result recorded: the own timings, whatever is left beside them");
+        let mut outside = running.clone();
+        outside.finish_from_outside(OutsideResult::Reaped, true);
+        assert_eq!((outside.stop, outside.stop_under_way), (own, None));
+        let mut supervised = running;
+        supervised.record_result(SupervisorResult {
+            status: Status::Stopped,
+            text: "stopped".into(),
+            exit_code: None,
+            signal: None,
+            core_dumped: false,
+            stop_reason: Some(StopReason::Signal),
+            tree_gone: true,
+            cgroup_left: false,
+        });
+        assert_eq!((supervised.stop, supervised.stop_under_way), (own, None));
+        let none = serde_json::to_string(&Entry::default()).unwrap();
+        assert!(!none.contains("stopUnderWay"), "absent when no stop under way: the layout as before");
     }
 
     #[test]

@@ -47,9 +47,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::entry::StopTimings;
 use crate::spawn::Spawned;
-use crate::stop::{StopPolicy, Trigger};
+use crate::stop::Trigger;
 use crate::sys::process::{self, Forked};
 use crate::sys::signal::{SignalPipe, pipe_cloexec, set_nonblocking};
 use crate::sys::{Pgid, Pid, Signal, WaitStatus};
@@ -194,15 +193,10 @@ pub(crate) struct Handover {
     pub cgroup: Option<(PathBuf, u64)>,
     /// The process group to give the terminal back to once the tree is gone.
     pub terminal_home: Option<Pgid>,
-    /// The supervisor's own stop policy, as it was before any stop. A managed entry records a
-    /// stop's one-off `--term-grace` while that stop runs, so an image adopting the tree in the
-    /// middle of it would otherwise read the one-off back as the entry's own, and put it back
-    /// with the result for a `restart` to repeat.
-    pub policy: Option<StopPolicy>,
 }
 
 impl Handover {
-    /// `SHEEPDOG_ADOPT_TREE=f<pid>,<pid>;i<fd>,<fd>;t<pgid>;p<stdin ms>,<term ms>,<kill ms>;c<inode>:<path>`
+    /// `SHEEPDOG_ADOPT_TREE=f<pid>,<pid>;i<fd>,<fd>;t<pgid>;c<inode>:<path>`
     /// (each part optional; the path last, as it may hold any byte but NUL).
     fn to_env(&self) -> String {
         let foreign: Vec<String> = self.foreign.iter().map(|p| p.as_raw().to_string()).collect();
@@ -210,9 +204,6 @@ impl Handover {
         let mut v = format!("{TREE_VAR}=f{};i{}", foreign.join(","), inherit.join(","));
         if let Some(t) = self.terminal_home {
             v.push_str(&format!(";t{}", t.as_raw()));
-        }
-        if let Some(p) = self.policy.map(|p| p.timings()) {
-            v.push_str(&format!(";p{},{},{}", p.stdin_grace_ms, p.term_grace_ms, p.kill_wait_ms));
         }
         if let Some((path, inode)) = &self.cgroup {
             v.push_str(&format!(";c{inode}:{}", path.display()));
@@ -318,8 +309,6 @@ pub struct Adoption {
     pub(crate) cgroup: Option<(PathBuf, u64)>,
     /// The group to give the terminal back to.
     pub(crate) terminal_home: Option<Pgid>,
-    /// The supervisor's own stop policy from before the split ([`Handover::policy`]).
-    pub(crate) policy: Option<StopPolicy>,
     /// The fds left open for this image ([`Handover::inherit`]), until taken.
     inherited: Vec<RawFd>,
 }
@@ -369,14 +358,7 @@ fn parse_adoption(found: &str, tree: &str) -> Option<Adoption> {
         (0..hex.len() / 2).filter_map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()).collect();
     let mut report = Report { keeper: Some(keeper), ..Report::default() };
     report.read(&bytes);
-    let mut a = Adoption {
-        report,
-        foreign: Vec::new(),
-        cgroup: None,
-        terminal_home: None,
-        policy: None,
-        inherited: Vec::new(),
-    };
+    let mut a = Adoption { report, foreign: Vec::new(), cgroup: None, terminal_home: None, inherited: Vec::new() };
     let mut rest = tree;
     while !rest.is_empty() {
         let (part, more) = match rest.as_bytes()[0] {
@@ -388,13 +370,6 @@ fn parse_adoption(found: &str, tree: &str) -> Option<Adoption> {
         match (part.as_bytes()[0], &part[1..]) {
             (b'f', list) => a.foreign = list.split(',').filter_map(|p| Pid::new(p.parse().ok()?)).collect(),
             (b't', g) => a.terminal_home = g.parse().ok().and_then(Pgid::new),
-            (b'p', ms) => {
-                let ms: Vec<u64> = ms.split(',').filter_map(|n| n.parse().ok()).collect();
-                if let [stdin_grace_ms, term_grace_ms, kill_wait_ms] = ms[..] {
-                    let t = StopTimings { stdin_grace_ms, term_grace_ms, kill_wait_ms, max_stop_ms: 0 };
-                    a.policy = Some(StopPolicy::from_timings(&t));
-                }
-            }
             (b'i', list) => {
                 a.inherited = list.split(',').filter_map(|f| f.parse().ok()).collect();
             }
@@ -562,22 +537,15 @@ mod tests {
 
     use super::{Handover, Message, TREE_VAR, parse_adoption};
 
-    /// What the split hands an adopting image comes back whole from its variable: the own stop
-    /// policy among it (a managed entry mid-stop holds a one-off grace, not its own), and a
-    /// cgroup path with `;` and `:` in it, which runs to the end.
+    /// What the split hands an adopting image comes back whole from its variable, a cgroup
+    /// path with `;` and `:` in it (which runs to the end) among it.
     #[test]
     fn the_handover_round_trips_through_its_variable() {
-        let policy = crate::stop::StopPolicy {
-            stdin_grace: std::time::Duration::ZERO,
-            term_grace: std::time::Duration::from_millis(4000),
-            kill_wait: std::time::Duration::from_millis(1500),
-        };
         let handover = Handover {
             foreign: vec![Pid::new(7).unwrap(), Pid::new(9).unwrap()],
             inherit: vec![3, 4],
             terminal_home: Pid::new(12).map(Pid::as_group),
             cgroup: Some(("/sys/fs/cgroup/a;b:c".into(), 77)),
-            policy: Some(policy),
             ..Handover::default()
         };
         let env = handover.to_env();
@@ -587,9 +555,6 @@ mod tests {
         assert_eq!(a.inherited, vec![3, 4]);
         assert_eq!(a.terminal_home, handover.terminal_home);
         assert_eq!(a.cgroup, handover.cgroup);
-        assert_eq!(a.policy, Some(policy));
-        let none = Handover { policy: None, ..Handover::default() }.to_env();
-        assert_eq!(parse_adoption("s9:", none.strip_prefix(&format!("{TREE_VAR}=")).unwrap()).unwrap().policy, None);
     }
 
     #[test]

@@ -719,7 +719,6 @@ impl Setup {
             foreign: self.foreign.iter().map(|m| m.pid).collect(),
             cgroup: self.containment.cgroup.as_ref().map(|c| (c.path().to_path_buf(), c.inode())),
             terminal_home: self.terminal_home,
-            policy: Some(opts.policy),
         };
         match crate::keeper::split(signals, &handled_signals(), handover).map_err(io_err("make the keeper"))? {
             Role::Keeper(l) => {

@@ -429,7 +429,9 @@ pub fn view_with_status(reg: &Registry, e: &Entry, status: Status, with_tree: bo
         cleanup_result: e.cleanup_state.result().cloned(),
         cleanup_started_at: e.cleanup_state.claimed_at(),
         timeout_ms: e.timeout_ms,
-        stop: e.stop,
+        // A `stop --term-grace` under way shows its one-off grace, as it did when it was
+        // recorded in the entry's own place.
+        stop: e.stop_in_effect(),
         stop_reason: e.stop_reason.clone(),
         tree_gone: e.tree_gone,
         log_max_bytes: e.log_max_bytes,

@@ -159,7 +159,7 @@ pub fn reap(reg: &Registry, dry_run: bool) -> Reaped {
             ));
             continue;
         }
-        let report = stop::stop_blocking(&tree, StopPolicy::from_timings(&e.stop));
+        let report = stop::stop_blocking(&tree, StopPolicy::from_timings(&e.stop_in_effect()));
         logs::append_marker(
             &reg.dir(&e.id),
             &format!(

@@ -4,7 +4,7 @@
 use crate::identity::Probe;
 use std::time::{Duration, Instant};
 
-use crate::entry::{self, Entry, OutsideResult};
+use crate::entry::{self, Entry, OutsideResult, StopTimings};
 use crate::inspect::recorded_tree;
 use crate::logs;
 use crate::registry::{self, Registry, RegistryError};
@@ -313,24 +313,23 @@ pub(super) fn stop_settled(
 fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Result<Stopped, ManagerError> {
     let id = entry.id.clone();
     let mut entry = entry.clone();
-    // The entry's own timings, as this stop found them: a supervisor records a one-off grace
-    // while its stop runs and puts these back with its result; when this stop records the
-    // result in its place (the supervisor killed meanwhile), it puts them back.
-    let own_stop = entry.stop;
     // A supervisor already stopping keeps the grace it started with: wait for the longer.
-    let before = Duration::from_millis(entry.stop.max_stop_ms);
-    // The request's one-off grace: this copy says what this stop waits for (and stops with, past
-    // a stuck supervisor); the supervisor hears it with the signal, not from the entry.
+    let before = Duration::from_millis(entry.stop_in_effect().max_stop_ms);
+    // The request's one-off timings: in this copy they say what this stop waits for (and stops
+    // with, past a stuck supervisor); the supervisor hears them with the signal, not from the
+    // entry, and records them as the stop under way beside the entry's own.
+    let asked = term_grace.map(|g| with_term_grace(&entry.stop, g));
     let one_off = |e: &mut Entry| {
-        if let Some(g) = term_grace {
-            with_term_grace(e, g);
+        if asked.is_some() {
+            e.stop_under_way = asked;
         }
     };
     one_off(&mut entry);
     let mut past_a_stuck_supervisor = false;
     if let Some(sup) = verified_supervisor(&entry) {
         ask_to_stop(reg, &id, &sup, term_grace);
-        let bound = before.max(Duration::from_millis(entry.stop.max_stop_ms)) + cleanup_bound(&entry) + STOP_MARGIN;
+        let bound =
+            before.max(Duration::from_millis(entry.stop_in_effect().max_stop_ms)) + cleanup_bound(&entry) + STOP_MARGIN;
         let deadline = Instant::now() + bound;
         let exited = wait_pidfd(&sup, Some(bound));
         let mut now = reg.read(&id)?;
@@ -356,9 +355,7 @@ fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Res
             let mut known = now.clone();
             known.finish_from_outside(OutsideResult::StoppedPast(why), true);
             if let Err(source) = reg.update(&id, |e| {
-                if e.finish_from_outside(OutsideResult::StoppedPast(why), true) && term_grace.is_some() {
-                    e.stop = own_stop;
-                }
+                e.finish_from_outside(OutsideResult::StoppedPast(why), true);
             }) && source.is_not_written()
             {
                 return Err(ManagerError::NotRecorded { label: now.label(), entry: Box::new(known), source });
@@ -388,20 +385,19 @@ fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Res
         entry = now;
         one_off(&mut entry);
         entry.members.extend(adopted);
-        // The stop goes on here with the request's grace: recorded while it runs, as the
-        // supervisor records it (what other stops wait for); the entry's own come back with
-        // the result below.
-        if term_grace.is_some() {
-            let timings = entry.stop;
+        // The stop goes on here with the request's grace: recorded as the stop under way while
+        // it runs, as the supervisor records it (what other stops wait for); the result below
+        // ends it.
+        if asked.is_some() {
             let _ = reg.update(&id, |e| {
                 if !e.is_finished() {
-                    e.stop = timings;
+                    e.stop_under_way = asked;
                 }
             });
         }
     }
     let report = match recorded_tree(&entry) {
-        Some(tree) => stop::stop_blocking(&tree, StopPolicy::from_timings(&entry.stop)),
+        Some(tree) => stop::stop_blocking(&tree, StopPolicy::from_timings(&entry.stop_in_effect())),
         None => stop::StopReport { gone: true, escalated: false, signalled: 0 },
     };
     let why = if past_a_stuck_supervisor {
@@ -420,9 +416,6 @@ fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Res
     let live = if report.gone { Vec::new() } else { recorded_tree(&entry).map(|t| t.live()).unwrap_or_default() };
     let recorded = reg.update(&id, |e| {
         let finished = e.finish_from_outside(OutsideResult::StoppedPast(why), report.gone);
-        if finished && term_grace.is_some() {
-            e.stop = own_stop;
-        }
         if finished && !report.gone {
             e.status_text = Some(crate::tree::unfinished_text(&format!("stopped (by sheepdog stop; {why})"), &live));
         }
@@ -439,9 +432,9 @@ fn stop_tree(reg: &Registry, entry: &Entry, term_grace: Option<Duration>) -> Res
     Ok(Stopped::FromOutside { entry: Box::new(settle_cgroup(reg, e)), gone: report.gone })
 }
 
-/// `e`'s stop timings with the term grace `g` in place of its own.
-fn with_term_grace(e: &mut Entry, g: Duration) {
-    e.stop = StopPolicy { term_grace: g, ..StopPolicy::from_timings(&e.stop) }.timings();
+/// The timings `own` with the term grace `g` in its place (`maxStopMs` derived again).
+fn with_term_grace(own: &StopTimings, g: Duration) -> StopTimings {
+    StopPolicy { term_grace: g, ..StopPolicy::from_timings(own) }.timings()
 }
 
 /// Asks a verified supervisor for the one stop: SIGTERM, carrying `term_grace` (ms) as the
@@ -457,7 +450,11 @@ fn ask_to_stop(reg: &Registry, id: &str, sup: &crate::sys::process::PidFd, term_
         {
             return;
         }
-        let _ = reg.update(id, |e| with_term_grace(e, g));
+        let _ = reg.update(id, |e| {
+            if !e.is_finished() {
+                e.stop_under_way = Some(with_term_grace(&e.stop, g));
+            }
+        });
     }
     let _ = sup.send(Signal::TERM);
 }

@@ -246,9 +246,6 @@ fn prepare<'a>(
             Err(e) => return Err((exit::USAGE, format!("unable to open /dev/null: {e}"))),
         }
     };
-    // An image adopting the tree after its keeper's SIGKILL may find the entry in the middle of
-    // a stop, holding that stop's one-off timings: its own came with the adoption.
-    let own_stop = adoption.as_ref().and_then(|a| a.policy).map_or(entry.stop, |p| p.timings());
     let opts = Options {
         argv,
         spawn: SpawnOptions {
@@ -268,7 +265,7 @@ fn prepare<'a>(
         },
         owner: entry.owner.and_then(|o| Pid::new(o.pid)).map(Owner::Process),
         on_stdin_eof: OnStdinEof::Ignore,
-        policy: StopPolicy::from_timings(&own_stop),
+        policy: StopPolicy::from_timings(&entry.stop),
         timeout: entry.timeout_ms.map(Duration::from_millis),
         containment: cgroup::Request { label: id.to_string(), name: cgroup_name, ..containment },
         adoption,
@@ -277,7 +274,6 @@ fn prepare<'a>(
     let managed = Managed {
         reg,
         id: id.to_string(),
-        own_stop,
         adopted: false,
         keepers_cleanup: None,
         known: entry,
@@ -303,11 +299,6 @@ struct Managed<'a> {
     seen: std::collections::HashSet<(i32, u64)>,
     /// `--stdin pipe`, until the input is ended or the tree is gone.
     stdin: Option<super::stdin::StdinPipe>,
-    /// The entry's own stop timings, as this supervisor found them (only a stop's one-off
-    /// `--term-grace` changes them, and only while that stop runs): put back with the result,
-    /// so that the one-off holds for that stop only and a `restart` repeats the entry's own
-    /// options.
-    own_stop: entry::StopTimings,
     /// This supervisor took the tree over from its killed keeper ([`Happened::Adopted`]).
     adopted: bool,
     /// The cleanup the killed keeper was running, let finish after the take-over
@@ -454,7 +445,7 @@ impl Managed<'_> {
         let mut claimed = false;
         // The keeper had recorded the result (and said so in the log): left as it is.
         let mut kept_the_keepers = false;
-        let (own_stop, adopted) = (self.own_stop, self.adopted);
+        let adopted = self.adopted;
         // An unfinished stop: who is left, by identity (a later stop or reap looks for them), and
         // in the status text who it is, or the reason when it is a refused signal.
         let mut apply =
@@ -496,7 +487,6 @@ impl Managed<'_> {
                     tree_gone: outcome.tree_gone,
                     cgroup_left: outcome.cgroup_left,
                 });
-                e.stop = own_stop;
                 // A stop (not the command's own exit) is two steps: the tree, then the cleanup. The
                 // claim goes in the same write as the result, so nobody who reads a stopped entry
                 // (`wait`, `clear`) can see its cleanup as not yet triggered.
@@ -621,14 +611,14 @@ impl Managed<'_> {
             Happened::Stopping { trigger, policy } if trigger != Trigger::ProviderExited => {
                 // Recorded before the first signal: a supervisor and keeper both killed in the
                 // middle of the stop leave an entry that says a stop began, and why, and with
-                // which timings (a `stop --term-grace` request's one-off grace: what readers of
-                // `maxStopMs` wait for; the entry's own are put back with the result).
+                // which timings when a `stop --term-grace` gave it a one-off grace (what other
+                // stops wait for: `stopUnderWay`, beside the entry's own, which stay as they are).
                 let reason = StopReason::from(trigger);
-                let timings = policy.timings();
+                let policy = *policy;
                 let _ = self.write(&mut |e| {
                     if !e.is_finished() && e.stop_reason.is_none() {
                         e.stop_reason = Some(reason.clone());
-                        e.stop = timings;
+                        e.stop_under_way = (policy != StopPolicy::from_timings(&e.stop)).then(|| policy.timings());
                     }
                 });
                 Recorded::Nothing
@@ -668,11 +658,11 @@ impl Managed<'_> {
 impl Hooks for Managed<'_> {
     fn policy_for_stop(&mut self, _trigger: Trigger) -> Option<StopPolicy> {
         match self.reg.read(&self.id) {
-            Ok(e) => Some(StopPolicy::from_timings(&e.stop)),
+            Ok(e) => Some(StopPolicy::from_timings(&e.stop_in_effect())),
             // Found corrupt as the stop begins: rewritten now, so the stop's result (and the
             // next `stop` or `reap`) can be recorded.
             Err(RegistryError::Corrupt { .. }) => {
-                self.repair(&mut |_| {}).ok().map(|e| StopPolicy::from_timings(&e.stop))
+                self.repair(&mut |_| {}).ok().map(|e| StopPolicy::from_timings(&e.stop_in_effect()))
             }
             Err(_) => None,
         }
