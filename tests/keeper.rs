@@ -1119,6 +1119,38 @@ fn a_cleanup_stays_bounded_when_the_supervisor_is_killed_while_it_runs() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A `stop` SIGKILLed while the cleanup of an entry that had already ended runs: the supervisor
+/// that stayed for that cleanup (the entry has a turn timeout) runs it when the stop comes, as
+/// it does for the owner's death or the timeout, so the cleanup stays bounded by its timeout and
+/// its result is recorded. It ran in the `stop`, and a killed `stop` left it running for good.
+#[test]
+fn a_lingering_entrys_cleanup_stays_bounded_when_the_stop_that_asked_for_it_is_killed() {
+    let st = State::new();
+    let guard = Guard::new();
+    let pidfile = st.path().join("cleanup.pid");
+    let cleanup = format!("echo $$ > {}; exec sleep 307", pidfile.display());
+    let args = ["--timeout", "600s", "--cleanup", &cleanup, "--cleanup-timeout", "1s", "--", "true"];
+    let (id, _cmd, sup, keeper) = start_tracked(&st, &guard, &args);
+    let out = st.run(&["wait", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
+    let mut stopper = stop_in_background(&st, &guard, &["stop", &id]);
+    wait_text(&pidfile, "\n");
+    let sh: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    guard.track(sh);
+    kill9(stopper.id() as i32);
+    let _ = stopper.wait();
+    // Its 1 s timeout, then SIGTERM (the sleep dies of it), with room for a loaded machine.
+    assert!(wait_gone(&[sh], SECS(10)).is_empty(), "the cleanup outlived its bound");
+    let end = Instant::now() + SECS(10);
+    while st.entry(&id)["cleanupResult"].is_null() {
+        assert!(Instant::now() < end, "no cleanup result");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = &st.entry(&id)["cleanupResult"];
+    assert_eq!((&r["timedOut"], &r["ranBy"]), (&true.into(), &"supervisor".into()), "{r}");
+    assert!(wait_gone(&[sup, keeper], SECS(5)).is_empty(), "the supervisor left once the cleanup ran");
+}
+
 #[test]
 fn a_cleanup_whose_runner_died_is_stopped_by_the_next_reap_past_its_deadline() {
     let (st, _guard, id, sup, pids) = cleanup_with_escapes();

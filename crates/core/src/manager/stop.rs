@@ -281,6 +281,9 @@ pub(super) fn stop_settled(
     } else {
         stop_tree(reg, entry, term_grace)?
     };
+    if matches!(stopped, Stopped::AlreadyEnded) {
+        ask_the_lingering_supervisor(reg, entry);
+    }
     // An entry of a previous boot has nothing to run its cleanup for.
     let ran = entry.this_boot().then(|| crate::cleanup::run_once(reg, &id, CleanupRunner::Stop)).flatten();
     match stopped {
@@ -304,6 +307,28 @@ pub(super) fn stop_settled(
             };
             let (not_signalled, left) = unfinished(&e, gone);
             Ok(StopOutcome { entry: e, already_finished: false, tree_gone: gone, not_signalled, left })
+        }
+    }
+}
+
+/// An ended entry whose supervisor stayed for its pending cleanup (it has an owner or a
+/// timeout): that supervisor runs the cleanup, as it does for the owner's death or the timeout,
+/// asked with a stop's SIGTERM. It bounds the cleanup even if this process is killed meanwhile;
+/// run here, a SIGKILLed `stop` left it running past its bound. Waits until the claim is made
+/// (the cleanup step after it then waits for its result) or the supervisor is gone, at most
+/// [`STOP_MARGIN`]: a stuck supervisor leaves the cleanup to this stop.
+fn ask_the_lingering_supervisor(reg: &Registry, entry: &Entry) {
+    if !entry.cleanup_pending() {
+        return;
+    }
+    let Some(sup) = verified_supervisor(entry) else { return };
+    if sup.send(Signal::TERM).is_err() {
+        return;
+    }
+    let end = Instant::now() + STOP_MARGIN;
+    while Instant::now() < end && !wait_pidfd(&sup, Some(Duration::from_millis(20))) {
+        if reg.read(&entry.id).is_ok_and(|e| !e.cleanup_pending()) {
+            return;
         }
     }
 }
