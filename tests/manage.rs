@@ -565,6 +565,37 @@ fn cleanup_in_progress_cannot_be_cleared_and_a_killed_one_is_not_success() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+/// A wait that runs out while an ended entry's cleanup runs names the entry and says what runs
+/// on (it said `: still running after 300ms; ...`, naming nobody, as the command had ended).
+#[test]
+fn a_wait_that_runs_out_during_a_cleanup_says_the_cleanup_runs_on() {
+    let st = State::new();
+    let guard = Guard::new();
+    let pidfile = st.path().join("cleanup.pid");
+    let cleanup = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+    let v = st.start(&["--name", "c", "--cleanup", &cleanup, "--", "sleep", "1000"]);
+    let id = id_of(&v);
+    guard.track(v["pid"].as_i64().unwrap() as i32);
+    guard.track(v["supervisorPid"].as_i64().unwrap() as i32);
+    let mut stop = st.cmd(&["stop", "c"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    guard.track_child(&stop);
+    wait_cleanup_claimed(&st, &id);
+    let end = Instant::now() + SECS(10);
+    while !std::fs::read_to_string(&pidfile).unwrap_or_default().ends_with('\n') {
+        assert!(Instant::now() < end, "the cleanup never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    guard.track(std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap());
+    let out = st.run(&["wait", "c", "--timeout", "300ms"]);
+    assert_eq!(out.status.code(), Some(124));
+    assert_eq!(
+        stderr(&out),
+        "sheepdog: wait: c (proc_1): its cleanup is still running after 300ms; nothing was stopped.\n"
+    );
+    st.ok(&["clear", "--force", "c"]);
+    let _ = stop.wait();
+}
+
 #[test]
 fn stop_with_a_shorter_grace_does_not_kill_a_supervisor_already_stopping() {
     let st = State::new();

@@ -11,6 +11,7 @@
 use std::cell::OnceCell;
 
 use super::{Reaped, Restarted, Started, StopOutcome, Waited, WaitedMany, exit_status_of, waited_line};
+use crate::entry::CleanupState;
 use crate::status::ReapKind;
 
 /// One outcome as every front end says it: the sentences, in order, and the verdicts.
@@ -106,6 +107,8 @@ impl From<&WaitedMany> for Said {
     /// the answer, not an error of the wait; its `exit_status` is [`WaitedMany::exit_status`].
     fn from(w: &WaitedMany) -> Said {
         let (mut lines, mut warnings, mut running) = (Vec::new(), Vec::new(), Vec::new());
+        // Ended, but what the wait holds for runs on: its cleanup, or what a stop left of its tree.
+        let mut finishing = Vec::new();
         for (i, r) in w.results.iter().enumerate() {
             let (e, ended) = match r {
                 Waited::Finished(e) | Waited::NoResult(e) => (e, true),
@@ -117,6 +120,13 @@ impl From<&WaitedMany> for Said {
             lines.push(waited_line(e, status, finished));
             if !finished {
                 running.push(e.label());
+            } else if !ended {
+                let what = if e.cleanup.is_some() && !matches!(e.cleanup_state, CleanupState::Done { .. }) {
+                    "its cleanup is"
+                } else {
+                    "what is left of its tree is"
+                };
+                finishing.push((e.label(), what));
             }
             match r {
                 Waited::Finished(x) if Some(i) == w.decisive && exit_status_of(x).is_none() => warnings.push(format!(
@@ -134,12 +144,17 @@ impl From<&WaitedMany> for Said {
         if w.timed_out() {
             let within = w.timeout.map(|t| format!(" within {}", crate::duration::format(t))).unwrap_or_default();
             let after = w.timeout.map(|t| format!(" after {}", crate::duration::format(t))).unwrap_or_default();
-            warnings.push(if w.any {
+            if w.any {
                 let all: Vec<String> = w.results.iter().map(|r| r.entry().label()).collect();
-                format!("{}: none finished{within}; nothing was stopped.", all.join(", "))
+                warnings.push(format!("{}: none finished{within}; nothing was stopped.", all.join(", ")));
             } else {
-                format!("{}: still running{after}; nothing was stopped.", running.join(", "))
-            });
+                if !running.is_empty() {
+                    warnings.push(format!("{}: still running{after}; nothing was stopped.", running.join(", ")));
+                }
+                for (label, what) in finishing {
+                    warnings.push(format!("{label}: {what} still running{after}; nothing was stopped."));
+                }
+            }
         }
         Said { lines, warnings, ok: w.ok(), failed: false, exit_status: w.exit_status() }
     }
@@ -153,7 +168,7 @@ fn started_line(e: &crate::entry::Entry) -> String {
 #[cfg(test)]
 mod tests {
     use super::{Reaped, Restarted, Said, Started, StopOutcome, Waited, WaitedMany};
-    use crate::entry::Entry;
+    use crate::entry::{CleanupState, Entry};
     use crate::ready::ReadyOutcome;
     use crate::status::{ReapKind, Status};
     use crate::view::ReapAction;
@@ -262,5 +277,25 @@ mod tests {
         let all = "web (proc_1), web (proc_2): none finished within 300ms; nothing was stopped.";
         assert_eq!(said.warnings, vec![all.to_string()]);
         assert_eq!((said.failed, said.exit_status), (false, 124));
+        // Ended, its cleanup still running when the wait ran out: said as what runs on (it used
+        // to be `: still running after 1s`, with no entry named).
+        let cleaning = Entry {
+            cleanup: Some(crate::entry::Cleanup { command: "sleep 300".into(), timeout_ms: 2000 }),
+            cleanup_state: CleanupState::Claimed { at_ms: 1, runner: None },
+            ..ended("proc_1", Status::Exited, Some(0))
+        };
+        let w = WaitedMany {
+            results: vec![Waited::TimedOut(cleaning)],
+            decisive: None,
+            any: false,
+            timeout: Some(std::time::Duration::from_secs(1)),
+        };
+        let said = Said::from(&w);
+        assert_eq!(said.lines, vec!["web (proc_1): exited (0).".to_string()]);
+        assert_eq!(
+            said.warnings,
+            vec!["web (proc_1): its cleanup is still running after 1s; nothing was stopped.".to_string()]
+        );
+        assert_eq!(said.exit_status, 124);
     }
 }
