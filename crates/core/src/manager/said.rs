@@ -11,7 +11,6 @@
 use std::cell::OnceCell;
 
 use super::{Reaped, Restarted, Started, StopOutcome, Waited, WaitedMany, exit_status_of, waited_line};
-use crate::entry::CleanupState;
 use crate::status::ReapKind;
 
 /// One outcome as every front end says it: the sentences, in order, and the verdicts.
@@ -121,7 +120,7 @@ impl From<&WaitedMany> for Said {
             if !finished {
                 running.push(e.label());
             } else if !ended {
-                let what = if e.cleanup.is_some() && !matches!(e.cleanup_state, CleanupState::Done { .. }) {
+                let what = if e.cleanup.is_some() && e.cleanup_state.result().is_none() {
                     "its cleanup is"
                 } else {
                     "what is left of its tree is"
